@@ -1,0 +1,76 @@
+// Package codes holds Retryguard's stable error codes. Every rejection the API
+// server, the admission webhooks or the in-pod runtime produces begins with one
+// of them, so that alerts, runbooks and client code can match on the code
+// instead of on prose. The package has no dependencies so that any layer can
+// import it.
+package codes
+
+// Code is a stable, machine-readable error code such as ERR_RETRY_LIMIT_EXCEEDED.
+type Code string
+
+// Policy-shape codes: single-object rules that CEL and the Go validators share.
+const (
+	// RetryLimitExceeded: maxAttempts outside 1–3, or a caller over its attempt limit.
+	RetryLimitExceeded Code = "ERR_RETRY_LIMIT_EXCEEDED"
+	// JitterRequired: jitter None, or a zero base delay (an immediate retry).
+	JitterRequired Code = "ERR_JITTER_REQUIRED"
+	// BackoffInvalid: the backoff cap is below its base.
+	BackoffInvalid Code = "ERR_BACKOFF_INVALID"
+	// NonRetryableStatus: retryOn names a status that must never be retried.
+	NonRetryableStatus Code = "ERR_NON_RETRYABLE_STATUS"
+	// BudgetRequired: a policy that retries names no RetryBudget.
+	BudgetRequired Code = "ERR_BUDGET_REQUIRED"
+	// AmbiguousWithoutIdempotency: retrying an ambiguous failure of a
+	// non-idempotent operation without an idempotency key.
+	AmbiguousWithoutIdempotency Code = "ERR_AMBIGUOUS_WITHOUT_IDEMPOTENCY"
+	// UnstableIdempotencyKey: a key template that is constant or changes per attempt.
+	UnstableIdempotencyKey Code = "ERR_UNSTABLE_IDEMPOTENCY_KEY"
+	// InvalidKeyTemplate: a key template that does not parse.
+	InvalidKeyTemplate Code = "ERR_INVALID_KEY_TEMPLATE"
+	// DeadlineInfeasible: the deadline cannot hold a retry as configured.
+	DeadlineInfeasible Code = "ERR_DEADLINE_INFEASIBLE"
+	// UntestedCompensationBlocked: a fallback channel that is not https or not verified.
+	UntestedCompensationBlocked Code = "ERR_UNTESTED_COMPENSATION_BLOCKED"
+	// OutOfRange: a numeric or duration field outside its documented range.
+	OutOfRange Code = "ERR_OUT_OF_RANGE"
+)
+
+// Cross-object codes: rules that need other objects, checked by the webhooks
+// and re-checked by the controllers.
+const (
+	// LayerAmplification: the attempt product along a parentRef chain is above the limit.
+	LayerAmplification Code = "ERR_LAYER_AMPLIFICATION"
+	// LayerCycle: a parentRef chain loops back on itself.
+	LayerCycle Code = "ERR_LAYER_CYCLE"
+	// SharedFailureDomainLeak: a pool or budget shared across criticalities or services.
+	SharedFailureDomainLeak Code = "ERR_SHARED_FAILURE_DOMAIN_LEAK"
+	// BudgetAbovePlatformCap: retryPercent above the platform's cap.
+	BudgetAbovePlatformCap Code = "ERR_BUDGET_ABOVE_PLATFORM_CAP"
+)
+
+// Runtime codes: why the in-pod runtime refused another attempt.
+const (
+	// DeadlineExceeded: the remaining deadline cannot hold the wait and the next attempt.
+	DeadlineExceeded Code = "ERR_DEADLINE_EXCEEDED"
+	// RetryBudgetExhausted: the retry budget has no token, or the ratio cap is reached.
+	RetryBudgetExhausted Code = "ERR_RETRY_BUDGET_EXHAUSTED"
+	// RetryAfterTooLong: the server asked for a longer wait than retryAfter.maxDelay.
+	RetryAfterTooLong Code = "ERR_RETRY_AFTER_TOO_LONG"
+	// PermanentFailure: the dependency answered with a failure that retrying cannot fix.
+	PermanentFailure Code = "ERR_PERMANENT_FAILURE"
+	// UnknownOutcome: the request may have been applied and cannot be safely replayed.
+	UnknownOutcome Code = "ERR_UNKNOWN_OUTCOME"
+	// AttemptsExhausted: every allowed attempt failed.
+	AttemptsExhausted Code = "ERR_ATTEMPTS_EXHAUSTED"
+	// MissingKeyVariable: the key template names a variable the caller did not supply.
+	MissingKeyVariable Code = "ERR_MISSING_KEY_VARIABLE"
+	// PolicyNotEnforced: the policy is unknown or published as NoRetry.
+	PolicyNotEnforced Code = "ERR_POLICY_NOT_ENFORCED"
+)
+
+// String returns the code itself.
+func (c Code) String() string { return string(c) }
+
+// Message prefixes a human explanation with the code, the form every
+// Retryguard message takes: "ERR_X: what is wrong and why".
+func (c Code) Message(text string) string { return string(c) + ": " + text }

@@ -1,0 +1,179 @@
+package v1alpha1_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/hack/devenv"
+)
+
+// The CEL suite sends objects through a real kube-apiserver with the
+// generated CRDs installed, so the rules under test are the ones in
+// config/crd/bases, not a Go imitation of them.
+
+var (
+	testEnv *envtest.Environment
+	k8s     client.Client
+	ctx     context.Context
+)
+
+func TestCEL(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "CRD CEL rules")
+}
+
+var _ = BeforeSuite(func() {
+	ctx = context.Background()
+	var err error
+	testEnv, err = devenv.NewEnvironment()
+	Expect(err).NotTo(HaveOccurred())
+	cfg, err := testEnv.Start()
+	Expect(err).NotTo(HaveOccurred())
+	k8s, err = client.New(cfg, client.Options{Scheme: testEnv.Scheme})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "cel"}})).To(Succeed())
+})
+
+var _ = AfterSuite(func() {
+	if testEnv != nil {
+		Expect(testEnv.Stop()).To(Succeed())
+	}
+})
+
+// serverVerdict creates obj with dryRun=All and reduces the API server's
+// answer to sorted "field code" lines, in the form verdict() gives Go errors.
+func serverVerdict(obj client.Object) []string {
+	obj.SetNamespace("cel")
+	err := k8s.Create(ctx, obj, client.DryRunAll)
+	if err == nil {
+		return []string{}
+	}
+	var status apierrors.APIStatus
+	Expect(errors.As(err, &status)).To(BeTrue(), "not an API status: %v", err)
+	Expect(apierrors.IsInvalid(err)).To(BeTrue(), "expected Invalid, got %v", err)
+	out := []string{}
+	for _, c := range status.Status().Details.Causes {
+		out = append(out, c.Field+" "+codeOf(c.Message))
+	}
+	slices.Sort(out)
+	return out
+}
+
+var _ = Describe("RetryPolicy CEL and ValidateRetryPolicySpec agree", func() {
+	for _, tc := range policyCases {
+		It(tc.name, func() {
+			p := policyFor(GinkgoTB(), tc)
+			p.Name = "parity"
+			got := serverVerdict(p)
+			Expect(got).To(Equal(sorted(tc.want)))
+		})
+	}
+})
+
+var _ = Describe("RetryBudget CEL and ValidateRetryBudgetSpec agree", func() {
+	for _, tc := range budgetCases {
+		It(tc.name, func() {
+			b := budgetFor(GinkgoTB(), tc)
+			b.Name = "parity"
+			Expect(serverVerdict(b)).To(Equal(sorted(tc.want)))
+		})
+	}
+})
+
+var _ = Describe("Rejections a user reads", func() {
+	It("names the field, the rule and the code", func() {
+		p := policyFor(GinkgoTB(), policyCase{mutate: func(s *v1.RetryPolicySpec) { s.MaxAttempts = 5 }})
+		p.Name, p.Namespace = "too-many", "cel"
+		err := k8s.Create(ctx, p)
+		Expect(err).To(MatchError(And(
+			ContainSubstring("spec.maxAttempts"),
+			ContainSubstring("ERR_RETRY_LIMIT_EXCEEDED"),
+			ContainSubstring("between 1 and 3"),
+		)))
+	})
+
+	It("rejects a duration that does not parse, naming the field and the accepted form", func() {
+		p := policyFor(GinkgoTB(), policyCase{mutate: func(*v1.RetryPolicySpec) {}})
+		u, err := toUnstructured(p)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(u.SetNestedField("soon", "spec", "deadline")).To(Succeed())
+		u.SetNamespace("cel")
+		err = k8s.Create(ctx, u.Unstructured, client.DryRunAll)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		Expect(err).To(MatchError(ContainSubstring(`spec.deadline: Invalid value: "soon": spec.deadline in body should match`)))
+	})
+})
+
+var _ = Describe("Samples", func() {
+	It("are all accepted, and read back with every default visible", func() {
+		for _, f := range []string{"policy_v1alpha1_retrybudget.yaml", "policy_v1alpha1_retrybudget_marketing.yaml"} {
+			b := loadSample[v1.RetryBudget](GinkgoTB(), f)
+			b.Namespace = "cel"
+			Expect(k8s.Create(ctx, b)).To(Succeed(), f)
+		}
+		for _, f := range []string{"policy_v1alpha1_retrypolicy.yaml", "policy_v1alpha1_retrypolicy_marketing.yaml"} {
+			p := loadSample[v1.RetryPolicy](GinkgoTB(), f)
+			p.Namespace = "cel"
+			Expect(k8s.Create(ctx, p)).To(Succeed(), f)
+		}
+
+		var mkt v1.RetryPolicy
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: "cel", Name: "marketing-campaign-notify"}, &mkt)).To(Succeed())
+		Expect(mkt.Spec.Backoff.Multiplier).To(HaveValue(BeEquivalentTo(2)))
+		Expect(mkt.Spec.MinRemaining.Duration.String()).To(Equal("500ms"))
+		Expect(mkt.Spec.RetryAfter.MaxDelay.Duration.String()).To(Equal("3s"))
+		Expect(mkt.Spec.RetryOn.StatusCodes).To(Equal([]int32{429, 503, 504}))
+		Expect(mkt.Spec.RetryOn.Errors).To(Equal([]v1.TransportError{v1.ConnectionRefused, v1.DNSFailure}))
+		Expect(mkt.Spec.Idempotency.Header).To(HaveValue(Equal("Idempotency-Key")))
+	})
+
+	It("default exactly as WithDefaults does, for a minimal policy and budget", func() {
+		minimal := &v1.RetryPolicy{
+			ObjectMeta: metav1.ObjectMeta{Name: "minimal", Namespace: "cel"},
+			Spec: v1.RetryPolicySpec{
+				Target:      v1.RetryTarget{Service: "ledger"},
+				Layer:       v1.RetryLayer{Name: "connector"},
+				MaxAttempts: 1,
+				Backoff:     v1.Backoff{Jitter: v1.JitterFull},
+				Deadline:    *dur("2s"),
+			},
+		}
+		want := minimal.Spec.WithDefaults()
+		Expect(k8s.Create(ctx, minimal)).To(Succeed())
+		Expect(minimal.Spec.Backoff.Base.Duration.String()).To(Equal("100ms"))
+		Expect(minimal.Spec.Backoff.Cap.Duration.String()).To(Equal("3s"))
+		Expect(minimal.Spec.MinRemaining.Duration.String()).To(Equal("500ms"))
+		Expect(minimal.Spec.Criticality).To(HaveValue(Equal(v1.CriticalityStandard)))
+		Expect(minimal.Spec).To(Equal(want), "API server defaults and WithDefaults differ")
+
+		budget := &v1.RetryBudget{
+			ObjectMeta: metav1.ObjectMeta{Name: "minimal", Namespace: "cel"},
+			Spec:       v1.RetryBudgetSpec{RetryPercent: 10},
+		}
+		wantBudget := budget.Spec.WithDefaults()
+		Expect(k8s.Create(ctx, budget)).To(Succeed())
+		Expect(budget.Spec.Window.Duration.String()).To(Equal("1m0s"))
+		Expect(budget.Spec.MaxTokens).To(HaveValue(BeEquivalentTo(10)))
+		Expect(budget.Spec.Partitions).To(HaveValue(BeEquivalentTo(1)))
+		Expect(budget.Spec).To(Equal(wantBudget), "API server defaults and WithDefaults differ")
+	})
+
+	It("print the documented columns", func() {
+		crd := fmt.Sprintf("retrypolicies.%s", v1.GroupVersion.Group)
+		cols := printerColumns(crd)
+		Expect(cols).To(Equal([]string{"Service", "Layer", "Attempts", "Leaf", "Budget", "Ready", "Age"}))
+		Expect(printerColumns("retrybudgets." + v1.GroupVersion.Group)).To(Equal([]string{"Percent", "Window", "Policies", "Ready", "Age"}))
+	})
+})

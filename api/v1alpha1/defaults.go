@@ -1,0 +1,80 @@
+package v1alpha1
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// mustDuration turns one of this package's default literals into a Duration.
+func mustDuration(s string) *metav1.Duration {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		panic("v1alpha1: bad default duration " + s) // a programming error caught by tests
+	}
+	return &metav1.Duration{Duration: d}
+}
+
+// WithDefaults returns a deep copy of the spec with every absent optional
+// field set to the default the API server would apply. Go callers (the
+// validators, the controllers, unit tests) see the same object CEL sees.
+func (s *RetryPolicySpec) WithDefaults() RetryPolicySpec {
+	out := *s.DeepCopy()
+	if out.Backoff.Base == nil {
+		out.Backoff.Base = mustDuration(DefaultBackoffBase)
+	}
+	if out.Backoff.Cap == nil {
+		out.Backoff.Cap = mustDuration(DefaultBackoffCap)
+	}
+	if out.Backoff.Multiplier == nil {
+		out.Backoff.Multiplier = ptr.To(DefaultBackoffMultiplier)
+	}
+	if out.MinRemaining == nil {
+		out.MinRemaining = mustDuration(DefaultMinRemaining)
+	}
+	if out.RetryAfter == nil {
+		out.RetryAfter = &RetryAfter{}
+	}
+	if out.RetryAfter.MaxDelay == nil {
+		out.RetryAfter.MaxDelay = mustDuration(DefaultRetryAfterMaxDelay)
+	}
+	if out.RetryOn == nil {
+		out.RetryOn = &RetryOn{}
+	}
+	if out.RetryOn.StatusCodes == nil {
+		out.RetryOn.StatusCodes = append([]int32(nil), DefaultRetryOnStatusCodes...)
+	}
+	if out.RetryOn.Errors == nil {
+		out.RetryOn.Errors = append([]TransportError(nil), DefaultRetryOnErrors...)
+	}
+	if out.Idempotency == nil {
+		out.Idempotency = &Idempotency{}
+	}
+	if out.Idempotency.Header == nil {
+		out.Idempotency.Header = ptr.To(DefaultIdempotencyHeader)
+	}
+	if out.Criticality == nil {
+		out.Criticality = ptr.To(DefaultCriticality)
+	}
+	return out
+}
+
+// WithDefaults returns a deep copy of the spec with every absent optional
+// field set to the default the API server would apply.
+func (s *RetryBudgetSpec) WithDefaults() RetryBudgetSpec {
+	out := *s.DeepCopy()
+	if out.Window == nil {
+		out.Window = mustDuration(DefaultBudgetWindow)
+	}
+	if out.MaxTokens == nil {
+		out.MaxTokens = ptr.To(DefaultBudgetMaxTokens)
+	}
+	if out.MinRetriesPerSecond == nil {
+		out.MinRetriesPerSecond = ptr.To(DefaultBudgetMinRetriesPerSecond)
+	}
+	if out.Partitions == nil {
+		out.Partitions = ptr.To(DefaultBudgetPartitions)
+	}
+	return out
+}

@@ -1,0 +1,113 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Defaults of RetryBudget.
+const (
+	DefaultBudgetWindow              = "60s"
+	DefaultBudgetMaxTokens           = int32(10)
+	DefaultBudgetMinRetriesPerSecond = int32(0)
+	DefaultBudgetPartitions          = int32(1)
+	MaxBudgetTokens                  = int32(1000)
+	MaxBudgetPartitions              = int32(1000)
+)
+
+// RetryBudgetSpec is a token-bucket retry budget for one dependency.
+type RetryBudgetSpec struct {
+	// retryPercent is the retry allowance, from 1 to 100 (the platform caps it
+	// further, at 10 by default). Each success deposits retryPercent/100 of a
+	// token and each retry withdraws one; retries are also capped at
+	// retryPercent% of primary attempts over window.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 100",message="ERR_OUT_OF_RANGE: retryPercent must be between 1 and 100"
+	RetryPercent int32 `json:"retryPercent"`
+
+	// window is the rolling window of the ratio cap, from 1s to 1h.
+	// +optional
+	// +kubebuilder:default="60s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('1h')",message="ERR_OUT_OF_RANGE: window must be between 1s and 1h"
+	Window *metav1.Duration `json:"window,omitempty"`
+
+	// maxTokens is the bucket's capacity, the largest burst of retries, from 1 to 1000.
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 1000",message="ERR_OUT_OF_RANGE: maxTokens must be between 1 and 1000"
+	MaxTokens *int32 `json:"maxTokens,omitempty"`
+
+	// minRetriesPerSecond is a floor of retries allowed whatever the ratio, so
+	// that low-traffic callers can still retry. Below that traffic the ratio
+	// guarantee does not hold.
+	// +optional
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:XValidation:rule="self >= 0 && self <= 10000",message="ERR_OUT_OF_RANGE: minRetriesPerSecond must be between 0 and 10000"
+	MinRetriesPerSecond *int32 `json:"minRetriesPerSecond,omitempty"`
+
+	// partitions is the number of pods that share the budget. Each pod gets
+	// maxTokens/partitions and minRetriesPerSecond/partitions, rounded up.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 1000",message="ERR_OUT_OF_RANGE: partitions must be between 1 and 1000"
+	Partitions *int32 `json:"partitions,omitempty"`
+}
+
+// RetryBudgetStatus is the observed state of a RetryBudget.
+type RetryBudgetStatus struct {
+	// conditions report whether the budget is in force.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// observedGeneration is the generation last reconciled successfully.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// policyCount is the number of RetryPolicies that reference this budget.
+	// +optional
+	PolicyCount int32 `json:"policyCount,omitempty"`
+}
+
+// RetryBudget is a token-bucket retry budget for one dependency, shared by
+// every RetryPolicy that names it.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=rb,categories=retryguard
+// +kubebuilder:printcolumn:name="Percent",type=integer,JSONPath=`.spec.retryPercent`
+// +kubebuilder:printcolumn:name="Window",type=string,JSONPath=`.spec.window`
+// +kubebuilder:printcolumn:name="Policies",type=integer,JSONPath=`.status.policyCount`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type RetryBudget struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// metadata is the standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the budget.
+	// +required
+	Spec RetryBudgetSpec `json:"spec"`
+
+	// status is the observed state.
+	// +optional
+	Status RetryBudgetStatus `json:"status,omitempty"`
+}
+
+// RetryBudgetList is a list of RetryBudget.
+//
+// +kubebuilder:object:root=true
+type RetryBudgetList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []RetryBudget `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&RetryBudget{}, &RetryBudgetList{})
+}

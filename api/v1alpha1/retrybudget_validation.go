@@ -1,0 +1,37 @@
+package v1alpha1
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/retryguard/retryguard/api/codes"
+)
+
+// ValidateRetryBudgetSpec checks every rule that needs nothing but the spec;
+// the CRD carries the same rules as CEL.
+func ValidateRetryBudgetSpec(spec *RetryBudgetSpec, fldPath *field.Path) field.ErrorList {
+	s := spec.WithDefaults()
+	var errs field.ErrorList
+	if s.RetryPercent < 1 || s.RetryPercent > 100 {
+		errs = append(errs, field.Invalid(fldPath.Child("retryPercent"), s.RetryPercent, codes.OutOfRange.Message(
+			"retryPercent must be between 1 and 100")))
+	}
+	if w := s.Window.Duration; w < time.Second || w > time.Hour {
+		errs = append(errs, field.Invalid(fldPath.Child("window"), w.String(), codes.OutOfRange.Message(
+			"window must be between 1s and 1h")))
+	}
+	if t := *s.MaxTokens; t < 1 || t > MaxBudgetTokens {
+		errs = append(errs, field.Invalid(fldPath.Child("maxTokens"), t, codes.OutOfRange.Message(
+			"maxTokens must be between 1 and 1000")))
+	}
+	if f := *s.MinRetriesPerSecond; f < 0 || f > 10000 {
+		errs = append(errs, field.Invalid(fldPath.Child("minRetriesPerSecond"), f, codes.OutOfRange.Message(
+			"minRetriesPerSecond must be between 0 and 10000")))
+	}
+	if p := *s.Partitions; p < 1 || p > MaxBudgetPartitions {
+		errs = append(errs, field.Invalid(fldPath.Child("partitions"), p, codes.OutOfRange.Message(
+			"partitions must be between 1 and 1000")))
+	}
+	return errs
+}

@@ -1,0 +1,415 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Defaults of RetryPolicy, applied by the API server and assumed by the
+// validators and the runtime when a field is absent.
+const (
+	DefaultBackoffBase         = "100ms"
+	DefaultBackoffCap          = "3s"
+	DefaultBackoffMultiplier   = int32(2)
+	DefaultMinRemaining        = "500ms"
+	DefaultRetryAfterMaxDelay  = "3s"
+	DefaultIdempotencyHeader   = "Idempotency-Key"
+	DefaultCriticality         = CriticalityStandard
+	MaxAttemptsCeiling         = int32(3)
+	MaxRetryOnStatusCodes      = 16
+	MaxFallbackChannels        = 8
+	MaxKeyTemplateLength       = 256
+	MaxOperationLength         = 256
+	MaxFallbackEndpointLength  = 2048
+	MaxConnectionsPerPoolLimit = int32(1000)
+)
+
+// DefaultRetryOnStatusCodes are the statuses retried when retryOn.statusCodes is absent.
+var DefaultRetryOnStatusCodes = []int32{429, 503, 504}
+
+// DefaultRetryOnErrors are the transport errors retried when retryOn.errors is
+// absent. Both prove that the request never reached the dependency.
+var DefaultRetryOnErrors = []TransportError{ConnectionRefused, DNSFailure}
+
+// JitterMode selects how a backoff delay is randomised.
+// +kubebuilder:validation:Enum=Full;Equal;Decorrelated;None
+type JitterMode string
+
+const (
+	// JitterFull draws uniform(0, min(cap, base·multiplier^n)).
+	JitterFull JitterMode = "Full"
+	// JitterEqual draws half the window plus uniform(0, half the window).
+	JitterEqual JitterMode = "Equal"
+	// JitterDecorrelated draws uniform(base, previous·3), capped.
+	JitterDecorrelated JitterMode = "Decorrelated"
+	// JitterNone exists only so that it can be rejected with ERR_JITTER_REQUIRED.
+	JitterNone JitterMode = "None"
+)
+
+// TransportError is a failure observed below HTTP.
+// +kubebuilder:validation:Enum=ConnectionRefused;ConnectionReset;Timeout;DNSFailure
+type TransportError string
+
+const (
+	// ConnectionRefused: the connection was refused, so no request was sent.
+	ConnectionRefused TransportError = "ConnectionRefused"
+	// ConnectionReset: the connection dropped; the request may have been applied.
+	ConnectionReset TransportError = "ConnectionReset"
+	// Timeout: no answer in time; the request may have been applied.
+	Timeout TransportError = "Timeout"
+	// DNSFailure: the name did not resolve, so no request was sent.
+	DNSFailure TransportError = "DNSFailure"
+)
+
+// IsAmbiguous reports whether the request may have been applied when this
+// error was observed, so that replaying it needs an idempotency guarantee.
+func (e TransportError) IsAmbiguous() bool { return e == ConnectionReset || e == Timeout }
+
+// Criticality separates callers whose failure domains must not be shared.
+// +kubebuilder:validation:Enum=Critical;Standard
+type Criticality string
+
+const (
+	// CriticalityCritical is for callers such as 2FA dispatch.
+	CriticalityCritical Criticality = "Critical"
+	// CriticalityStandard is for everything else.
+	CriticalityStandard Criticality = "Standard"
+)
+
+// RetryTarget names the dependency a policy governs.
+type RetryTarget struct {
+	// service is the dependency, as a DNS-1123 label (for example telephony-api).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Service string `json:"service"`
+
+	// operation is the call this policy covers, for example "POST /v1/messages".
+	// When it starts with an HTTP method, that method's RFC 9110 idempotency
+	// counts: GET, HEAD, PUT, DELETE, OPTIONS and TRACE may be replayed.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Operation *string `json:"operation,omitempty"`
+}
+
+// RetryLayer places a policy in the call tree. Attempts multiply across
+// layers: three layers of three total attempts make 27 calls at the bottom.
+type RetryLayer struct {
+	// name of this layer, for example connector, job or workflow.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+
+	// parentRef names the RetryPolicy of the calling layer, in the same namespace.
+	// +optional
+	ParentRef *LocalObjectReference `json:"parentRef,omitempty"`
+}
+
+// Backoff is the delay between attempts.
+// +kubebuilder:validation:XValidation:rule="self.jitter != 'None'",message="ERR_JITTER_REQUIRED: backoff.jitter None makes every caller retry in lockstep; use Full, Equal or Decorrelated",fieldPath=".jitter"
+// +kubebuilder:validation:XValidation:rule="!has(self.base) || duration(self.base) > duration('0s')",message="ERR_JITTER_REQUIRED: backoff.base 0s is an immediate retry; use a positive base such as 100ms",fieldPath=".base"
+// +kubebuilder:validation:XValidation:rule="!has(self.base) || !has(self.cap) || duration(self.cap) >= duration(self.base)",message="ERR_BACKOFF_INVALID: backoff.cap must be at least backoff.base",fieldPath=".cap"
+type Backoff struct {
+	// jitter randomises each delay so that callers do not retry in lockstep.
+	// Full draws uniform(0, min(cap, base·multiplier^n)). None is rejected.
+	// +required
+	Jitter JitterMode `json:"jitter"`
+
+	// base is the first backoff window. It must be positive.
+	// +optional
+	// +kubebuilder:default="100ms"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	Base *metav1.Duration `json:"base,omitempty"`
+
+	// cap is the largest backoff window. It must be at least base.
+	// +optional
+	// +kubebuilder:default="3s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	Cap *metav1.Duration `json:"cap,omitempty"`
+
+	// multiplier grows the window per attempt: base·multiplier^n, from 1 to 10.
+	// +optional
+	// +kubebuilder:default=2
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 10",message="ERR_OUT_OF_RANGE: backoff.multiplier must be between 1 and 10"
+	Multiplier *int32 `json:"multiplier,omitempty"`
+}
+
+// RetryAfter governs a server's Retry-After header.
+type RetryAfter struct {
+	// maxDelay is the longest Retry-After honoured. A longer one fails fast:
+	// truncating it would retry before the server said it was ready.
+	// +optional
+	// +kubebuilder:default="3s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	MaxDelay *metav1.Duration `json:"maxDelay,omitempty"`
+}
+
+// RetryOn lists the failures that may be retried. Anything else is terminal.
+type RetryOn struct {
+	// statusCodes are the HTTP statuses retried. Only 429 and 5xx other than
+	// 501 and 505 may appear: a 4xx is the caller's fault and retrying burns money.
+	// +optional
+	// +listType=set
+	// +kubebuilder:default={429,503,504}
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self.all(c, c == 429 || (c >= 500 && c <= 599 && c != 501 && c != 505))",message="ERR_NON_RETRYABLE_STATUS: retryOn.statusCodes may hold only 429 and 5xx other than 501 and 505; other statuses never succeed on retry"
+	StatusCodes []int32 `json:"statusCodes,omitempty"`
+
+	// errors are the transport failures retried. ConnectionRefused and
+	// DNSFailure prove the request never left, so they are safe. ConnectionReset
+	// and Timeout are ambiguous: the request may have been applied, so they
+	// need an idempotency key or an idempotent method.
+	// +optional
+	// +listType=set
+	// +kubebuilder:default={ConnectionRefused,DNSFailure}
+	// +kubebuilder:validation:MaxItems=4
+	Errors []TransportError `json:"errors,omitempty"`
+}
+
+// Idempotency makes replays safe: every attempt of one logical operation
+// carries the same key.
+type Idempotency struct {
+	// header is the request header that carries the key.
+	// +optional
+	// +kubebuilder:default="Idempotency-Key"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9!#$%&'*+.^_|~-]+$`
+	Header *string `json:"header,omitempty"`
+
+	// keyTemplate renders the key once per logical operation from the caller's
+	// variables, for example SMS-2FA-{user_id}-{login_session_id}. It needs at
+	// least one {placeholder} and no per-attempt value ({attempt}, {random},
+	// {uuid}, {now}, {timestamp}).
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([^{}]|[{][A-Za-z_][A-Za-z0-9_]*[}])*$')",message="ERR_INVALID_KEY_TEMPLATE: idempotency.keyTemplate placeholders are {name} with letters, digits and underscores, and braces must pair"
+	// +kubebuilder:validation:XValidation:rule="self.matches('[{][A-Za-z_][A-Za-z0-9_]*[}]')",message="ERR_UNSTABLE_IDEMPOTENCY_KEY: idempotency.keyTemplate has no {placeholder}, so every operation would share one key"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('(?i)[{](attempt|random|uuid|now|timestamp)[}]')",message="ERR_UNSTABLE_IDEMPOTENCY_KEY: idempotency.keyTemplate uses a per-attempt value ({attempt}, {random}, {uuid}, {now} or {timestamp}), so retries would carry new keys"
+	KeyTemplate *string `json:"keyTemplate,omitempty"`
+}
+
+// ConnectionPool isolates a caller's connections from other callers'.
+type ConnectionPool struct {
+	// name of the pool. Policies that share it must share criticality and service.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// maxConnections bounds the pool's connections, from 1 to 1000.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 1000",message="ERR_OUT_OF_RANGE: connectionPool.maxConnections must be between 1 and 1000"
+	MaxConnections int32 `json:"maxConnections"`
+}
+
+// FallbackChannel is where an exhausted operation may be compensated.
+// +kubebuilder:validation:XValidation:rule="isURL(self.endpoint) && url(self.endpoint).getScheme() == 'https' && url(self.endpoint).getHost() != ''",message="ERR_UNTESTED_COMPENSATION_BLOCKED: fallback endpoint must be an https:// URL; secrets must not leave on an unencrypted channel",fieldPath=".endpoint"
+// +kubebuilder:validation:XValidation:rule="has(self.verified) && self.verified",message="ERR_UNTESTED_COMPENSATION_BLOCKED: fallback channel must be verified: true before operations may be routed to it",fieldPath=".verified"
+type FallbackChannel struct {
+	// name of the channel, for example push-authenticator.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+
+	// endpoint is the channel's https:// URL.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	Endpoint string `json:"endpoint"`
+
+	// verified records that the channel passed a security review; unverified
+	// channels are refused.
+	// +optional
+	Verified *bool `json:"verified,omitempty"`
+}
+
+// Fallback lists the channels an exhausted operation may be routed to.
+type Fallback struct {
+	// channels in order of preference.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=8
+	Channels []FallbackChannel `json:"channels,omitempty"`
+}
+
+// Events configures lifecycle telemetry.
+type Events struct {
+	// topic is the Kafka topic for lifecycle events, for example auth.sms.lifecycle.v1.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=249
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9._-]+$`
+	Topic *string `json:"topic,omitempty"`
+}
+
+// RetryPolicySpec is how one layer of one caller retries one dependency.
+// +kubebuilder:validation:XValidation:rule="self.maxAttempts <= 1 || has(self.budgetRef)",message="ERR_BUDGET_REQUIRED: a policy with maxAttempts above 1 must name a RetryBudget in budgetRef; retries without a budget caused INC-2901",fieldPath=".budgetRef"
+// +kubebuilder:validation:XValidation:rule="!(has(self.retryOn) && has(self.retryOn.errors) && self.retryOn.errors.exists(e, e == 'ConnectionReset' || e == 'Timeout')) || (has(self.idempotency) && has(self.idempotency.keyTemplate)) || (has(self.target.operation) && self.target.operation.matches('^(GET|HEAD|PUT|DELETE|OPTIONS|TRACE)( |$)'))",message="ERR_AMBIGUOUS_WITHOUT_IDEMPOTENCY: retryOn.errors has ConnectionReset or Timeout, which may follow an applied request; set idempotency.keyTemplate or use an idempotent method (GET, HEAD, PUT, DELETE, OPTIONS, TRACE)",fieldPath=".retryOn.errors"
+// +kubebuilder:validation:XValidation:rule="duration(self.deadline) > duration('0s')",message="ERR_DEADLINE_INFEASIBLE: deadline must be positive",fieldPath=".deadline"
+// +kubebuilder:validation:XValidation:rule="self.maxAttempts <= 1 || !has(self.minRemaining) || duration(self.deadline) > duration(self.minRemaining)",message="ERR_DEADLINE_INFEASIBLE: deadline must exceed minRemaining, or no retry could ever start",fieldPath=".deadline"
+// +kubebuilder:validation:XValidation:rule="self.maxAttempts <= 1 || !has(self.retryAfter) || !has(self.retryAfter.maxDelay) || duration(self.retryAfter.maxDelay) < duration(self.deadline)",message="ERR_DEADLINE_INFEASIBLE: retryAfter.maxDelay (default 3s) must be below deadline, or an honoured Retry-After would outlive the operation",fieldPath=".retryAfter.maxDelay"
+// +kubebuilder:validation:XValidation:rule="!has(self.perAttemptTimeout) || duration(self.perAttemptTimeout) <= duration(self.deadline)",message="ERR_DEADLINE_INFEASIBLE: perAttemptTimeout must not exceed deadline",fieldPath=".perAttemptTimeout"
+type RetryPolicySpec struct {
+	// target is the dependency this policy governs.
+	// +required
+	Target RetryTarget `json:"target"`
+
+	// layer places this policy in the call tree.
+	// +required
+	Layer RetryLayer `json:"layer"`
+
+	// maxAttempts is the number of total attempts, the first call included:
+	// 3 means one call and at most two retries. From 1 to 3.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 3",message="ERR_RETRY_LIMIT_EXCEEDED: maxAttempts counts total attempts (the first call included) and must be between 1 and 3"
+	MaxAttempts int32 `json:"maxAttempts"`
+
+	// backoff is the delay between attempts.
+	// +required
+	Backoff Backoff `json:"backoff"`
+
+	// deadline is the end-to-end deadline of one logical operation; attempts
+	// spend it, they do not reset it.
+	// +required
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	Deadline metav1.Duration `json:"deadline"`
+
+	// minRemaining is the reserve: no retry starts when the remaining deadline
+	// is at or below it.
+	// +optional
+	// +kubebuilder:default="500ms"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	MinRemaining *metav1.Duration `json:"minRemaining,omitempty"`
+
+	// perAttemptTimeout bounds each attempt; it is also the expected cost of
+	// an attempt when deciding whether a retry still fits the deadline.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	PerAttemptTimeout *metav1.Duration `json:"perAttemptTimeout,omitempty"`
+
+	// retryAfter governs the server's Retry-After header.
+	// +optional
+	// +kubebuilder:default={}
+	RetryAfter *RetryAfter `json:"retryAfter,omitempty"`
+
+	// retryOn lists the failures that may be retried.
+	// +optional
+	// +kubebuilder:default={}
+	RetryOn *RetryOn `json:"retryOn,omitempty"`
+
+	// idempotency makes replays safe.
+	// +optional
+	// +kubebuilder:default={}
+	Idempotency *Idempotency `json:"idempotency,omitempty"`
+
+	// budgetRef names the RetryBudget, in the same namespace, that every retry
+	// draws from. Required when maxAttempts is above 1.
+	// +optional
+	BudgetRef *LocalObjectReference `json:"budgetRef,omitempty"`
+
+	// connectionPool isolates this caller's connections.
+	// +optional
+	ConnectionPool *ConnectionPool `json:"connectionPool,omitempty"`
+
+	// criticality separates failure domains: Critical and Standard callers may
+	// share neither a pool nor a budget.
+	// +optional
+	// +kubebuilder:default=Standard
+	Criticality *Criticality `json:"criticality,omitempty"`
+
+	// fallback lists where exhausted operations may be compensated.
+	// +optional
+	Fallback *Fallback `json:"fallback,omitempty"`
+
+	// events configures lifecycle telemetry.
+	// +optional
+	Events *Events `json:"events,omitempty"`
+}
+
+// RetryPolicyStatus is the observed state of a RetryPolicy.
+type RetryPolicyStatus struct {
+	// conditions report whether the policy is in force; the Ready condition's
+	// reason says why not.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// observedGeneration is the generation last published successfully.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// leafAttempts is the product of maxAttempts along the parentRef chain: the
+	// calls the dependency can receive for one top-level operation.
+	// +optional
+	LeafAttempts int32 `json:"leafAttempts,omitempty"`
+
+	// worstCaseDuration is the longest schedule: every attempt plus every
+	// maximum backoff, bounded by the deadline.
+	// +optional
+	WorstCaseDuration *metav1.Duration `json:"worstCaseDuration,omitempty"`
+
+	// configMapName is the ConfigMap the policy is published in.
+	// +optional
+	ConfigMapName string `json:"configMapName,omitempty"`
+}
+
+// RetryPolicy is how one layer of one caller retries one dependency.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=rp,categories=retryguard
+// +kubebuilder:printcolumn:name="Service",type=string,JSONPath=`.spec.target.service`
+// +kubebuilder:printcolumn:name="Layer",type=string,JSONPath=`.spec.layer.name`
+// +kubebuilder:printcolumn:name="Attempts",type=integer,JSONPath=`.spec.maxAttempts`
+// +kubebuilder:printcolumn:name="Leaf",type=integer,JSONPath=`.status.leafAttempts`
+// +kubebuilder:printcolumn:name="Budget",type=string,JSONPath=`.spec.budgetRef.name`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type RetryPolicy struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// metadata is the standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the desired retry behaviour.
+	// +required
+	Spec RetryPolicySpec `json:"spec"`
+
+	// status is the observed state.
+	// +optional
+	Status RetryPolicyStatus `json:"status,omitempty"`
+}
+
+// RetryPolicyList is a list of RetryPolicy.
+//
+// +kubebuilder:object:root=true
+type RetryPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []RetryPolicy `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&RetryPolicy{}, &RetryPolicyList{})
+}
