@@ -214,7 +214,7 @@ type ConnectionPool struct {
 }
 
 // FallbackChannel is where an exhausted operation may be compensated.
-// +kubebuilder:validation:XValidation:rule="isURL(self.endpoint) && url(self.endpoint).getScheme() == 'https' && url(self.endpoint).getHost() != ''",message="ERR_UNTESTED_COMPENSATION_BLOCKED: fallback endpoint must be an https:// URL; secrets must not leave on an unencrypted channel",fieldPath=".endpoint"
+// +kubebuilder:validation:XValidation:rule="isURL(self.endpoint) && url(self.endpoint).getScheme() == 'https' && size(url(self.endpoint).getHost()) > 0",message="ERR_UNTESTED_COMPENSATION_BLOCKED: fallback endpoint must be an https:// URL; secrets must not leave on an unencrypted channel",fieldPath=".endpoint"
 // +kubebuilder:validation:XValidation:rule="has(self.verified) && self.verified",message="ERR_UNTESTED_COMPENSATION_BLOCKED: fallback channel must be verified: true before operations may be routed to it",fieldPath=".verified"
 type FallbackChannel struct {
 	// name of the channel, for example push-authenticator.

@@ -12,9 +12,9 @@ import (
 // These expressions are the ones the CRD's CEL rules use, so that the Go and
 // CEL verdicts agree; the parity test holds them together.
 var (
-	idempotentMethod     = regexp.MustCompile(`^(GET|HEAD|PUT|DELETE|OPTIONS|TRACE)( |$)`)
-	wellFormedTemplate   = regexp.MustCompile(`^([^{}]|[{][A-Za-z_][A-Za-z0-9_]*[}])*$`)
-	templatePlaceholder  = regexp.MustCompile(`[{][A-Za-z_][A-Za-z0-9_]*[}]`)
+	idempotentMethod      = regexp.MustCompile(`^(GET|HEAD|PUT|DELETE|OPTIONS|TRACE)( |$)`)
+	wellFormedTemplate    = regexp.MustCompile(`^([^{}]|[{][A-Za-z_][A-Za-z0-9_]*[}])*$`)
+	templatePlaceholder   = regexp.MustCompile(`[{][A-Za-z_][A-Za-z0-9_]*[}]`)
 	perAttemptPlaceholder = regexp.MustCompile(`(?i)[{](attempt|random|uuid|now|timestamp)[}]`)
 )
 

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/retryguard/retryguard/hack/devenv"
+)
+
+// `make demo` is one of the two commands the README promises; this runs the
+// same story and checks that it still tells the truth.
+func TestDemoTellsTheStory(t *testing.T) {
+	if _, err := devenv.AssetsDir(); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := run(&out); err != nil {
+		t.Fatalf("demo failed: %v\n%s", err, out.String())
+	}
+	story := out.String()
+	for _, want := range []string{
+		"retrypolicy.policy.retryguard.io/sms-2fa-dispatch created",
+		"retrybudget.policy.retryguard.io/telephony-provider created",
+		"SERVICE         LAYER       ATTEMPTS   LEAF   BUDGET",
+		`retryOn: {"errors":["ConnectionRefused","DNSFailure"],"statusCodes":[429,503,504]}`,
+		"== Tearing down",
+	} {
+		if !strings.Contains(story, want) {
+			t.Errorf("the demo no longer prints %q", want)
+		}
+	}
+	// Each unsafe manifest is refused, with the code its story is about.
+	unsafe, _ := filepath.Glob(devenv.Path("hack", "demo", "unsafe", "*.yaml"))
+	if len(unsafe) == 0 {
+		t.Fatal("no unsafe manifests")
+	}
+	for _, f := range unsafe {
+		raw, _ := os.ReadFile(f)
+		name := regexp.MustCompile(`(?m)^  name: (\S+)`).FindSubmatch(raw)
+		if name == nil {
+			t.Fatalf("%s has no name", f)
+		}
+		if !strings.Contains(story, `The RetryPolicy "`+string(name[1])+`" is invalid`) {
+			t.Errorf("%s was not refused in the story", filepath.Base(f))
+		}
+	}
+	for _, code := range []string{"ERR_BUDGET_REQUIRED", "ERR_JITTER_REQUIRED", "ERR_RETRY_LIMIT_EXCEEDED",
+		"ERR_NON_RETRYABLE_STATUS", "ERR_AMBIGUOUS_WITHOUT_IDEMPOTENCY", "ERR_UNSTABLE_IDEMPOTENCY_KEY",
+		"ERR_UNTESTED_COMPENSATION_BLOCKED"} {
+		if !strings.Contains(story, code) {
+			t.Errorf("the demo no longer shows %s", code)
+		}
+	}
+	if !strings.Contains(story, "the 2 policies stored are the safe ones") {
+		t.Errorf("an unsafe policy was stored:\n%s", story)
+	}
+}
