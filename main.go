@@ -15,7 +15,9 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/retryguard/retryguard/api/policygraph"
 	policyv1alpha1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/webhooks"
 )
 
 // The admission webhooks read policies and budgets through the manager's cache.
@@ -30,11 +32,14 @@ func init() {
 
 func main() {
 	var metricsAddr, probeAddr, certDir string
-	var leaderElect bool
+	var leaderElect, enableWebhooks bool
+	var limits policygraph.Limits
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the metrics endpoint binds to; 0 disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the health and readiness probes bind to.")
 	flag.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles at a time.")
 	flag.StringVar(&certDir, "webhook-cert-dir", "", "Directory with the webhook serving tls.crt and tls.key (default: controller-runtime's).")
+	flag.BoolVar(&enableWebhooks, "enable-webhooks", true, "Serve the validating admission webhooks.")
+	webhooks.BindFlags(flag.CommandLine, &limits)
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -53,16 +58,31 @@ func main() {
 		log.Error(err, "unable to create manager")
 		os.Exit(1)
 	}
+	ctx := ctrl.SetupSignalHandler()
+	if err := policygraph.RegisterIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+		log.Error(err, "unable to register field indexes")
+		os.Exit(1)
+	}
+	if enableWebhooks {
+		if err := webhooks.SetupWithManager(ctx, mgr, limits); err != nil {
+			log.Error(err, "unable to set up webhooks")
+			os.Exit(1)
+		}
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		log.Error(err, "unable to add health check")
 		os.Exit(1)
 	}
-	if err := mgr.AddReadyzCheck("readyz", mgr.GetWebhookServer().StartedChecker()); err != nil {
+	ready := healthz.Ping
+	if enableWebhooks {
+		ready = mgr.GetWebhookServer().StartedChecker()
+	}
+	if err := mgr.AddReadyzCheck("readyz", ready); err != nil {
 		log.Error(err, "unable to add readiness check")
 		os.Exit(1)
 	}
-	log.Info("starting manager")
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+	log.Info("starting manager", "maxLeafAttempts", limits.MaxLeafAttempts, "maxRetryPercent", limits.MaxRetryPercent)
+	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "manager exited")
 		os.Exit(1)
 	}

@@ -1,0 +1,163 @@
+package policygraph
+
+import (
+	"context"
+	"slices"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+)
+
+// Field indexes on RetryPolicy, registered once with the manager's cache and
+// shared by the webhooks and the controllers.
+const (
+	IndexParentRef      = "spec.layer.parentRef.name"
+	IndexConnectionPool = "spec.connectionPool.name"
+	IndexBudgetRef      = "spec.budgetRef.name"
+)
+
+// IndexFuncs returns the extractor of each RetryPolicy field index.
+func IndexFuncs() map[string]client.IndexerFunc {
+	by := func(extract func(*v1.RetryPolicy) string) client.IndexerFunc {
+		return func(o client.Object) []string {
+			if v := extract(o.(*v1.RetryPolicy)); v != "" {
+				return []string{v}
+			}
+			return nil
+		}
+	}
+	return map[string]client.IndexerFunc{
+		IndexParentRef: by(func(p *v1.RetryPolicy) string {
+			if p.Spec.Layer.ParentRef == nil {
+				return ""
+			}
+			return p.Spec.Layer.ParentRef.Name
+		}),
+		IndexConnectionPool: by(func(p *v1.RetryPolicy) string {
+			if p.Spec.ConnectionPool == nil {
+				return ""
+			}
+			return p.Spec.ConnectionPool.Name
+		}),
+		IndexBudgetRef: by(func(p *v1.RetryPolicy) string {
+			if p.Spec.BudgetRef == nil {
+				return ""
+			}
+			return p.Spec.BudgetRef.Name
+		}),
+	}
+}
+
+// RegisterIndexes adds the RetryPolicy field indexes to a cache.
+func RegisterIndexes(ctx context.Context, indexer client.FieldIndexer) error {
+	for field, fn := range IndexFuncs() {
+		if err := indexer.IndexField(ctx, &v1.RetryPolicy{}, field, fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CacheLookup reads one namespace through a client.Reader whose cache has
+// the indexes from RegisterIndexes.
+type CacheLookup struct {
+	Reader    client.Reader
+	Namespace string
+}
+
+var _ Lookup = CacheLookup{}
+
+// Get returns the named policy, or nil when it does not exist.
+func (c CacheLookup) Get(ctx context.Context, name string) (*v1.RetryPolicy, error) {
+	var p v1.RetryPolicy
+	err := c.Reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, &p)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+func (c CacheLookup) by(ctx context.Context, index, value string) ([]v1.RetryPolicy, error) {
+	var list v1.RetryPolicyList
+	if err := c.Reader.List(ctx, &list, client.InNamespace(c.Namespace), client.MatchingFields{index: value}); err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+// Children lists the policies whose parentRef names parent.
+func (c CacheLookup) Children(ctx context.Context, parent string) ([]v1.RetryPolicy, error) {
+	return c.by(ctx, IndexParentRef, parent)
+}
+
+// PoolUsers lists the policies that use the connection pool.
+func (c CacheLookup) PoolUsers(ctx context.Context, pool string) ([]v1.RetryPolicy, error) {
+	return c.by(ctx, IndexConnectionPool, pool)
+}
+
+// BudgetUsers lists the policies that draw on the budget.
+func (c CacheLookup) BudgetUsers(ctx context.Context, budget string) ([]v1.RetryPolicy, error) {
+	return c.by(ctx, IndexBudgetRef, budget)
+}
+
+// StaticLookup is a Lookup over a fixed set of policies, for tests. It is a
+// linear scan; use it for tables, not for benchmarks of scale.
+type StaticLookup map[string]v1.RetryPolicy
+
+var _ Lookup = StaticLookup{}
+
+// NewStaticLookup indexes policies by name.
+func NewStaticLookup(policies ...v1.RetryPolicy) StaticLookup {
+	s := StaticLookup{}
+	for _, p := range policies {
+		s[p.Name] = p
+	}
+	return s
+}
+
+// Get returns a copy of the named policy, or nil.
+func (s StaticLookup) Get(_ context.Context, name string) (*v1.RetryPolicy, error) {
+	p, ok := s[name]
+	if !ok {
+		return nil, nil
+	}
+	return p.DeepCopy(), nil
+}
+
+func (s StaticLookup) where(keep func(*v1.RetryPolicy) bool) []v1.RetryPolicy {
+	var out []v1.RetryPolicy
+	for _, p := range s {
+		if keep(&p) {
+			out = append(out, *p.DeepCopy())
+		}
+	}
+	slices.SortFunc(out, func(a, b v1.RetryPolicy) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Children lists the policies whose parentRef names parent.
+func (s StaticLookup) Children(_ context.Context, parent string) ([]v1.RetryPolicy, error) {
+	return s.where(func(p *v1.RetryPolicy) bool {
+		return p.Spec.Layer.ParentRef != nil && p.Spec.Layer.ParentRef.Name == parent
+	}), nil
+}
+
+// PoolUsers lists the policies that use the pool.
+func (s StaticLookup) PoolUsers(_ context.Context, pool string) ([]v1.RetryPolicy, error) {
+	return s.where(func(p *v1.RetryPolicy) bool {
+		return p.Spec.ConnectionPool != nil && p.Spec.ConnectionPool.Name == pool
+	}), nil
+}
+
+// BudgetUsers lists the policies that draw on the budget.
+func (s StaticLookup) BudgetUsers(_ context.Context, budget string) ([]v1.RetryPolicy, error) {
+	return s.where(func(p *v1.RetryPolicy) bool {
+		return p.Spec.BudgetRef != nil && p.Spec.BudgetRef.Name == budget
+	}), nil
+}

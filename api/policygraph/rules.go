@@ -1,0 +1,135 @@
+package policygraph
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/retryguard/retryguard/api/codes"
+	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+)
+
+// Verdict is what the cross-object rules say of one object.
+type Verdict struct {
+	Errors   field.ErrorList
+	Warnings []string
+	// Analysis is the policy's place in its call tree (RetryPolicy only).
+	Analysis Analysis
+}
+
+// ValidateRetryPolicy applies every cross-object rule to p as it would be
+// stored: the layer product, cycles, shared failure domains, and the
+// feasibility of its schedule. A parent that does not exist yet is a warning,
+// because kubectl applies files in any order.
+func ValidateRetryPolicy(ctx context.Context, lk Lookup, p *v1.RetryPolicy, limits Limits, fldPath *field.Path) (Verdict, error) {
+	var v Verdict
+	a, err := Analyze(ctx, lk, p)
+	if err != nil {
+		return v, err
+	}
+	v.Analysis = a
+	parentPath := fldPath.Child("layer", "parentRef", "name")
+	switch {
+	case len(a.Cycle) > 0:
+		v.Errors = append(v.Errors, field.Invalid(parentPath, p.Spec.Layer.ParentRef.Name, codes.LayerCycle.Message(
+			fmt.Sprintf("layer.parentRef forms a cycle: %s; a caller cannot be its own caller", strings.Join(a.Cycle, " → ")))))
+	case a.TooDeep:
+		v.Errors = append(v.Errors, field.Invalid(parentPath, p.Spec.Layer.ParentRef.Name, codes.LayerCycle.Message(
+			fmt.Sprintf("layer.parentRef chain is deeper than %d layers", MaxDepth))))
+	default:
+		if worst := a.Worst(); worst.Product() > limits.MaxLeafAttempts {
+			v.Errors = append(v.Errors, field.Invalid(fldPath.Child("maxAttempts"), p.Spec.MaxAttempts, codes.LayerAmplification.Message(
+				fmt.Sprintf("%s > %d: attempts multiply across layers (%s); lower maxAttempts so that one layer owns the retries",
+					worst, limits.MaxLeafAttempts, worst.Policies()))))
+		}
+	}
+	if a.MissingParent != "" {
+		v.Warnings = append(v.Warnings, fmt.Sprintf(
+			"layer.parentRef: RetryPolicy %q does not exist yet; this policy stays not Ready (and its pods do not retry) until it does",
+			a.MissingParent))
+	}
+	domainErrs, err := validateFailureDomains(ctx, lk, p, fldPath)
+	if err != nil {
+		return v, err
+	}
+	v.Errors = append(v.Errors, domainErrs...)
+	if s := WorstCase(&p.Spec); s.FeasibleAttempts < p.Spec.MaxAttempts {
+		v.Warnings = append(v.Warnings, s.Warning(p.Spec.MaxAttempts))
+	}
+	return v, nil
+}
+
+// validateFailureDomains: a connection pool is shared only by policies with
+// the same criticality and target.service, and a budget only by policies of
+// the same criticality, so that a marketing outage cannot starve 2FA.
+func validateFailureDomains(ctx context.Context, lk Lookup, p *v1.RetryPolicy, fldPath *field.Path) (field.ErrorList, error) {
+	var errs field.ErrorList
+	crit := criticality(p)
+	if pool := p.Spec.ConnectionPool; pool != nil {
+		users, err := lk.PoolUsers(ctx, pool.Name)
+		if err != nil {
+			return nil, err
+		}
+		if others := conflicting(users, p.Name, func(q *v1.RetryPolicy) bool {
+			return criticality(q) != crit || q.Spec.Target.Service != p.Spec.Target.Service
+		}); len(others) > 0 {
+			errs = append(errs, field.Invalid(fldPath.Child("connectionPool", "name"), pool.Name, codes.SharedFailureDomainLeak.Message(
+				fmt.Sprintf("connectionPool %q is already used by %s; a pool may be shared only by policies with the same criticality (%s) and target.service (%s)",
+					pool.Name, strings.Join(others, ", "), crit, p.Spec.Target.Service))))
+		}
+	}
+	if b := p.Spec.BudgetRef; b != nil {
+		users, err := lk.BudgetUsers(ctx, b.Name)
+		if err != nil {
+			return nil, err
+		}
+		if others := conflicting(users, p.Name, func(q *v1.RetryPolicy) bool { return criticality(q) != crit }); len(others) > 0 {
+			errs = append(errs, field.Invalid(fldPath.Child("budgetRef", "name"), b.Name, codes.SharedFailureDomainLeak.Message(
+				fmt.Sprintf("RetryBudget %q is already drawn on by %s; Critical and Standard callers must not share a retry quota",
+					b.Name, strings.Join(others, ", ")))))
+		}
+	}
+	return errs, nil
+}
+
+// conflicting describes the users other than self that clash, at most three.
+func conflicting(users []v1.RetryPolicy, self string, clash func(*v1.RetryPolicy) bool) []string {
+	var out []string
+	for i := range users {
+		q := &users[i]
+		if q.Name != self && clash(q) {
+			out = append(out, fmt.Sprintf("%s (%s, %s)", q.Name, criticality(q), q.Spec.Target.Service))
+		}
+	}
+	slices.Sort(out)
+	if len(out) > 3 {
+		out = append(out[:3], fmt.Sprintf("and %d more", len(out)-3))
+	}
+	return out
+}
+
+func criticality(p *v1.RetryPolicy) v1.Criticality {
+	if p.Spec.Criticality == nil {
+		return v1.DefaultCriticality
+	}
+	return *p.Spec.Criticality
+}
+
+// ValidateRetryBudget applies the platform's cap to a budget.
+func ValidateRetryBudget(b *v1.RetryBudget, limits Limits, fldPath *field.Path) Verdict {
+	var v Verdict
+	if b.Spec.RetryPercent > limits.MaxRetryPercent {
+		v.Errors = append(v.Errors, field.Invalid(fldPath.Child("retryPercent"), b.Spec.RetryPercent, codes.BudgetAbovePlatformCap.Message(
+			fmt.Sprintf("retryPercent %d is above the platform cap of %d%% (--max-retry-percent); retries beyond it turn a dependency's bad minute into a storm",
+				b.Spec.RetryPercent, limits.MaxRetryPercent))))
+	}
+	if f := b.Spec.MinRetriesPerSecond; f != nil && *f > 0 {
+		v.Warnings = append(v.Warnings, fmt.Sprintf(
+			"minRetriesPerSecond: %d retries/s are allowed whatever the traffic, so below %d primary requests/s retries may exceed %d%%",
+			*f, int64(*f)*100/int64(max(b.Spec.RetryPercent, 1)), b.Spec.RetryPercent))
+	}
+	return v
+}

@@ -1,0 +1,250 @@
+package policygraph_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
+
+	"github.com/retryguard/retryguard/api/codes"
+	"github.com/retryguard/retryguard/api/policygraph"
+	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+)
+
+type opt func(*v1.RetryPolicy)
+
+func parent(name string) opt {
+	return func(p *v1.RetryPolicy) { p.Spec.Layer.ParentRef = &v1.LocalObjectReference{Name: name} }
+}
+
+func pool(name string) opt {
+	return func(p *v1.RetryPolicy) { p.Spec.ConnectionPool = &v1.ConnectionPool{Name: name, MaxConnections: 10} }
+}
+
+func budget(name string) opt {
+	return func(p *v1.RetryPolicy) { p.Spec.BudgetRef = &v1.LocalObjectReference{Name: name} }
+}
+
+func critical(p *v1.RetryPolicy) { p.Spec.Criticality = ptr.To(v1.CriticalityCritical) }
+
+func service(s string) opt { return func(p *v1.RetryPolicy) { p.Spec.Target.Service = s } }
+
+func perAttempt(d time.Duration) opt {
+	return func(p *v1.RetryPolicy) { p.Spec.PerAttemptTimeout = &metav1.Duration{Duration: d} }
+}
+
+// pol builds a policy that passes every single-object rule.
+func pol(name, layer string, attempts int32, opts ...opt) v1.RetryPolicy {
+	p := v1.RetryPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"},
+		Spec: v1.RetryPolicySpec{
+			Target:      v1.RetryTarget{Service: "telephony-api"},
+			Layer:       v1.RetryLayer{Name: layer},
+			MaxAttempts: attempts,
+			Backoff:     v1.Backoff{Jitter: v1.JitterFull},
+			Deadline:    metav1.Duration{Duration: 10 * time.Second},
+			BudgetRef:   &v1.LocalObjectReference{Name: "b"},
+		},
+	}
+	for _, o := range opts {
+		o(&p)
+	}
+	return p
+}
+
+func codesOf(errs field.ErrorList) []string {
+	var out []string
+	for _, e := range errs {
+		code, _, _ := strings.Cut(e.Detail, ":")
+		out = append(out, e.Field+" "+code)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestValidateRetryPolicy(t *testing.T) {
+	limit9 := policygraph.Limits{MaxLeafAttempts: 9, MaxRetryPercent: 10}
+	for name, tc := range map[string]struct {
+		stored   []v1.RetryPolicy
+		incoming v1.RetryPolicy
+		limits   *policygraph.Limits
+		want     []string // "field code"
+		warn     string   // a substring of one warning
+		leaf     int64
+		message  string // a substring of the first error
+	}{
+		"a lone connector with 3 attempts": {
+			incoming: pol("connector", "connector", 3), leaf: 3,
+		},
+		"seed [3,3,3]: 27 leaf attempts is refused": {
+			stored:   []v1.RetryPolicy{pol("workflow", "workflow", 3), pol("job", "job", 3, parent("workflow"))},
+			incoming: pol("connector", "connector", 3, parent("job")),
+			want:     []string{"spec.maxAttempts ERR_LAYER_AMPLIFICATION"},
+			message:  "workflow(3) × job(3) × connector(3) = 27 > 3",
+			leaf:     27,
+		},
+		"seed [1,3,1]: 3 leaf attempts is accepted": {
+			stored:   []v1.RetryPolicy{pol("workflow", "workflow", 1), pol("job", "job", 3, parent("workflow"))},
+			incoming: pol("connector", "connector", 1, parent("job")),
+			leaf:     3,
+		},
+		"seed, limit 9: connector 3 × job 3 = 9 is accepted": {
+			stored:   []v1.RetryPolicy{pol("job", "job", 3)},
+			incoming: pol("connector", "connector", 3, parent("job")),
+			limits:   &limit9, leaf: 9,
+		},
+		"seed, limit 9: two workflow operations × 3 × 3 = 18 is refused": {
+			stored:   []v1.RetryPolicy{pol("workflow", "workflow", 2), pol("job", "job", 3, parent("workflow"))},
+			incoming: pol("connector", "connector", 3, parent("job")),
+			limits:   &limit9,
+			want:     []string{"spec.maxAttempts ERR_LAYER_AMPLIFICATION"},
+			message:  "workflow(2) × job(3) × connector(3) = 18 > 9",
+		},
+		"a parent created after its children counts their attempts": {
+			stored:   []v1.RetryPolicy{pol("job", "job", 1, parent("workflow")), pol("connector", "connector", 3, parent("job"))},
+			incoming: pol("workflow", "workflow", 3),
+			want:     []string{"spec.maxAttempts ERR_LAYER_AMPLIFICATION"},
+			message:  "workflow(3) × job(1) × connector(3) = 9 > 3",
+		},
+		"update raising a parent above the limit for an existing child is refused": {
+			stored: []v1.RetryPolicy{
+				pol("job", "job", 1), pol("connector", "connector", 3, parent("job")),
+				pol("cache", "cache", 1, parent("job")),
+			},
+			incoming: pol("job", "job", 2),
+			want:     []string{"spec.maxAttempts ERR_LAYER_AMPLIFICATION"},
+			message:  "job(2) × connector(3) = 6 > 3",
+		},
+		"the worst of several children decides": {
+			stored: []v1.RetryPolicy{
+				pol("a", "fast", 1, parent("job")), pol("b", "slow", 2, parent("job")),
+				pol("c", "leaf", 2, parent("b")),
+			},
+			incoming: pol("job", "job", 1),
+			want:     []string{"spec.maxAttempts ERR_LAYER_AMPLIFICATION"},
+			message:  "job(1) × slow(2) × leaf(2) = 4 > 3",
+		},
+		"a missing parent is accepted with a warning": {
+			incoming: pol("connector", "connector", 3, parent("job")),
+			warn:     `RetryPolicy "job" does not exist yet`, leaf: 3,
+		},
+		"a policy that is its own parent is a cycle": {
+			incoming: pol("loop", "job", 1, parent("loop")),
+			want:     []string{"spec.layer.parentRef.name ERR_LAYER_CYCLE"},
+			message:  "loop → loop",
+		},
+		"an update closing a loop through stored policies is a cycle": {
+			stored:   []v1.RetryPolicy{pol("b", "b", 1, parent("a")), pol("c", "c", 1, parent("b"))},
+			incoming: pol("a", "a", 1, parent("c")),
+			want:     []string{"spec.layer.parentRef.name ERR_LAYER_CYCLE"},
+			message:  "a → b → c → a",
+		},
+		"a pool shared by the same criticality and service is accepted": {
+			stored:   []v1.RetryPolicy{pol("sms-a", "connector", 1, pool("pool-sms-auth"), critical)},
+			incoming: pol("sms-b", "connector", 1, pool("pool-sms-auth"), critical), leaf: 1,
+		},
+		"a Standard caller on a Critical pool is refused": {
+			stored:   []v1.RetryPolicy{pol("sms-2fa", "connector", 1, pool("pool-sms-auth"), critical)},
+			incoming: pol("marketing", "connector", 1, pool("pool-sms-auth"), budget("marketing")),
+			want:     []string{"spec.connectionPool.name ERR_SHARED_FAILURE_DOMAIN_LEAK"},
+			message:  "sms-2fa (Critical, telephony-api)",
+		},
+		"a pool shared across services is refused": {
+			stored:   []v1.RetryPolicy{pol("sms", "connector", 1, pool("shared"))},
+			incoming: pol("email", "connector", 1, pool("shared"), service("email-api")),
+			want:     []string{"spec.connectionPool.name ERR_SHARED_FAILURE_DOMAIN_LEAK"},
+		},
+		"a budget shared across criticalities is refused": {
+			stored:   []v1.RetryPolicy{pol("sms-2fa", "connector", 3, budget("telephony"), critical)},
+			incoming: pol("marketing", "connector", 3, budget("telephony")),
+			want:     []string{"spec.budgetRef.name ERR_SHARED_FAILURE_DOMAIN_LEAK"},
+			message:  "must not share a retry quota",
+		},
+		"updating a policy does not clash with its stored self": {
+			stored:   []v1.RetryPolicy{pol("sms", "connector", 3, pool("p"), budget("b"))},
+			incoming: pol("sms", "connector", 2, pool("p"), budget("b")), leaf: 2,
+		},
+		"a schedule that cannot fit warns how many attempts can run": {
+			incoming: pol("slow", "connector", 3, perAttempt(4*time.Second)),
+			warn:     "only 2 of 3 attempts can run", leaf: 3,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			limits := policygraph.DefaultLimits()
+			if tc.limits != nil {
+				limits = *tc.limits
+			}
+			lk := policygraph.NewStaticLookup(tc.stored...)
+			v, err := policygraph.ValidateRetryPolicy(context.Background(), lk, &tc.incoming, limits, field.NewPath("spec"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := codesOf(v.Errors); !slices.Equal(got, tc.want) {
+				t.Fatalf("errors %q, want %q (%v)", got, tc.want, v.Errors)
+			}
+			if tc.message != "" && !strings.Contains(v.Errors.ToAggregate().Error(), tc.message) {
+				t.Errorf("message %q lacks %q", v.Errors.ToAggregate(), tc.message)
+			}
+			if tc.warn == "" && len(v.Warnings) > 0 {
+				t.Errorf("unexpected warnings %q", v.Warnings)
+			}
+			if tc.warn != "" && !slices.ContainsFunc(v.Warnings, func(w string) bool { return strings.Contains(w, tc.warn) }) {
+				t.Errorf("warnings %q lack %q", v.Warnings, tc.warn)
+			}
+			if tc.leaf != 0 && v.Analysis.LeafAttempts() != tc.leaf {
+				t.Errorf("leaf attempts %d, want %d", v.Analysis.LeafAttempts(), tc.leaf)
+			}
+		})
+	}
+}
+
+func TestValidateRetryBudget(t *testing.T) {
+	mk := func(percent int32, floor int32) *v1.RetryBudget {
+		return &v1.RetryBudget{Spec: v1.RetryBudgetSpec{RetryPercent: percent, MinRetriesPerSecond: ptr.To(floor)}}
+	}
+	limits := policygraph.DefaultLimits()
+	if v := policygraph.ValidateRetryBudget(mk(10, 0), limits, field.NewPath("spec")); len(v.Errors)+len(v.Warnings) > 0 {
+		t.Errorf("10%% at the cap: %v %v", v.Errors, v.Warnings)
+	}
+	v := policygraph.ValidateRetryBudget(mk(11, 0), limits, field.NewPath("spec"))
+	if got := codesOf(v.Errors); !slices.Equal(got, []string{"spec.retryPercent " + string(codes.BudgetAbovePlatformCap)}) {
+		t.Errorf("11%%: %q", got)
+	}
+	v = policygraph.ValidateRetryBudget(mk(10, 5), limits, field.NewPath("spec"))
+	if len(v.Errors) > 0 || len(v.Warnings) != 1 || !strings.Contains(v.Warnings[0], "below 50 primary requests/s") {
+		t.Errorf("floor: %v %q", v.Errors, v.Warnings)
+	}
+	raised := policygraph.Limits{MaxLeafAttempts: 3, MaxRetryPercent: 20}
+	if v := policygraph.ValidateRetryBudget(mk(20, 0), raised, field.NewPath("spec")); len(v.Errors) > 0 {
+		t.Errorf("20%% under a raised cap: %v", v.Errors)
+	}
+}
+
+func TestWorstCase(t *testing.T) {
+	// The sample: 3 attempts of up to 1s, waits of at most 200ms and 400ms,
+	// deadline 4s: everything fits, 3.6s in the worst case.
+	p := pol("sms", "connector", 3, perAttempt(time.Second))
+	p.Spec.Deadline = metav1.Duration{Duration: 4 * time.Second}
+	s := policygraph.WorstCase(&p.Spec)
+	if s.FeasibleAttempts != 3 || s.Duration != 3600*time.Millisecond {
+		t.Errorf("sample: %d attempts in %v, want 3 in 3.6s", s.FeasibleAttempts, s.Duration)
+	}
+	if !slices.Equal(s.Backoffs, []time.Duration{200 * time.Millisecond, 400 * time.Millisecond}) {
+		t.Errorf("backoffs %v", s.Backoffs)
+	}
+	// With no perAttemptTimeout one attempt may use the whole deadline.
+	p.Spec.PerAttemptTimeout = nil
+	if s := policygraph.WorstCase(&p.Spec); s.Duration != 4*time.Second || s.FeasibleAttempts != 3 {
+		t.Errorf("unbounded attempts: %+v", s)
+	}
+	// The seed's rule at its edge: the third attempt needs remaining ≥ wait + cost.
+	p.Spec.PerAttemptTimeout = &metav1.Duration{Duration: 1500 * time.Millisecond}
+	if s := policygraph.WorstCase(&p.Spec); s.FeasibleAttempts != 2 {
+		t.Errorf("1.5s attempts: %d feasible, want 2 (1.5+0.2+1.5=3.2s, then 0.8s left < 0.4+1.5)", s.FeasibleAttempts)
+	}
+}

@@ -1,0 +1,93 @@
+package devenv
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/retryguard/retryguard/api/policygraph"
+	"github.com/retryguard/retryguard/webhooks"
+)
+
+// EnableWebhooks makes env install config/webhook on start, pointed at a
+// local webhook server with a generated serving certificate and CA bundle.
+func EnableWebhooks(env *envtest.Environment) {
+	env.WebhookInstallOptions = envtest.WebhookInstallOptions{Paths: []string{Path("config", "webhook")}}
+}
+
+// Suites start several managers in one process; controller names need not
+// be unique across them.
+var controllerOptions = config.Controller{SkipNameValidation: ptr.To(true)}
+
+// NewManager returns a manager for a started env: its webhook server
+// listens where env's webhook configuration points, with no metrics
+// endpoint and no leader election.
+func NewManager(env *envtest.Environment, cfg *rest.Config) (ctrl.Manager, error) {
+	w := env.WebhookInstallOptions
+	return ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:  env.Scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Host: w.LocalServingHost, Port: w.LocalServingPort, CertDir: w.LocalServingCertDir,
+		}),
+		HealthProbeBindAddress: "0",
+		Controller:             controllerOptions,
+	})
+}
+
+// SetupRetryguard wires Retryguard into mgr as main.go does: the field
+// indexes, then the webhooks when withWebhooks.
+func SetupRetryguard(ctx context.Context, mgr ctrl.Manager, limits policygraph.Limits, withWebhooks bool) error {
+	if err := policygraph.RegisterIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	if withWebhooks {
+		if err := webhooks.SetupWithManager(ctx, mgr, limits); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// StartManager runs mgr until ctx ends, and returns once its cache has
+// synced and, when env serves webhooks, its webhook server answers TLS.
+// The returned channel yields Start's result.
+func StartManager(ctx context.Context, env *envtest.Environment, mgr ctrl.Manager) (<-chan error, error) {
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	syncCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if !mgr.GetCache().WaitForCacheSync(syncCtx) {
+		return done, fmt.Errorf("manager cache did not sync")
+	}
+	w := env.WebhookInstallOptions
+	if w.LocalServingPort == 0 || len(w.ValidatingWebhooks) == 0 {
+		return done, nil
+	}
+	addr := net.JoinHostPort(w.LocalServingHost, strconv.Itoa(w.LocalServingPort))
+	for {
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a readiness probe of our own local server
+		if err == nil {
+			_ = conn.Close()
+			return done, nil
+		}
+		select {
+		case err := <-done:
+			return done, fmt.Errorf("manager stopped before serving webhooks: %v", err)
+		case <-syncCtx.Done():
+			return done, fmt.Errorf("webhook server not serving on %s: %w", addr, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,137 @@
+package webhooks_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/retryguard/retryguard/api/policygraph"
+	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/webhooks"
+)
+
+// fakeReader is an indexed fake client holding stored policies, standing in
+// for the manager's cache.
+func fakeReader(stored ...*v1.RetryPolicy) client.WithWatch {
+	b := fake.NewClientBuilder().WithScheme(devenv.Scheme())
+	for field, fn := range policygraph.IndexFuncs() {
+		b = b.WithIndex(&v1.RetryPolicy{}, field, fn)
+	}
+	for _, p := range stored {
+		b = b.WithObjects(p)
+	}
+	return b.Build()
+}
+
+func validator(stored ...*v1.RetryPolicy) *webhooks.RetryPolicyValidator {
+	return &webhooks.RetryPolicyValidator{Reader: fakeReader(stored...), Limits: policygraph.DefaultLimits()}
+}
+
+// Where a CRD lacks its CEL (an older CRD, a hand-edited one), the webhook
+// alone still refuses single-object violations.
+func TestRetryPolicyValidatorRerunsSingleObjectRules(t *testing.T) {
+	p := policyIn("ns", "inc-2901", "connector", 5)
+	p.Spec.Backoff.Jitter = v1.JitterNone
+	p.Spec.BudgetRef = nil
+	_, err := validator().ValidateCreate(context.Background(), p)
+	if !apierrors.IsInvalid(err) {
+		t.Fatalf("want Invalid, got %v", err)
+	}
+	for _, want := range []string{"spec.maxAttempts", "ERR_RETRY_LIMIT_EXCEEDED", "ERR_JITTER_REQUIRED", "ERR_BUDGET_REQUIRED"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%v lacks %s", err, want)
+		}
+	}
+}
+
+func TestRetryPolicyValidatorUpdateSeesTheNewObject(t *testing.T) {
+	job := policyIn("ns", "job", "job", 1)
+	child := policyIn("ns", "connector", "connector", 3, parent("job"))
+	v := validator(job, child)
+	raised := job.DeepCopy()
+	raised.Spec.MaxAttempts = 3
+	if _, err := v.ValidateUpdate(context.Background(), job, raised); err == nil || !strings.Contains(err.Error(), "job(3) × connector(3) = 9 > 3") {
+		t.Fatalf("raising job over its child: %v", err)
+	}
+	if w, err := v.ValidateUpdate(context.Background(), job, job); err != nil || len(w) > 0 {
+		t.Fatalf("a no-op update: %v %v", w, err)
+	}
+	if _, err := v.ValidateDelete(context.Background(), job); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+}
+
+// A cache that cannot answer is an internal error, never an admission.
+func TestRetryPolicyValidatorFailsClosedOnLookupErrors(t *testing.T) {
+	broken := interceptor.NewClient(fakeReader(), interceptor.Funcs{
+		List: func(context.Context, client.WithWatch, client.ObjectList, ...client.ListOption) error {
+			return errors.New("cache unavailable")
+		},
+	})
+	v := &webhooks.RetryPolicyValidator{Reader: broken, Limits: policygraph.DefaultLimits()}
+	_, err := v.ValidateCreate(context.Background(), policyIn("ns", "p", "connector", 1))
+	if !apierrors.IsInternalError(err) {
+		t.Fatalf("want InternalError, got %v", err)
+	}
+}
+
+func TestRetryBudgetValidator(t *testing.T) {
+	v := &webhooks.RetryBudgetValidator{Limits: policygraph.DefaultLimits()}
+	if _, err := v.ValidateCreate(context.Background(), budgetIn("ns", "ok", 10)); err != nil {
+		t.Fatal(err)
+	}
+	b := budgetIn("ns", "bad", 0)
+	b.Spec.Window = &metav1.Duration{Duration: time.Millisecond}
+	_, err := v.ValidateCreate(context.Background(), b)
+	if err == nil || !strings.Contains(err.Error(), "spec.retryPercent") || !strings.Contains(err.Error(), "spec.window") {
+		t.Fatalf("want both range errors, got %v", err)
+	}
+}
+
+// FuzzValidateRetryPolicy sends random specs through the admission
+// validator against a cache holding a small call tree. It must never panic,
+// and an admitted policy never makes a chain above the limit.
+func FuzzValidateRetryPolicy(f *testing.F) {
+	stored := []*v1.RetryPolicy{
+		policyIn("ns", "workflow", "workflow", 1),
+		policyIn("ns", "job", "job", 3, parent("workflow"), onPool("pool-a"), critical),
+		policyIn("ns", "connector", "connector", 1, parent("job")),
+		policyIn("ns", "loop-a", "a", 1, parent("loop-b")),
+		policyIn("ns", "loop-b", "b", 1, parent("loop-a")),
+	}
+	v := validator(stored...)
+	lookup := policygraph.CacheLookup{Reader: v.Reader, Namespace: "ns"}
+	for _, p := range stored {
+		raw, _ := json.Marshal(p.Spec)
+		f.Add("new", raw)
+		f.Add(p.Name, raw)
+	}
+	f.Add("job", []byte(`{"maxAttempts":3,"layer":{"name":"x","parentRef":{"name":"connector"}}}`))
+	f.Fuzz(func(t *testing.T, name string, raw []byte) {
+		var spec v1.RetryPolicySpec
+		if name == "" || json.Unmarshal(raw, &spec) != nil {
+			return
+		}
+		p := &v1.RetryPolicy{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"}, Spec: spec}
+		if _, err := v.ValidateCreate(context.Background(), p); err != nil {
+			return
+		}
+		a, err := policygraph.Analyze(context.Background(), lookup, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(a.Cycle) > 0 || a.Worst().Product() > policygraph.DefaultMaxLeafAttempts {
+			t.Fatalf("admitted %s with chain %s, cycle %v", name, a.Worst(), a.Cycle)
+		}
+	})
+}

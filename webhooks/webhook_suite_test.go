@@ -1,0 +1,163 @@
+package webhooks_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/retryguard/retryguard/api/policygraph"
+	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/hack/devenv"
+)
+
+// The webhook suite runs the manager's webhook server for real: the API
+// server calls it over TLS through the ValidatingWebhookConfiguration that
+// `make manifests` generates, installed by envtest's WebhookInstallOptions.
+
+var (
+	testEnv  *envtest.Environment
+	mgr      ctrl.Manager
+	k8s      client.Client
+	warnings = &warningRecorder{}
+	ctx      context.Context
+	cancel   context.CancelFunc
+	nsSeq    atomic.Int64
+)
+
+func TestWebhooks(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Admission webhooks")
+}
+
+var _ = BeforeSuite(func() {
+	ctx, cancel = context.WithCancel(context.Background())
+	var err error
+	testEnv, err = devenv.NewEnvironment()
+	Expect(err).NotTo(HaveOccurred())
+	devenv.EnableWebhooks(testEnv)
+	cfg, err := testEnv.Start()
+	Expect(err).NotTo(HaveOccurred())
+
+	mgr, err = devenv.NewManager(testEnv, cfg)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(devenv.SetupRetryguard(ctx, mgr, policygraph.DefaultLimits(), true)).To(Succeed())
+	_, err = devenv.StartManager(ctx, testEnv, mgr)
+	Expect(err).NotTo(HaveOccurred())
+
+	userCfg := rest.CopyConfig(cfg)
+	userCfg.WarningHandlerWithContext = warnings
+	k8s, err = client.New(userCfg, client.Options{Scheme: testEnv.Scheme})
+	Expect(err).NotTo(HaveOccurred())
+})
+
+var _ = AfterSuite(func() {
+	if cancel != nil {
+		cancel()
+	}
+	if testEnv != nil {
+		Expect(testEnv.Stop()).To(Succeed())
+	}
+})
+
+// warningRecorder keeps the admission warnings the API server relays.
+type warningRecorder struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (w *warningRecorder) HandleWarningHeaderWithContext(_ context.Context, _ int, _ string, msg string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.got = append(w.got, msg)
+}
+
+// take returns and clears the warnings seen so far.
+func (w *warningRecorder) take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := w.got
+	w.got = nil
+	return out
+}
+
+// newNamespace gives each spec its own namespace, so that pools, budgets
+// and chains never leak between specs.
+func newNamespace() string {
+	name := fmt.Sprintf("wh-%d", nsSeq.Add(1))
+	Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})).To(Succeed())
+	return name
+}
+
+// settled waits until the manager's cache, which the webhooks read, has
+// seen obj at the resourceVersion the API server returned.
+func settled(obj client.Object) {
+	key := client.ObjectKeyFromObject(obj)
+	want := obj.GetResourceVersion()
+	Eventually(func(g Gomega) {
+		fresh := obj.DeepCopyObject().(client.Object)
+		g.Expect(mgr.GetCache().Get(ctx, key, fresh)).To(Succeed())
+		g.Expect(fresh.GetResourceVersion()).To(Equal(want))
+	}).WithTimeout(10 * time.Second).WithPolling(10 * time.Millisecond).Should(Succeed())
+}
+
+// create stores obj and waits for the webhooks' cache to see it.
+func create(obj client.Object) {
+	warnings.take()
+	ExpectWithOffset(1, k8s.Create(ctx, obj)).To(Succeed())
+	settled(obj)
+}
+
+func budgetIn(ns, name string, percent int32) *v1.RetryBudget {
+	return &v1.RetryBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       v1.RetryBudgetSpec{RetryPercent: percent},
+	}
+}
+
+type opt func(*v1.RetryPolicy)
+
+func parent(name string) opt {
+	return func(p *v1.RetryPolicy) { p.Spec.Layer.ParentRef = &v1.LocalObjectReference{Name: name} }
+}
+
+func onPool(name string) opt {
+	return func(p *v1.RetryPolicy) { p.Spec.ConnectionPool = &v1.ConnectionPool{Name: name, MaxConnections: 50} }
+}
+
+func onBudget(name string) opt {
+	return func(p *v1.RetryPolicy) { p.Spec.BudgetRef = &v1.LocalObjectReference{Name: name} }
+}
+
+func critical(p *v1.RetryPolicy) { p.Spec.Criticality = ptr.To(v1.CriticalityCritical) }
+
+// policyIn builds a policy that passes every single-object rule.
+func policyIn(ns, name, layer string, attempts int32, opts ...opt) *v1.RetryPolicy {
+	p := &v1.RetryPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: v1.RetryPolicySpec{
+			Target:      v1.RetryTarget{Service: "telephony-api", Operation: ptr.To("POST /v1/messages")},
+			Layer:       v1.RetryLayer{Name: layer},
+			MaxAttempts: attempts,
+			Backoff:     v1.Backoff{Jitter: v1.JitterFull},
+			Deadline:    metav1.Duration{Duration: 10 * time.Second},
+			BudgetRef:   &v1.LocalObjectReference{Name: "telephony"},
+		},
+	}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
+}
