@@ -13,13 +13,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/retryguard/retryguard/api/policygraph"
-	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
 	"github.com/retryguard/retryguard/hack/devenv"
 )
 
@@ -120,44 +119,11 @@ func create(obj client.Object) {
 	settled(obj)
 }
 
-func budgetIn(ns, name string, percent int32) *v1.RetryBudget {
-	return &v1.RetryBudget{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec:       v1.RetryBudgetSpec{RetryPercent: percent},
-	}
-}
-
-type opt func(*v1.RetryPolicy)
-
-func parent(name string) opt {
-	return func(p *v1.RetryPolicy) { p.Spec.Layer.ParentRef = &v1.LocalObjectReference{Name: name} }
-}
-
-func onPool(name string) opt {
-	return func(p *v1.RetryPolicy) { p.Spec.ConnectionPool = &v1.ConnectionPool{Name: name, MaxConnections: 50} }
-}
-
-func onBudget(name string) opt {
-	return func(p *v1.RetryPolicy) { p.Spec.BudgetRef = &v1.LocalObjectReference{Name: name} }
-}
-
-func critical(p *v1.RetryPolicy) { p.Spec.Criticality = ptr.To(v1.CriticalityCritical) }
-
-// policyIn builds a policy that passes every single-object rule.
-func policyIn(ns, name, layer string, attempts int32, opts ...opt) *v1.RetryPolicy {
-	p := &v1.RetryPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: v1.RetryPolicySpec{
-			Target:      v1.RetryTarget{Service: "telephony-api", Operation: ptr.To("POST /v1/messages")},
-			Layer:       v1.RetryLayer{Name: layer},
-			MaxAttempts: attempts,
-			Backoff:     v1.Backoff{Jitter: v1.JitterFull},
-			Deadline:    metav1.Duration{Duration: 10 * time.Second},
-			BudgetRef:   &v1.LocalObjectReference{Name: "telephony"},
-		},
-	}
-	for _, o := range opts {
-		o(p)
-	}
-	return p
-}
+var (
+	policyIn = fixtures.Policy
+	budgetIn = fixtures.Budget
+	parent   = fixtures.Parent
+	onPool   = fixtures.Pool
+	onBudget = fixtures.BudgetRef
+	critical = fixtures.Critical
+)

@@ -14,47 +14,21 @@ import (
 	"github.com/retryguard/retryguard/api/codes"
 	"github.com/retryguard/retryguard/api/policygraph"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
 )
 
-type opt func(*v1.RetryPolicy)
+var (
+	parent     = fixtures.Parent
+	pool       = fixtures.Pool
+	budget     = fixtures.BudgetRef
+	critical   = fixtures.Critical
+	service    = fixtures.Service
+	perAttempt = fixtures.PerAttempt
+)
 
-func parent(name string) opt {
-	return func(p *v1.RetryPolicy) { p.Spec.Layer.ParentRef = &v1.LocalObjectReference{Name: name} }
-}
-
-func pool(name string) opt {
-	return func(p *v1.RetryPolicy) { p.Spec.ConnectionPool = &v1.ConnectionPool{Name: name, MaxConnections: 10} }
-}
-
-func budget(name string) opt {
-	return func(p *v1.RetryPolicy) { p.Spec.BudgetRef = &v1.LocalObjectReference{Name: name} }
-}
-
-func critical(p *v1.RetryPolicy) { p.Spec.Criticality = ptr.To(v1.CriticalityCritical) }
-
-func service(s string) opt { return func(p *v1.RetryPolicy) { p.Spec.Target.Service = s } }
-
-func perAttempt(d time.Duration) opt {
-	return func(p *v1.RetryPolicy) { p.Spec.PerAttemptTimeout = &metav1.Duration{Duration: d} }
-}
-
-// pol builds a policy that passes every single-object rule.
-func pol(name, layer string, attempts int32, opts ...opt) v1.RetryPolicy {
-	p := v1.RetryPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"},
-		Spec: v1.RetryPolicySpec{
-			Target:      v1.RetryTarget{Service: "telephony-api"},
-			Layer:       v1.RetryLayer{Name: layer},
-			MaxAttempts: attempts,
-			Backoff:     v1.Backoff{Jitter: v1.JitterFull},
-			Deadline:    metav1.Duration{Duration: 10 * time.Second},
-			BudgetRef:   &v1.LocalObjectReference{Name: "b"},
-		},
-	}
-	for _, o := range opts {
-		o(&p)
-	}
-	return p
+// pol is a fixture policy in namespace ns with budget "b".
+func pol(name, layer string, attempts int32, opts ...fixtures.Option) v1.RetryPolicy {
+	return *fixtures.Policy("ns", name, layer, attempts, append([]fixtures.Option{fixtures.BudgetRef("b")}, opts...)...)
 }
 
 func codesOf(errs field.ErrorList) []string {
