@@ -6,6 +6,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/retryguard/retryguard/api/policygraph"
 	"github.com/retryguard/retryguard/hack/devenv"
 )
 
@@ -35,22 +37,20 @@ func run(w io.Writer) error {
 	}
 	defer os.RemoveAll(tmp)
 
+	ctx := context.Background()
 	s := &story{w: w, kubectlBin: kubectl, kubeconfig: filepath.Join(tmp, "kubeconfig")}
 	s.chapter("Retryguard: retries as a governed policy",
 		"INC-2901: an SMS gateway at 1,200 req/s retried 429s immediately and without a budget.",
 		"Traffic reached 9,600 req/s (8x) and the vendor banned its IPs for 35 minutes.",
-		"Retryguard makes that configuration impossible to apply. Starting a local control plane...")
-
-	env, err := devenv.NewEnvironment()
+		"Retryguard makes that configuration impossible to apply. Starting a local control plane",
+		"with Retryguard's manager and its admission webhooks...")
+	cluster, err := devenv.Up(ctx, s.kubeconfig, policygraph.DefaultLimits())
 	if err != nil {
 		return err
 	}
-	cluster, err := devenv.StartCluster(env, s.kubeconfig)
-	if err != nil {
-		return err
-	}
+	s.settle = func() error { return devenv.Settle(ctx, cluster.Manager) }
 	defer func() {
-		s.chapter("Tearing down", "Stopping kube-apiserver and etcd.")
+		s.chapter("Tearing down", "Stopping the manager, kube-apiserver and etcd.")
 		if err := cluster.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "stopping the control plane:", err)
 		}
@@ -59,7 +59,7 @@ func run(w io.Writer) error {
 	s.chapter("1. The platform team applies the RETRY-SMS-001 policies",
 		"A budget of 10% of primary traffic, and a 2FA connector with 3 total attempts, full jitter,",
 		"a 4 s deadline and a stable idempotency key. A marketing caller gets its own pool and budget.")
-	if err := s.kubectl("apply", "-k", devenv.Path("config", "samples")); err != nil {
+	if err := s.apply("-k", devenv.Path("config", "samples")); err != nil {
 		return err
 	}
 	if err := s.kubectl("get", "rb,rp"); err != nil {
@@ -74,20 +74,43 @@ func run(w io.Writer) error {
 	}
 
 	s.chapter("3. Unsafe policies are refused before they reach a pod",
+		"Rules about one object are CEL in the CRD; rules about several are the admission webhooks'.",
 		"Each refusal names the field, the rule and a stable code that runbooks and alerts can match.")
 	unsafe, err := filepath.Glob(devenv.Path("hack", "demo", "unsafe", "*.yaml"))
 	if err != nil {
 		return err
 	}
 	sort.Strings(unsafe)
-	refused := 0
 	for _, f := range unsafe {
 		s.note(firstComment(f))
-		if err := s.kubectl("apply", "-f", f); err == nil {
+		if err := s.apply("-f", f); err == nil {
 			return fmt.Errorf("%s was accepted; it must be refused", filepath.Base(f))
 		}
-		refused++
 	}
+
+	s.chapter("4. Retries multiply across layers",
+		"Each team's policy looks modest on its own. The webhook multiplies them along parentRef.")
+	for _, step := range []struct {
+		file     string
+		accepted bool
+		note     string
+	}{
+		{"1-workflow-and-connector.yaml", true, ""},
+		{"2-job.yaml", false, ""},
+		{"3-one-layer-retries.yaml", true, ""},
+		{"2-job.yaml", true, "The job team applies the same policy again: now it is the only layer that retries."},
+	} {
+		f := devenv.Path("hack", "demo", "layers", step.file)
+		if step.note == "" {
+			step.note = firstComment(f)
+		}
+		s.note(step.note)
+		err := s.apply("-f", f)
+		if (err == nil) != step.accepted {
+			return fmt.Errorf("%s: accepted=%v, want %v", step.file, err == nil, step.accepted)
+		}
+	}
+
 	stored, err := s.names("rp")
 	if err != nil {
 		return err
@@ -95,7 +118,7 @@ func run(w io.Writer) error {
 	if err := s.kubectl("get", "rp"); err != nil {
 		return err
 	}
-	s.chapter("The end", fmt.Sprintf("%d unsafe policies refused; the %d policies stored are the safe ones.", refused, len(stored)))
+	s.chapter("The end", fmt.Sprintf("%d unsafe objects refused; the %d policies stored are the safe ones.", len(unsafe)+1, len(stored)))
 	return nil
 }
 
@@ -104,6 +127,18 @@ type story struct {
 	w          io.Writer
 	kubectlBin string
 	kubeconfig string
+	// settle waits until admission can see everything applied so far.
+	settle func() error
+}
+
+// apply runs kubectl apply, then lets the webhooks' cache catch up, as
+// minutes between two teams' applies would in a real cluster.
+func (s *story) apply(args ...string) error {
+	err := s.kubectl(append([]string{"apply"}, args...)...)
+	if settleErr := s.settle(); settleErr != nil {
+		return settleErr
+	}
+	return err
 }
 
 func (s *story) chapter(title string, lines ...string) {

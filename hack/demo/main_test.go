@@ -44,18 +44,20 @@ func TestDemoTellsTheStory(t *testing.T) {
 		if name == nil {
 			t.Fatalf("%s has no name", f)
 		}
-		if !strings.Contains(story, `The RetryPolicy "`+string(name[1])+`" is invalid`) {
+		if !strings.Contains(story, `"`+string(name[1])+`" is invalid`) {
 			t.Errorf("%s was not refused in the story", filepath.Base(f))
 		}
 	}
 	for _, code := range []string{"ERR_BUDGET_REQUIRED", "ERR_JITTER_REQUIRED", "ERR_RETRY_LIMIT_EXCEEDED",
 		"ERR_NON_RETRYABLE_STATUS", "ERR_AMBIGUOUS_WITHOUT_IDEMPOTENCY", "ERR_UNSTABLE_IDEMPOTENCY_KEY",
-		"ERR_UNTESTED_COMPENSATION_BLOCKED"} {
+		"ERR_UNTESTED_COMPENSATION_BLOCKED", "ERR_SHARED_FAILURE_DOMAIN_LEAK", "ERR_BUDGET_ABOVE_PLATFORM_CAP",
+		"workflow(3) × job(3) × connector(3) = 27 > 3", `RetryPolicy "statement-job" does not exist yet`,
+		"retrypolicy.policy.retryguard.io/statement-job created"} {
 		if !strings.Contains(story, code) {
 			t.Errorf("the demo no longer shows %s", code)
 		}
 	}
-	if !strings.Contains(story, "the 2 policies stored are the safe ones") {
+	if !strings.Contains(story, "the 5 policies stored are the safe ones") {
 		t.Errorf("an unsafe policy was stored:\n%s", story)
 	}
 }

@@ -1,16 +1,22 @@
 // Command dev-cluster runs the local control plane in the foreground for
 // hands-on work: `make dev-cluster`, then
 // `kubectl --kubeconfig bin/dev/kubeconfig apply -f ...` from another shell.
+// The manager runs in-process with its webhooks served for real; pass
+// --max-leaf-attempts or --max-retry-percent to try other platform limits.
 // Interrupt it to stop and clean up.
 package main
 
 import (
+	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/retryguard/retryguard/api/policygraph"
 	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/webhooks"
 )
 
 func main() {
@@ -21,19 +27,18 @@ func main() {
 }
 
 func run() error {
-	env, err := devenv.NewEnvironment()
-	if err != nil {
-		return err
-	}
+	var limits policygraph.Limits
+	webhooks.BindFlags(flag.CommandLine, &limits)
+	flag.Parse()
 	kubeconfig := devenv.Path("bin", "dev", "kubeconfig")
-	cluster, err := devenv.StartCluster(env, kubeconfig)
+	cluster, err := devenv.Up(context.Background(), kubeconfig, limits)
 	if err != nil {
 		return err
 	}
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
 
-	fmt.Printf("API server: %s\n", cluster.Config.Host)
+	fmt.Printf("API server: %s (the manager and its webhooks run in this process)\n", cluster.Config.Host)
 	fmt.Printf("Try:        kubectl --kubeconfig %s apply -k config/samples\n", "bin/dev/kubeconfig")
 	fmt.Println("retryguard dev cluster ready")
 

@@ -1,49 +1,85 @@
 package devenv
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 
 	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/retryguard/retryguard/api/policygraph"
 )
 
-// Cluster is a running local control plane with an admin kubeconfig on disk,
-// for `make demo` and `make dev-cluster`.
+// Cluster is a running local control plane with Retryguard's manager
+// (webhooks served for real) and an admin kubeconfig on disk, for
+// `make demo` and `make dev-cluster`.
 type Cluster struct {
 	Env            *envtest.Environment
 	Config         *rest.Config
+	Manager        ctrl.Manager
 	KubeconfigPath string
+
+	stopManager context.CancelFunc
+	managerDone <-chan error
 }
 
-// StartCluster starts env (from NewEnvironment, possibly with webhook options
-// added) and writes an admin kubeconfig to kubeconfigPath, so that plain
-// `kubectl --kubeconfig ...` works against it.
-func StartCluster(env *envtest.Environment, kubeconfigPath string) (*Cluster, error) {
+// Up starts kube-apiserver and etcd with the CRDs and the validating webhook
+// configuration installed (serving certificate generated, CA bundle
+// injected), runs the manager in-process, and writes an admin kubeconfig to
+// kubeconfigPath so that plain `kubectl --kubeconfig ...` works.
+func Up(ctx context.Context, kubeconfigPath string, limits policygraph.Limits) (*Cluster, error) {
+	env, err := NewEnvironment()
+	if err != nil {
+		return nil, err
+	}
+	EnableWebhooks(env)
 	cfg, err := env.Start()
 	if err != nil {
 		return nil, fmt.Errorf("starting the local control plane: %w", err)
 	}
 	c := &Cluster{Env: env, Config: cfg, KubeconfigPath: kubeconfigPath}
-	if err := os.MkdirAll(filepath.Dir(kubeconfigPath), 0o755); err != nil {
-		return nil, c.stopWith(err)
-	}
-	if err := os.WriteFile(kubeconfigPath, env.KubeConfig, 0o600); err != nil {
-		return nil, c.stopWith(err)
+	if err := c.start(ctx, limits); err != nil {
+		return nil, errors.Join(err, c.Stop())
 	}
 	return c, nil
 }
 
-func (c *Cluster) stopWith(err error) error {
-	if stopErr := c.Env.Stop(); stopErr != nil {
-		return fmt.Errorf("%w (and stopping: %v)", err, stopErr)
+func (c *Cluster) start(ctx context.Context, limits policygraph.Limits) error {
+	if err := os.MkdirAll(filepath.Dir(c.KubeconfigPath), 0o755); err != nil {
+		return err
 	}
+	if err := os.WriteFile(c.KubeconfigPath, c.Env.KubeConfig, 0o600); err != nil {
+		return err
+	}
+	mgr, err := NewManager(c.Env, c.Config)
+	if err != nil {
+		return err
+	}
+	c.Manager = mgr
+	mgrCtx, cancel := context.WithCancel(ctx)
+	c.stopManager = cancel
+	if err := SetupRetryguard(mgrCtx, mgr, limits, true); err != nil {
+		return err
+	}
+	c.managerDone, err = StartManager(mgrCtx, c.Env, mgr)
 	return err
 }
 
-// Stop tears the control plane down and removes the kubeconfig.
+// Stop stops the manager, tears the control plane down and removes the kubeconfig.
 func (c *Cluster) Stop() error {
-	_ = os.Remove(c.KubeconfigPath)
-	return c.Env.Stop()
+	var errs []error
+	if c.stopManager != nil {
+		c.stopManager()
+		if err := <-c.managerDone; err != nil {
+			errs = append(errs, fmt.Errorf("manager: %w", err))
+		}
+	}
+	if err := os.Remove(c.KubeconfigPath); err != nil && !os.IsNotExist(err) {
+		errs = append(errs, err)
+	}
+	return errors.Join(append(errs, c.Env.Stop())...)
 }

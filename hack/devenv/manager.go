@@ -4,19 +4,24 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"maps"
 	"net"
 	"strconv"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/retryguard/retryguard/api/policygraph"
+	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/webhooks"
 )
 
@@ -90,4 +95,52 @@ func StartManager(ctx context.Context, env *envtest.Environment, mgr ctrl.Manage
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// Settle waits until mgr's cache holds every RetryPolicy and RetryBudget at
+// the resourceVersion the API server has, so that the next admission (which
+// reads that cache) sees everything applied before it.
+func Settle(ctx context.Context, mgr ctrl.Manager) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		err := settled(ctx, mgr)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the manager's cache did not catch up: %w", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func settled(ctx context.Context, mgr ctrl.Manager) error {
+	lists := []struct{ live, cached client.ObjectList }{
+		{&v1.RetryPolicyList{}, &v1.RetryPolicyList{}},
+		{&v1.RetryBudgetList{}, &v1.RetryBudgetList{}},
+	}
+	for _, l := range lists {
+		if err := mgr.GetAPIReader().List(ctx, l.live); err != nil {
+			return err
+		}
+		if err := mgr.GetCache().List(ctx, l.cached); err != nil {
+			return err
+		}
+		if a, b := versions(l.live), versions(l.cached); !maps.Equal(a, b) {
+			return fmt.Errorf("cache has %d objects at other versions", len(a))
+		}
+	}
+	return nil
+}
+
+func versions(list client.ObjectList) map[string]string {
+	out := map[string]string{}
+	_ = meta.EachListItem(list, func(o runtime.Object) error {
+		m := o.(client.Object)
+		out[m.GetNamespace()+"/"+m.GetName()] = m.GetResourceVersion()
+		return nil
+	})
+	return out
 }
