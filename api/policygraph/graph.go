@@ -45,12 +45,13 @@ func DefaultLimits() Limits {
 }
 
 // Lookup reads the RetryPolicies of one namespace. Get returns nil, nil for
-// a policy that does not exist.
+// a policy that does not exist. Each list answers one indexed question, so
+// the cost of a rule follows what it asks about, not the namespace's size.
 type Lookup interface {
 	Get(ctx context.Context, name string) (*v1.RetryPolicy, error)
 	Children(ctx context.Context, parent string) ([]v1.RetryPolicy, error)
 	PoolUsers(ctx context.Context, pool string) ([]v1.RetryPolicy, error)
-	BudgetUsers(ctx context.Context, budget string) ([]v1.RetryPolicy, error)
+	BudgetUsers(ctx context.Context, budget string, crit v1.Criticality) ([]v1.RetryPolicy, error)
 }
 
 // Layer is one policy's place in a chain.

@@ -17,7 +17,12 @@ const (
 	IndexParentRef      = "spec.layer.parentRef.name"
 	IndexConnectionPool = "spec.connectionPool.name"
 	IndexBudgetRef      = "spec.budgetRef.name"
+	// IndexBudgetCriticality keys a policy by "budget/criticality", so that
+	// admission lists only the users of a budget that would clash.
+	IndexBudgetCriticality = "spec.budgetRef.name/criticality"
 )
+
+func budgetCriticalityKey(budget string, c v1.Criticality) string { return budget + "/" + string(c) }
 
 // IndexFuncs returns the extractor of each RetryPolicy field index.
 func IndexFuncs() map[string]client.IndexerFunc {
@@ -47,6 +52,12 @@ func IndexFuncs() map[string]client.IndexerFunc {
 				return ""
 			}
 			return p.Spec.BudgetRef.Name
+		}),
+		IndexBudgetCriticality: by(func(p *v1.RetryPolicy) string {
+			if p.Spec.BudgetRef == nil {
+				return ""
+			}
+			return budgetCriticalityKey(p.Spec.BudgetRef.Name, criticality(p))
 		}),
 	}
 }
@@ -101,9 +112,9 @@ func (c CacheLookup) PoolUsers(ctx context.Context, pool string) ([]v1.RetryPoli
 	return c.by(ctx, IndexConnectionPool, pool)
 }
 
-// BudgetUsers lists the policies that draw on the budget.
-func (c CacheLookup) BudgetUsers(ctx context.Context, budget string) ([]v1.RetryPolicy, error) {
-	return c.by(ctx, IndexBudgetRef, budget)
+// BudgetUsers lists the policies of one criticality that draw on the budget.
+func (c CacheLookup) BudgetUsers(ctx context.Context, budget string, crit v1.Criticality) ([]v1.RetryPolicy, error) {
+	return c.by(ctx, IndexBudgetCriticality, budgetCriticalityKey(budget, crit))
 }
 
 // StaticLookup is a Lookup over a fixed set of policies, for tests. It is a
@@ -155,9 +166,9 @@ func (s StaticLookup) PoolUsers(_ context.Context, pool string) ([]v1.RetryPolic
 	}), nil
 }
 
-// BudgetUsers lists the policies that draw on the budget.
-func (s StaticLookup) BudgetUsers(_ context.Context, budget string) ([]v1.RetryPolicy, error) {
+// BudgetUsers lists the policies of one criticality that draw on the budget.
+func (s StaticLookup) BudgetUsers(_ context.Context, budget string, crit v1.Criticality) ([]v1.RetryPolicy, error) {
 	return s.where(func(p *v1.RetryPolicy) bool {
-		return p.Spec.BudgetRef != nil && p.Spec.BudgetRef.Name == budget
+		return p.Spec.BudgetRef != nil && p.Spec.BudgetRef.Name == budget && criticality(p) == crit
 	}), nil
 }

@@ -82,11 +82,15 @@ func validateFailureDomains(ctx context.Context, lk Lookup, p *v1.RetryPolicy, f
 		}
 	}
 	if b := p.Spec.BudgetRef; b != nil {
-		users, err := lk.BudgetUsers(ctx, b.Name)
+		other := v1.CriticalityCritical
+		if crit == v1.CriticalityCritical {
+			other = v1.CriticalityStandard
+		}
+		users, err := lk.BudgetUsers(ctx, b.Name, other)
 		if err != nil {
 			return nil, err
 		}
-		if others := conflicting(users, p.Name, func(q *v1.RetryPolicy) bool { return criticality(q) != crit }); len(others) > 0 {
+		if others := conflicting(users, p.Name, func(*v1.RetryPolicy) bool { return true }); len(others) > 0 {
 			errs = append(errs, field.Invalid(fldPath.Child("budgetRef", "name"), b.Name, codes.SharedFailureDomainLeak.Message(
 				fmt.Sprintf("RetryBudget %q is already drawn on by %s; Critical and Standard callers must not share a retry quota",
 					b.Name, strings.Join(others, ", ")))))

@@ -15,6 +15,9 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/go-logr/logr"
+	ctrl "sigs.k8s.io/controller-runtime"
+
 	"github.com/retryguard/retryguard/api/policygraph"
 	"github.com/retryguard/retryguard/hack/devenv"
 )
@@ -37,6 +40,7 @@ func run(w io.Writer) error {
 	}
 	defer os.RemoveAll(tmp)
 
+	ctrl.SetLogger(logr.Discard()) // the story is the output
 	ctx := context.Background()
 	s := &story{w: w, kubectlBin: kubectl, kubeconfig: filepath.Join(tmp, "kubeconfig")}
 	s.chapter("Retryguard: retries as a governed policy",

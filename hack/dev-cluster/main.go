@@ -14,6 +14,9 @@ import (
 	"os/signal"
 	"syscall"
 
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
 	"github.com/retryguard/retryguard/api/policygraph"
 	"github.com/retryguard/retryguard/hack/devenv"
 	"github.com/retryguard/retryguard/webhooks"
@@ -29,7 +32,10 @@ func main() {
 func run() error {
 	var limits policygraph.Limits
 	webhooks.BindFlags(flag.CommandLine, &limits)
+	zapOpts := zap.Options{Development: true}
+	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	kubeconfig := devenv.Path("bin", "dev", "kubeconfig")
 	cluster, err := devenv.Up(context.Background(), kubeconfig, limits)
 	if err != nil {
