@@ -17,11 +17,9 @@ import (
 
 	"github.com/retryguard/retryguard/api/policygraph"
 	policyv1alpha1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/controllers"
 	"github.com/retryguard/retryguard/webhooks"
 )
-
-// The admission webhooks read policies and budgets through the manager's cache.
-// +kubebuilder:rbac:groups=policy.retryguard.io,resources=retrypolicies;retrybudgets,verbs=get;list;watch
 
 var scheme = runtime.NewScheme()
 
@@ -33,12 +31,14 @@ func init() {
 func main() {
 	var metricsAddr, probeAddr, certDir string
 	var leaderElect, enableWebhooks bool
+	var concurrency int
 	var limits policygraph.Limits
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the metrics endpoint binds to; 0 disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the health and readiness probes bind to.")
 	flag.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles at a time.")
 	flag.StringVar(&certDir, "webhook-cert-dir", "", "Directory with the webhook serving tls.crt and tls.key (default: controller-runtime's).")
 	flag.BoolVar(&enableWebhooks, "enable-webhooks", true, "Serve the validating admission webhooks.")
+	flag.IntVar(&concurrency, "max-concurrent-reconciles", 4, "RetryPolicy reconciles run at once.")
 	webhooks.BindFlags(flag.CommandLine, &limits)
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
@@ -53,6 +53,7 @@ func main() {
 		LeaderElection:         leaderElect,
 		LeaderElectionID:       "retryguard-manager.policy.retryguard.io",
 		WebhookServer:          webhook.NewServer(webhook.Options{CertDir: certDir}),
+		Cache:                  controllers.CacheOptions(),
 	})
 	if err != nil {
 		log.Error(err, "unable to create manager")
@@ -61,6 +62,10 @@ func main() {
 	ctx := ctrl.SetupSignalHandler()
 	if err := policygraph.RegisterIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		log.Error(err, "unable to register field indexes")
+		os.Exit(1)
+	}
+	if err := controllers.SetupWithManager(ctx, mgr, controllers.Options{Limits: limits, MaxConcurrentReconciles: concurrency}); err != nil {
+		log.Error(err, "unable to set up controllers")
 		os.Exit(1)
 	}
 	if enableWebhooks {

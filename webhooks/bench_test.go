@@ -51,7 +51,7 @@ func startBenchCluster(b *testing.B, withWebhooks bool) *benchCluster {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := devenv.SetupRetryguard(ctx, mgr, policygraph.DefaultLimits(), withWebhooks); err != nil {
+	if err := devenv.SetupRetryguard(ctx, mgr, policygraph.DefaultLimits(), devenv.Features{Webhooks: withWebhooks}); err != nil {
 		b.Fatal(err)
 	}
 	if _, err := devenv.StartManager(ctx, env, mgr); err != nil {

@@ -54,7 +54,7 @@ var _ = BeforeSuite(func() {
 
 	mgr, err = devenv.NewManager(testEnv, cfg)
 	Expect(err).NotTo(HaveOccurred())
-	Expect(devenv.SetupRetryguard(ctx, mgr, policygraph.DefaultLimits(), true)).To(Succeed())
+	Expect(devenv.SetupRetryguard(ctx, mgr, policygraph.DefaultLimits(), devenv.Features{Webhooks: true})).To(Succeed())
 	_, err = devenv.StartManager(ctx, testEnv, mgr)
 	Expect(err).NotTo(HaveOccurred())
 

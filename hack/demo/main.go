@@ -7,6 +7,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -16,10 +17,13 @@ import (
 	"strings"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/retryguard/retryguard/api/policygraph"
 	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
 func main() {
@@ -53,6 +57,8 @@ func run(w io.Writer) error {
 		return err
 	}
 	s.settle = func() error { return devenv.Settle(ctx, cluster.Manager) }
+	s.converged = func() error { return devenv.Converged(ctx, cluster.Manager) }
+	s.reader = cluster.Manager.GetAPIReader()
 	defer func() {
 		s.chapter("Tearing down", "Stopping the manager, kube-apiserver and etcd.")
 		if err := cluster.Stop(); err != nil {
@@ -66,7 +72,17 @@ func run(w io.Writer) error {
 	if err := s.apply("-k", devenv.Path("config", "samples")); err != nil {
 		return err
 	}
+	if err := s.converged(); err != nil {
+		return err
+	}
 	if err := s.kubectl("get", "rb,rp"); err != nil {
+		return err
+	}
+	s.note("The controller published each policy, budget inlined, to a ConfigMap that pods watch:")
+	if err := s.kubectl("get", "cm", "-l", "policy.retryguard.io/policy=sms-2fa-dispatch"); err != nil {
+		return err
+	}
+	if err := s.payload("sms-2fa-dispatch"); err != nil {
 		return err
 	}
 
@@ -119,6 +135,10 @@ func run(w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := s.converged(); err != nil {
+		return err
+	}
+	s.note("LEAF is the calls one top-level operation can make to the dependency through each policy:")
 	if err := s.kubectl("get", "rp"); err != nil {
 		return err
 	}
@@ -131,8 +151,24 @@ type story struct {
 	w          io.Writer
 	kubectlBin string
 	kubeconfig string
-	// settle waits until admission can see everything applied so far.
-	settle func() error
+	// settle waits until admission can see everything applied so far;
+	// converged until the controllers have published all of it.
+	settle, converged func() error
+	reader            client.Reader
+}
+
+// payload prints a policy's published payload, indented.
+func (s *story) payload(policy string) error {
+	var cm corev1.ConfigMap
+	if err := s.reader.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: policyconfig.ConfigMapName(policy)}, &cm); err != nil {
+		return err
+	}
+	var pretty bytes.Buffer
+	if err := json.Indent(&pretty, []byte(cm.Data[policyconfig.DataKey]), "   ", "  "); err != nil {
+		return err
+	}
+	fmt.Fprintf(s.w, "\n   $ kubectl get cm %s -o jsonpath='{.data.policy\\.json}'\n   %s\n", cm.Name, pretty.String())
+	return nil
 }
 
 // apply runs kubectl apply, then lets the webhooks' cache catch up, as

@@ -28,6 +28,8 @@ func TestDemoTellsTheStory(t *testing.T) {
 		"SERVICE         LAYER       ATTEMPTS   LEAF   BUDGET",
 		`retryOn: {"errors":["ConnectionRefused","DNSFailure"],"statusCodes":[429,503,504]}`,
 		"== Tearing down",
+		`"schemaVersion": "policy.retryguard.io/payload/v1"`,
+		`"mode": "Enforced"`,
 	} {
 		if !strings.Contains(story, want) {
 			t.Errorf("the demo no longer prints %q", want)
@@ -56,6 +58,13 @@ func TestDemoTellsTheStory(t *testing.T) {
 		if !strings.Contains(story, code) {
 			t.Errorf("the demo no longer shows %s", code)
 		}
+	}
+	// After convergence every policy is Ready, and the chain's leaf is 3.
+	if !regexp.MustCompile(`statement-connector\s+bank-api\s+connector\s+1\s+3\s+bank-api\s+True`).MatchString(story) {
+		t.Errorf("the connector under the one retrying job is not Ready with 3 leaf attempts:\n%s", story)
+	}
+	if !regexp.MustCompile(`sms-2fa-dispatch\s+telephony-api\s+connector\s+3\s+3\s+telephony-provider\s+True`).MatchString(story) {
+		t.Errorf("the 2FA policy is not shown Ready:\n%s", story)
 	}
 	if !strings.Contains(story, "the 5 policies stored are the safe ones") {
 		t.Errorf("an unsafe policy was stored:\n%s", story)

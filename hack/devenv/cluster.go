@@ -62,7 +62,7 @@ func (c *Cluster) start(ctx context.Context, limits policygraph.Limits) error {
 	c.Manager = mgr
 	mgrCtx, cancel := context.WithCancel(ctx)
 	c.stopManager = cancel
-	if err := SetupRetryguard(mgrCtx, mgr, limits, true); err != nil {
+	if err := SetupRetryguard(mgrCtx, mgr, limits, Everything); err != nil {
 		return err
 	}
 	c.managerDone, err = StartManager(mgrCtx, c.Env, mgr)

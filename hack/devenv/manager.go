@@ -3,6 +3,7 @@ package devenv
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/retryguard/retryguard/api/policygraph"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/controllers"
 	"github.com/retryguard/retryguard/webhooks"
 )
 
@@ -48,16 +50,30 @@ func NewManager(env *envtest.Environment, cfg *rest.Config) (ctrl.Manager, error
 		}),
 		HealthProbeBindAddress: "0",
 		Controller:             controllerOptions,
+		Cache:                  controllers.CacheOptions(),
 	})
 }
 
+// Features selects what SetupRetryguard wires in.
+type Features struct {
+	Webhooks, Controllers bool
+}
+
+// Everything is what main.go runs.
+var Everything = Features{Webhooks: true, Controllers: true}
+
 // SetupRetryguard wires Retryguard into mgr as main.go does: the field
-// indexes, then the webhooks when withWebhooks.
-func SetupRetryguard(ctx context.Context, mgr ctrl.Manager, limits policygraph.Limits, withWebhooks bool) error {
+// indexes, then the controllers and the webhooks as selected.
+func SetupRetryguard(ctx context.Context, mgr ctrl.Manager, limits policygraph.Limits, f Features) error {
 	if err := policygraph.RegisterIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
-	if withWebhooks {
+	if f.Controllers {
+		if err := controllers.SetupWithManager(ctx, mgr, controllers.Options{Limits: limits}); err != nil {
+			return err
+		}
+	}
+	if f.Webhooks {
 		if err := webhooks.SetupWithManager(ctx, mgr, limits); err != nil {
 			return err
 		}
@@ -143,4 +159,44 @@ func versions(list client.ObjectList) map[string]string {
 		return nil
 	})
 	return out
+}
+
+// Converged waits until the controllers have reconciled every RetryPolicy
+// and RetryBudget at its current generation.
+func Converged(ctx context.Context, mgr ctrl.Manager) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		done, err := converged(ctx, mgr.GetAPIReader())
+		if err == nil && done {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the controllers did not converge: %w", errors.Join(err, ctx.Err()))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func converged(ctx context.Context, r client.Reader) (bool, error) {
+	var policies v1.RetryPolicyList
+	if err := r.List(ctx, &policies); err != nil {
+		return false, err
+	}
+	for _, p := range policies.Items {
+		if p.Status.ObservedGeneration != p.Generation || meta.FindStatusCondition(p.Status.Conditions, v1.ConditionReady) == nil {
+			return false, nil
+		}
+	}
+	var budgets v1.RetryBudgetList
+	if err := r.List(ctx, &budgets); err != nil {
+		return false, err
+	}
+	for _, b := range budgets.Items {
+		if b.Status.ObservedGeneration != b.Generation {
+			return false, nil
+		}
+	}
+	return true, nil
 }

@@ -1,0 +1,115 @@
+package controllers_test
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/controllers"
+	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/runtime/policyconfig"
+)
+
+func load[T any](t *testing.T, file string) *T {
+	t.Helper()
+	raw, err := os.ReadFile(devenv.Path("config", "samples", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := new(T)
+	if err := yaml.UnmarshalStrict(raw, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// specOf rebuilds a RetryPolicySpec from a parsed payload: the inverse of
+// BuildPayload, written independently so the test can catch a lost field.
+func specOf(p *policyconfig.Policy) v1.RetryPolicySpec {
+	d := func(x policyconfig.Duration) *metav1.Duration { return &metav1.Duration{Duration: time.Duration(x)} }
+	s := v1.RetryPolicySpec{
+		Target:       v1.RetryTarget{Service: p.Service},
+		Layer:        v1.RetryLayer{Name: p.Layer},
+		MaxAttempts:  p.MaxAttempts,
+		Backoff:      v1.Backoff{Jitter: v1.JitterMode(p.Backoff.Jitter), Base: d(p.Backoff.Base), Cap: d(p.Backoff.Cap), Multiplier: ptr.To(p.Backoff.Multiplier)},
+		Deadline:     *d(p.Deadline),
+		MinRemaining: d(p.MinRemaining),
+		RetryAfter:   &v1.RetryAfter{MaxDelay: d(p.RetryAfterMax)},
+		RetryOn:      &v1.RetryOn{StatusCodes: p.RetryOnStatus},
+		Idempotency:  &v1.Idempotency{Header: ptr.To(p.IdempotencyHeader)},
+		Criticality:  ptr.To(v1.Criticality(p.Criticality)),
+	}
+	for _, e := range p.RetryOnErrors {
+		s.RetryOn.Errors = append(s.RetryOn.Errors, v1.TransportError(e))
+	}
+	if p.Operation != "" {
+		s.Target.Operation = ptr.To(p.Operation)
+	}
+	if p.Parent != "" {
+		s.Layer.ParentRef = &v1.LocalObjectReference{Name: p.Parent}
+	}
+	if p.PerAttemptTimeout != 0 {
+		s.PerAttemptTimeout = d(p.PerAttemptTimeout)
+	}
+	if p.KeyTemplate != "" {
+		s.Idempotency.KeyTemplate = ptr.To(p.KeyTemplate)
+	}
+	if p.Budget != "" {
+		s.BudgetRef = &v1.LocalObjectReference{Name: p.Budget}
+	}
+	if p.ConnectionPool != nil {
+		s.ConnectionPool = &v1.ConnectionPool{Name: p.ConnectionPool.Name, MaxConnections: p.ConnectionPool.MaxConnections}
+	}
+	if len(p.Fallback) > 0 {
+		s.Fallback = &v1.Fallback{}
+		for _, c := range p.Fallback {
+			s.Fallback.Channels = append(s.Fallback.Channels, v1.FallbackChannel{Name: c.Name, Endpoint: c.Endpoint, Verified: ptr.To(c.Verified)})
+		}
+	}
+	if p.EventsTopic != "" {
+		s.Events = &v1.Events{Topic: ptr.To(p.EventsTopic)}
+	}
+	return s
+}
+
+func TestEverySampleRoundTrips(t *testing.T) {
+	budgets := map[string]*v1.RetryBudget{}
+	for _, f := range []string{"policy_v1alpha1_retrybudget.yaml", "policy_v1alpha1_retrybudget_marketing.yaml"} {
+		b := load[v1.RetryBudget](t, f)
+		b.Generation = 4
+		budgets[b.Name] = b
+	}
+	for _, f := range []string{"policy_v1alpha1_retrypolicy.yaml", "policy_v1alpha1_retrypolicy_marketing.yaml"} {
+		t.Run(f, func(t *testing.T) {
+			p := load[v1.RetryPolicy](t, f)
+			p.Namespace, p.Generation = "auth", 2
+			budget := budgets[p.Spec.BudgetRef.Name]
+			raw, err := policyconfig.Marshal(controllers.BuildPayload(p, budget, 3, policyconfig.Enforcement{Mode: policyconfig.Enforced}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := policyconfig.Parse(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := p.Spec.WithDefaults(); !equality.Semantic.DeepEqual(specOf(&got.Policy), want) {
+				t.Errorf("the payload lost part of the policy:\n got %+v\nwant %+v", specOf(&got.Policy), want)
+			}
+			if got.Policy.Namespace != "auth" || got.Policy.Name != p.Name || got.Policy.Generation != 2 || got.Policy.LeafAttempts != 3 {
+				t.Errorf("identity: %+v", got.Policy)
+			}
+			bs := budget.Spec.WithDefaults()
+			if got.Budget == nil || got.Budget.Name != budget.Name || got.Budget.Generation != 4 ||
+				got.Budget.RetryPercent != bs.RetryPercent || got.Budget.Window.D() != bs.Window.Duration ||
+				got.Budget.MaxTokens != *bs.MaxTokens || got.Budget.Partitions != *bs.Partitions {
+				t.Errorf("budget %+v, want %+v", got.Budget, bs)
+			}
+		})
+	}
+}

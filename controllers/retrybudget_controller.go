@@ -1,0 +1,47 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/retryguard/retryguard/api/policygraph"
+	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+)
+
+// +kubebuilder:rbac:groups=policy.retryguard.io,resources=retrybudgets/status,verbs=get;update;patch
+
+// RetryBudgetReconciler counts the policies that draw on each budget and
+// reports whether it is in force. Publishing the budget's figures is the
+// RetryPolicyReconciler's, which inlines them in every payload.
+type RetryBudgetReconciler struct {
+	client.Client
+	Limits policygraph.Limits
+}
+
+// Reconcile fetches the budget, counts its users and patches status once.
+func (r *RetryBudgetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+	var b v1.RetryBudget
+	if err := r.Get(ctx, req.NamespacedName, &b); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	before := b.DeepCopy()
+	defer func() {
+		if !equality.Semantic.DeepEqual(before.Status, b.Status) {
+			retErr = errors.Join(retErr, client.IgnoreNotFound(r.Status().Patch(ctx, &b, client.MergeFrom(before))))
+		}
+	}()
+
+	var users v1.RetryPolicyList
+	if err := r.List(ctx, &users, client.InNamespace(b.Namespace), client.MatchingFields{policygraph.IndexBudgetRef: b.Name}); err != nil {
+		return ctrl.Result{}, err
+	}
+	b.Status.PolicyCount = int32(len(users.Items))
+	meta.SetStatusCondition(&b.Status.Conditions, evaluateBudget(&b, b.Status.PolicyCount, r.Limits))
+	b.Status.ObservedGeneration = b.Generation
+	return ctrl.Result{}, nil
+}

@@ -1,0 +1,88 @@
+package controllers
+
+import (
+	"math"
+
+	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/runtime/policyconfig"
+)
+
+// BuildPayload turns a policy (defaults applied), its resolved budget (nil
+// when absent) and the controller's verdict into the published payload.
+func BuildPayload(p *v1.RetryPolicy, budget *v1.RetryBudget, leafAttempts int64, enforcement policyconfig.Enforcement) *policyconfig.Payload {
+	s := p.Spec.WithDefaults()
+	dur := func(d interface{ Nanoseconds() int64 }) policyconfig.Duration {
+		return policyconfig.Duration(d.Nanoseconds())
+	}
+	out := &policyconfig.Payload{
+		SchemaVersion: policyconfig.SchemaVersion,
+		Policy: policyconfig.Policy{
+			Namespace:    p.Namespace,
+			Name:         p.Name,
+			Generation:   p.Generation,
+			Service:      s.Target.Service,
+			Layer:        s.Layer.Name,
+			MaxAttempts:  s.MaxAttempts,
+			LeafAttempts: int32(min(leafAttempts, math.MaxInt32)),
+			Backoff: policyconfig.Backoff{
+				Jitter:     string(s.Backoff.Jitter),
+				Base:       dur(s.Backoff.Base.Duration),
+				Cap:        dur(s.Backoff.Cap.Duration),
+				Multiplier: *s.Backoff.Multiplier,
+			},
+			Deadline:          dur(s.Deadline.Duration),
+			MinRemaining:      dur(s.MinRemaining.Duration),
+			RetryAfterMax:     dur(s.RetryAfter.MaxDelay.Duration),
+			RetryOnStatus:     append([]int32{}, s.RetryOn.StatusCodes...),
+			RetryOnErrors:     make([]string, 0, len(s.RetryOn.Errors)),
+			IdempotencyHeader: *s.Idempotency.Header,
+			Criticality:       string(*s.Criticality),
+		},
+		Enforcement: enforcement,
+	}
+	pol := &out.Policy
+	if s.Target.Operation != nil {
+		pol.Operation = *s.Target.Operation
+	}
+	if s.Layer.ParentRef != nil {
+		pol.Parent = s.Layer.ParentRef.Name
+	}
+	if s.PerAttemptTimeout != nil {
+		pol.PerAttemptTimeout = dur(s.PerAttemptTimeout.Duration)
+	}
+	for _, e := range s.RetryOn.Errors {
+		pol.RetryOnErrors = append(pol.RetryOnErrors, string(e))
+	}
+	if s.Idempotency.KeyTemplate != nil {
+		pol.KeyTemplate = *s.Idempotency.KeyTemplate
+	}
+	if s.BudgetRef != nil {
+		pol.Budget = s.BudgetRef.Name
+	}
+	if cp := s.ConnectionPool; cp != nil {
+		pol.ConnectionPool = &policyconfig.ConnectionPool{Name: cp.Name, MaxConnections: cp.MaxConnections}
+	}
+	if s.Fallback != nil {
+		for _, c := range s.Fallback.Channels {
+			pol.Fallback = append(pol.Fallback, policyconfig.FallbackChannel{
+				Name: c.Name, Endpoint: c.Endpoint, Verified: c.Verified != nil && *c.Verified,
+			})
+		}
+	}
+	if s.Events != nil && s.Events.Topic != nil {
+		pol.EventsTopic = *s.Events.Topic
+	}
+	if budget != nil {
+		b := budget.Spec.WithDefaults()
+		out.Budget = &policyconfig.Budget{
+			Name:                budget.Name,
+			Generation:          budget.Generation,
+			RetryPercent:        b.RetryPercent,
+			Window:              dur(b.Window.Duration),
+			MaxTokens:           *b.MaxTokens,
+			MinRetriesPerSecond: *b.MinRetriesPerSecond,
+			Partitions:          *b.Partitions,
+		}
+	}
+	return out
+}

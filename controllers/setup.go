@@ -1,0 +1,131 @@
+package controllers
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/retryguard/retryguard/api/policygraph"
+	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/runtime/policyconfig"
+)
+
+// CacheOptions limits the manager's ConfigMap cache to the ConfigMaps
+// Retryguard publishes, so that the operator never holds every ConfigMap
+// of the cluster in memory.
+func CacheOptions() cache.Options {
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{policyconfig.ManagedByLabel: policyconfig.ManagedByValue})},
+	}}
+}
+
+// Options configure both controllers.
+type Options struct {
+	Limits                  policygraph.Limits
+	MaxConcurrentReconciles int
+}
+
+// SetupWithManager registers both controllers. The cache must have the
+// indexes from policygraph.RegisterIndexes.
+func SetupWithManager(_ context.Context, mgr ctrl.Manager, opts Options) error {
+	if opts.MaxConcurrentReconciles < 1 {
+		opts.MaxConcurrentReconciles = 4
+	}
+	pr := &RetryPolicyReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(),
+		Recorder: mgr.GetEventRecorder("retryguard-retrypolicy"), Limits: opts.Limits}
+	err := ctrl.NewControllerManagedBy(mgr).
+		Named("retrypolicy").
+		For(&v1.RetryPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Owns(&corev1.ConfigMap{}).
+		// A policy's verdict depends on its relatives: the chain, the pool and
+		// the budget's other criticality. Any change to one (status
+		// included, so that leaf attempts ripple down) re-checks the others.
+		Watches(&v1.RetryPolicy{}, handler.EnqueueRequestsFromMapFunc(pr.relatives)).
+		// A budget change is republished into every payload that inlines it.
+		Watches(&v1.RetryBudget{}, handler.EnqueueRequestsFromMapFunc(pr.budgetUsers),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}).
+		Complete(pr)
+	if err != nil {
+		return err
+	}
+	br := &RetryBudgetReconciler{Client: mgr.GetClient(), Limits: opts.Limits}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("retrybudget").
+		For(&v1.RetryBudget{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&v1.RetryPolicy{}, handler.EnqueueRequestsFromMapFunc(budgetOf),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Complete(br)
+}
+
+// relatives maps a policy to the policies whose verdict may depend on it.
+func (r *RetryPolicyReconciler) relatives(ctx context.Context, o client.Object) []reconcile.Request {
+	p, ok := o.(*v1.RetryPolicy)
+	if !ok {
+		return nil
+	}
+	lookup := policygraph.CacheLookup{Reader: r.Client, Namespace: p.Namespace}
+	seen := map[string]bool{p.Name: true}
+	var out []reconcile.Request
+	add := func(names ...string) {
+		for _, n := range names {
+			if !seen[n] {
+				seen[n] = true
+				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: n}})
+			}
+		}
+	}
+	if p.Spec.Layer.ParentRef != nil {
+		add(p.Spec.Layer.ParentRef.Name)
+	}
+	addAll := func(list []v1.RetryPolicy, err error) {
+		for _, q := range list {
+			add(q.Name)
+		}
+	}
+	addAll(lookup.Children(ctx, p.Name))
+	if p.Spec.ConnectionPool != nil {
+		addAll(lookup.PoolUsers(ctx, p.Spec.ConnectionPool.Name))
+	}
+	if p.Spec.BudgetRef != nil {
+		for _, c := range []v1.Criticality{v1.CriticalityCritical, v1.CriticalityStandard} {
+			if p.Spec.Criticality == nil && c == v1.DefaultCriticality || p.Spec.Criticality != nil && *p.Spec.Criticality == c {
+				continue // only the other criticality can clash
+			}
+			addAll(lookup.BudgetUsers(ctx, p.Spec.BudgetRef.Name, c))
+		}
+	}
+	return out
+}
+
+// budgetUsers maps a budget to every policy that inlines it.
+func (r *RetryPolicyReconciler) budgetUsers(ctx context.Context, o client.Object) []reconcile.Request {
+	var list v1.RetryPolicyList
+	if err := r.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{policygraph.IndexBudgetRef: o.GetName()}); err != nil {
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for _, p := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&p)})
+	}
+	return out
+}
+
+// budgetOf maps a policy to the budget it draws on, for the budget's count.
+func budgetOf(_ context.Context, o client.Object) []reconcile.Request {
+	p, ok := o.(*v1.RetryPolicy)
+	if !ok || p.Spec.BudgetRef == nil {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Spec.BudgetRef.Name}}}
+}

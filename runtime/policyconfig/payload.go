@@ -1,0 +1,178 @@
+// Package policyconfig is the contract between Retryguard's controllers and
+// the in-pod runtime: the payload a published ConfigMap carries. The
+// controllers Marshal it; pods Parse it. It imports neither controller-runtime
+// nor client-go, so any program can read a policy.
+//
+// A payload is self-contained: the policy, its budget resolved and inlined
+// (name and generation included), and an enforcement verdict. A pod that
+// cannot trust a payload makes exactly one attempt: fail closed, never open.
+// docs/configmap-format.md documents the format.
+package policyconfig
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// SchemaVersion identifies this payload format. Parse rejects any other.
+const SchemaVersion = "policy.retryguard.io/payload/v1"
+
+// The ConfigMap that carries a payload.
+const (
+	// DataKey is the ConfigMap data key holding the JSON payload.
+	DataKey = "policy.json"
+	// PolicyLabel selects published ConfigMaps; its value is the policy's name.
+	PolicyLabel = "policy.retryguard.io/policy"
+	// ManagedByLabel and ManagedByValue mark ConfigMaps the controllers own.
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	ManagedByValue = "retryguard"
+	// ContentHashAnnotation holds the SHA-256 of the payload bytes.
+	ContentHashAnnotation = "policy.retryguard.io/content-hash"
+	// ConfigMapPrefix starts every published ConfigMap's name.
+	ConfigMapPrefix = "retrypolicy-"
+)
+
+// ConfigMapName is the name of the ConfigMap a policy is published in.
+func ConfigMapName(policy string) string { return ConfigMapPrefix + policy }
+
+// Mode says whether pods may retry under a payload.
+type Mode string
+
+const (
+	// Enforced: retry as the policy says.
+	Enforced Mode = "Enforced"
+	// NoRetry: make exactly one attempt; Reason says why.
+	NoRetry Mode = "NoRetry"
+)
+
+// Enforcement is the controller's verdict on a policy.
+type Enforcement struct {
+	Mode Mode `json:"mode"`
+	// Reason is a CamelCase word, the Ready condition's reason (NoRetry only).
+	Reason string `json:"reason,omitempty"`
+	// Message explains the reason to a human.
+	Message string `json:"message,omitempty"`
+}
+
+// Payload is what one published ConfigMap carries.
+type Payload struct {
+	SchemaVersion string      `json:"schemaVersion"`
+	Policy        Policy      `json:"policy"`
+	Budget        *Budget     `json:"budget,omitempty"`
+	Enforcement   Enforcement `json:"enforcement"`
+}
+
+// Policy is a RetryPolicy's spec, defaults applied, as pods need it.
+type Policy struct {
+	Namespace         string            `json:"namespace"`
+	Name              string            `json:"name"`
+	Generation        int64             `json:"generation"`
+	Service           string            `json:"service"`
+	Operation         string            `json:"operation,omitempty"`
+	Layer             string            `json:"layer"`
+	Parent            string            `json:"parent,omitempty"`
+	MaxAttempts       int32             `json:"maxAttempts"`
+	LeafAttempts      int32             `json:"leafAttempts"`
+	Backoff           Backoff           `json:"backoff"`
+	Deadline          Duration          `json:"deadline"`
+	MinRemaining      Duration          `json:"minRemaining"`
+	PerAttemptTimeout Duration          `json:"perAttemptTimeout,omitempty"`
+	RetryAfterMax     Duration          `json:"retryAfterMaxDelay"`
+	RetryOnStatus     []int32           `json:"retryOnStatusCodes"`
+	RetryOnErrors     []string          `json:"retryOnErrors"`
+	IdempotencyHeader string            `json:"idempotencyHeader"`
+	KeyTemplate       string            `json:"keyTemplate,omitempty"`
+	Budget            string            `json:"budgetRef,omitempty"`
+	ConnectionPool    *ConnectionPool   `json:"connectionPool,omitempty"`
+	Criticality       string            `json:"criticality"`
+	Fallback          []FallbackChannel `json:"fallback,omitempty"`
+	EventsTopic       string            `json:"eventsTopic,omitempty"`
+}
+
+// Backoff is the delay between attempts.
+type Backoff struct {
+	Jitter     string   `json:"jitter"`
+	Base       Duration `json:"base"`
+	Cap        Duration `json:"cap"`
+	Multiplier int32    `json:"multiplier"`
+}
+
+// ConnectionPool names the isolated pool the caller must use.
+type ConnectionPool struct {
+	Name           string `json:"name"`
+	MaxConnections int32  `json:"maxConnections"`
+}
+
+// FallbackChannel is a compensation route.
+type FallbackChannel struct {
+	Name     string `json:"name"`
+	Endpoint string `json:"endpoint"`
+	Verified bool   `json:"verified"`
+}
+
+// Budget is the RetryBudget the policy draws on, resolved by the controller.
+type Budget struct {
+	Name                string   `json:"name"`
+	Generation          int64    `json:"generation"`
+	RetryPercent        int32    `json:"retryPercent"`
+	Window              Duration `json:"window"`
+	MaxTokens           int32    `json:"maxTokens"`
+	MinRetriesPerSecond int32    `json:"minRetriesPerSecond"`
+	Partitions          int32    `json:"partitions"`
+}
+
+// Key is "namespace/name", the budget's identity within a pod.
+func (b *Budget) Key(namespace string) string { return namespace + "/" + b.Name }
+
+// Duration is a time.Duration written as Go's duration string ("100ms").
+type Duration time.Duration
+
+// D returns the time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// MarshalJSON writes the duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads a duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("a duration is a string such as \"100ms\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Marshal validates p and encodes it. The controllers publish only what
+// Parse would accept.
+func Marshal(p *Payload) ([]byte, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	return json.Marshal(p)
+}
+
+// Parse decodes a payload strictly: unknown fields, another schema version
+// or an out-of-range value is an error, and the caller keeps its last good
+// policy (or fails closed when it has none).
+func Parse(data []byte) (*Payload, error) {
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	var p Payload
+	if err := dec.Decode(&p); err != nil {
+		return nil, &ParseError{Field: "payload", Reason: err.Error()}
+	}
+	if dec.More() {
+		return nil, &ParseError{Field: "payload", Reason: "trailing data after the JSON object"}
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}

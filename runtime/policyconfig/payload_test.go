@@ -1,0 +1,145 @@
+package policyconfig_test
+
+import (
+	"encoding/json"
+	"errors"
+	"os/exec"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/retryguard/retryguard/runtime/policyconfig"
+)
+
+func sample() *policyconfig.Payload {
+	return &policyconfig.Payload{
+		SchemaVersion: policyconfig.SchemaVersion,
+		Policy: policyconfig.Policy{
+			Namespace: "auth", Name: "sms-2fa-dispatch", Generation: 3,
+			Service: "telephony-api", Operation: "POST /v1/messages", Layer: "connector",
+			MaxAttempts: 3, LeafAttempts: 3,
+			Backoff: policyconfig.Backoff{Jitter: "Full", Base: policyconfig.Duration(100 * time.Millisecond),
+				Cap: policyconfig.Duration(3 * time.Second), Multiplier: 2},
+			Deadline: policyconfig.Duration(4 * time.Second), MinRemaining: policyconfig.Duration(500 * time.Millisecond),
+			RetryAfterMax: policyconfig.Duration(3 * time.Second),
+			RetryOnStatus: []int32{429, 503, 504}, RetryOnErrors: []string{"ConnectionRefused", "Timeout"},
+			IdempotencyHeader: "Idempotency-Key", KeyTemplate: "SMS-2FA-{user_id}-{login_session_id}",
+			Budget: "telephony-provider", ConnectionPool: &policyconfig.ConnectionPool{Name: "pool-sms-auth", MaxConnections: 50},
+			Criticality: "Critical",
+			Fallback:    []policyconfig.FallbackChannel{{Name: "push", Endpoint: "https://push.internal/v1", Verified: true}},
+			EventsTopic: "auth.sms.lifecycle.v1",
+		},
+		Budget: &policyconfig.Budget{Name: "telephony-provider", Generation: 7, RetryPercent: 10,
+			Window: policyconfig.Duration(time.Minute), MaxTokens: 10, Partitions: 1},
+		Enforcement: policyconfig.Enforcement{Mode: policyconfig.Enforced},
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	want := sample()
+	raw, err := policyconfig.Marshal(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), `"base":"100ms"`) {
+		t.Errorf("durations are not written as strings: %s", raw)
+	}
+	got, err := policyconfig.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("round trip changed the payload:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+func TestParseRejects(t *testing.T) {
+	for name, tc := range map[string]struct {
+		edit  func(m map[string]any)
+		field string
+	}{
+		"another schema version": {func(m map[string]any) { m["schemaVersion"] = "policy.retryguard.io/payload/v2" }, "schemaVersion"},
+		"an unknown field":       {func(m map[string]any) { m["surprise"] = true }, "payload"},
+		"four attempts":          {func(m map[string]any) { pol(m)["maxAttempts"] = 4 }, "policy.maxAttempts"},
+		"jitter None":            {func(m map[string]any) { pol(m)["backoff"].(map[string]any)["jitter"] = "None" }, "policy.backoff.jitter"},
+		"zero base":              {func(m map[string]any) { pol(m)["backoff"].(map[string]any)["base"] = "0s" }, "policy.backoff.base"},
+		"a bad duration":         {func(m map[string]any) { pol(m)["deadline"] = "soon" }, "payload"},
+		"retry on 404":           {func(m map[string]any) { pol(m)["retryOnStatusCodes"] = []int{404} }, "policy.retryOnStatusCodes"},
+		"an unknown error":       {func(m map[string]any) { pol(m)["retryOnErrors"] = []string{"Gremlins"} }, "policy.retryOnErrors"},
+		"NoRetry without reason": {func(m map[string]any) { m["enforcement"] = map[string]any{"mode": "NoRetry"} }, "enforcement.reason"},
+		"an unknown mode":        {func(m map[string]any) { m["enforcement"] = map[string]any{"mode": "Maybe"} }, "enforcement.mode"},
+		"retries without budget": {func(m map[string]any) { delete(m, "budget") }, "budget"},
+		"a budget of 0%":         {func(m map[string]any) { m["budget"].(map[string]any)["retryPercent"] = 0 }, "budget.retryPercent"},
+		"zero partitions":        {func(m map[string]any) { m["budget"].(map[string]any)["partitions"] = 0 }, "budget.partitions"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			raw, _ := policyconfig.Marshal(sample())
+			var m map[string]any
+			if err := json.Unmarshal(raw, &m); err != nil {
+				t.Fatal(err)
+			}
+			tc.edit(m)
+			edited, _ := json.Marshal(m)
+			_, err := policyconfig.Parse(edited)
+			var pe *policyconfig.ParseError
+			if !errors.As(err, &pe) || !errors.Is(err, policyconfig.ErrInvalidPayload) {
+				t.Fatalf("want a ParseError, got %v", err)
+			}
+			if pe.Field != tc.field {
+				t.Errorf("field %q, want %q (%v)", pe.Field, tc.field, err)
+			}
+		})
+	}
+}
+
+func pol(m map[string]any) map[string]any { return m["policy"].(map[string]any) }
+
+func TestNoRetryNeedsNoBudget(t *testing.T) {
+	p := sample()
+	p.Budget = nil
+	p.Enforcement = policyconfig.Enforcement{Mode: policyconfig.NoRetry, Reason: "BudgetNotFound", Message: "RetryBudget telephony-provider not found"}
+	if _, err := policyconfig.Marshal(p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The contract is for any program: it must not drag in controller-runtime
+// or client-go.
+func TestImportsNoKubernetesClients(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "github.com/retryguard/retryguard/runtime/policyconfig").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		if strings.HasPrefix(dep, "sigs.k8s.io/controller-runtime") || strings.HasPrefix(dep, "k8s.io/client-go") {
+			t.Errorf("policyconfig depends on %s", dep)
+		}
+	}
+}
+
+// FuzzParse: Parse never panics, and whatever it accepts encodes and parses
+// back to the same payload.
+func FuzzParse(f *testing.F) {
+	raw, _ := policyconfig.Marshal(sample())
+	f.Add(raw)
+	f.Add([]byte(`{"schemaVersion":"policy.retryguard.io/payload/v1"}`))
+	f.Add([]byte(`{"schemaVersion":"policy.retryguard.io/payload/v1","policy":{"maxAttempts":-1},"enforcement":{"mode":"NoRetry"}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := policyconfig.Parse(data)
+		if err != nil {
+			if !errors.Is(err, policyconfig.ErrInvalidPayload) {
+				t.Fatalf("an error that is not ErrInvalidPayload: %v", err)
+			}
+			return
+		}
+		again, err := policyconfig.Marshal(p)
+		if err != nil {
+			t.Fatalf("accepted but cannot marshal: %v", err)
+		}
+		back, err := policyconfig.Parse(again)
+		if err != nil || !reflect.DeepEqual(back, p) {
+			t.Fatalf("round trip of an accepted payload changed it: %v", err)
+		}
+	})
+}
