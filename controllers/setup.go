@@ -2,6 +2,8 @@ package controllers
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -11,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -46,7 +49,10 @@ func SetupWithManager(_ context.Context, mgr ctrl.Manager, opts Options) error {
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("retrypolicy").
 		For(&v1.RetryPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Owns(&corev1.ConfigMap{}).
+		// Our own writes echo back as events; only a ConfigMap whose bytes no
+		// longer match the hash we wrote (edited by hand) or that was deleted
+		// needs a reconcile.
+		Owns(&corev1.ConfigMap{}, builder.WithPredicates(tamperedOrDeleted)).
 		// A policy's verdict depends on its relatives: the chain, the pool and
 		// the budget's other criticality. Any change to one (status
 		// included, so that leaf attempts ripple down) re-checks the others.
@@ -128,4 +134,20 @@ func budgetOf(_ context.Context, o client.Object) []reconcile.Request {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Spec.BudgetRef.Name}}}
+}
+
+// tamperedOrDeleted passes ConfigMap events that need the owner republished.
+var tamperedOrDeleted = predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		cm, ok := e.ObjectNew.(*corev1.ConfigMap)
+		return !ok || !matchesHash(cm)
+	},
+	DeleteFunc:  func(event.DeleteEvent) bool { return true },
+	GenericFunc: func(event.GenericEvent) bool { return true },
+}
+
+func matchesHash(cm *corev1.ConfigMap) bool {
+	sum := sha256.Sum256([]byte(cm.Data[policyconfig.DataKey]))
+	return cm.Annotations[policyconfig.ContentHashAnnotation] == hex.EncodeToString(sum[:])
 }

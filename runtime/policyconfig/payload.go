@@ -12,6 +12,7 @@ package policyconfig
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 )
@@ -171,8 +172,14 @@ func Parse(data []byte) (*Payload, error) {
 	if dec.More() {
 		return nil, &ParseError{Field: "payload", Reason: "trailing data after the JSON object"}
 	}
+	if err := checkKeys(data, reflect.TypeFor[Payload](), ""); err != nil {
+		return nil, err
+	}
 	if err := p.Validate(); err != nil {
 		return nil, err
+	}
+	if len(p.Policy.Fallback) == 0 {
+		p.Policy.Fallback = nil // [] and absent mean the same; keep one form
 	}
 	return &p, nil
 }

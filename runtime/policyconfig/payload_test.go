@@ -61,6 +61,10 @@ func TestParseRejects(t *testing.T) {
 	}{
 		"another schema version": {func(m map[string]any) { m["schemaVersion"] = "policy.retryguard.io/payload/v2" }, "schemaVersion"},
 		"an unknown field":       {func(m map[string]any) { m["surprise"] = true }, "payload"},
+		"a key in other case": {func(m map[string]any) {
+			pol(m)["MaxAttempts"] = pol(m)["maxAttempts"]
+			delete(pol(m), "maxAttempts")
+		}, "policy.MaxAttempts"},
 		"four attempts":          {func(m map[string]any) { pol(m)["maxAttempts"] = 4 }, "policy.maxAttempts"},
 		"jitter None":            {func(m map[string]any) { pol(m)["backoff"].(map[string]any)["jitter"] = "None" }, "policy.backoff.jitter"},
 		"zero base":              {func(m map[string]any) { pol(m)["backoff"].(map[string]any)["base"] = "0s" }, "policy.backoff.base"},
