@@ -1,0 +1,204 @@
+package budget
+
+import (
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/retryguard/retryguard/runtime/clock"
+)
+
+var start = time.Date(2026, 9, 15, 12, 0, 0, 0, time.UTC)
+
+func seed() Config {
+	return Config{RetryPercent: 10, Window: time.Minute, MaxTokens: 10, Partitions: 1}
+}
+
+func TestTokenMathIsExact(t *testing.T) {
+	clk := clock.NewFake(start)
+	b := New(seed(), clk)
+	if b.Tokens() != 10 {
+		t.Fatalf("a new budget holds %v tokens, want 10", b.Tokens())
+	}
+	for range 100 {
+		b.Primary() // enough primaries that the ratio allows 10 retries
+	}
+	for i := range 10 {
+		if d := b.TryRetry(); d != Allowed {
+			t.Fatalf("retry %d: %s", i, d)
+		}
+	}
+	if b.Tokens() != 0 {
+		t.Fatalf("after 10 retries: %v tokens", b.Tokens())
+	}
+	if d := b.TryRetry(); d != RatioExceeded && d != NoTokens {
+		t.Fatalf("an 11th retry: %q", d)
+	}
+	for range 9 {
+		b.Success()
+	}
+	if b.Tokens() != 0.9 {
+		t.Fatalf("nine successes at 10%% deposit 0.9 exactly, got %v", b.Tokens())
+	}
+	b.Success()
+	if b.Tokens() != 1 {
+		t.Fatalf("ten successes buy one token, got %v", b.Tokens())
+	}
+	for range 1000 {
+		b.Success()
+	}
+	if b.Tokens() != 10 {
+		t.Fatalf("capacity is 10, got %v", b.Tokens())
+	}
+}
+
+func TestRatioCapsRetriesEvenWithTokens(t *testing.T) {
+	b := New(seed(), clock.NewFake(start))
+	for range 20 {
+		b.Primary()
+	}
+	granted := 0
+	for b.TryRetry() == Allowed {
+		granted++
+	}
+	if granted != 2 {
+		t.Fatalf("10%% of 20 primaries is 2 retries, granted %d", granted)
+	}
+}
+
+func TestPartitionsSplitCapacityAndFloorRoundingUp(t *testing.T) {
+	b := New(Config{RetryPercent: 10, Window: time.Minute, MaxTokens: 10, MinRetriesPerSecond: 5, Partitions: 3}, clock.NewFake(start))
+	if b.Tokens() != 4 {
+		t.Fatalf("10 tokens over 3 pods is ceil(3.33) = 4, got %v", b.Tokens())
+	}
+	// No primaries at all: only the floor, ceil(5/3) = 2 per second.
+	granted := 0
+	for b.TryRetry() == Allowed {
+		granted++
+	}
+	if granted != 2 {
+		t.Fatalf("floor of 5/s over 3 pods allows 2 per second, got %d", granted)
+	}
+}
+
+// A clock that steps backwards mints nothing: no tokens (they are not
+// time-based at all), no fresh floor second, no reopened window.
+func TestBackwardClockMintsNothing(t *testing.T) {
+	clk := clock.NewFake(start)
+	b := New(Config{RetryPercent: 10, Window: time.Minute, MaxTokens: 10, MinRetriesPerSecond: 1, Partitions: 1}, clk)
+	if b.TryRetry() != Allowed {
+		t.Fatal("the floor's first retry")
+	}
+	if b.TryRetry() == Allowed {
+		t.Fatal("a second floor retry in the same second")
+	}
+	tokens := b.Tokens()
+	for _, step := range []time.Duration{-time.Hour, -time.Second, -time.Minute} {
+		clk.Advance(step)
+		if d := b.TryRetry(); d == Allowed {
+			t.Fatalf("after stepping %v the floor allowed another retry", step)
+		}
+		if b.Tokens() != tokens {
+			t.Fatalf("after stepping %v tokens changed %v → %v", step, tokens, b.Tokens())
+		}
+	}
+	// Primaries recorded while the clock is behind still land in the
+	// latest window and count, next to the floor retry already there:
+	// 20 primaries allow a second retry at 10%, 19 would not.
+	for range 19 {
+		b.Primary()
+	}
+	if d := b.TryRetry(); d != RatioExceeded {
+		t.Fatalf("19 primaries and 1 retry: %q, want ratio", d)
+	}
+	b.Primary()
+	if d := b.TryRetry(); d != Allowed {
+		t.Fatalf("20 primaries allow a second retry at 10%%: %q", d)
+	}
+}
+
+// 10,000 simulated runs with random traffic on a fake clock. At every
+// granted retry, retries in the window ending then are at most retryPercent%
+// of the primaries in it. (No limiter can promise it for windows ending
+// later: the primaries that justified a retry age out before it does.)
+func TestRatioHoldsAcrossSimulatedRuns(t *testing.T) {
+	rng := rand.New(rand.NewPCG(2901, 45))
+	for run := range 10_000 {
+		clk := clock.NewFake(start)
+		c := Config{RetryPercent: int32(1 + rng.IntN(20)), Window: time.Duration(1+rng.IntN(60)) * time.Second,
+			MaxTokens: int32(1 + rng.IntN(50)), Partitions: 1}
+		b := New(c, clk)
+		var primaries, retries []time.Time
+		failRate := rng.Float64()
+		for range 300 {
+			clk.Advance(time.Duration(rng.Int64N(int64(c.Window / 20))))
+			now := clk.Now()
+			b.Primary()
+			primaries = append(primaries, now)
+			if rng.Float64() >= failRate {
+				b.Success()
+				continue
+			}
+			for attempt := 0; attempt < 2 && b.TryRetry() == Allowed; attempt++ {
+				retries = append(retries, now)
+				inP, inR := count(primaries, now, c.Window), count(retries, now, c.Window)
+				if inR*100 > int(c.RetryPercent)*inP {
+					t.Fatalf("run %d (%+v): %d retries vs %d primaries in the window ending %v",
+						run, c, inR, inP, now.Sub(start))
+				}
+				if rng.Float64() < 0.5 {
+					b.Success()
+					break
+				}
+			}
+		}
+	}
+}
+
+func count(ts []time.Time, now time.Time, window time.Duration) int {
+	n := 0
+	for _, t := range ts {
+		if now.Sub(t) < window {
+			n++
+		}
+	}
+	return n
+}
+
+func TestConcurrentUseKeepsTokensInRange(t *testing.T) {
+	b := New(seed(), clock.Real{})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 5000 {
+				b.Primary()
+				if (i+g)%7 == 0 {
+					b.TryRetry()
+				} else {
+					b.Success()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if tok := b.Tokens(); tok < 0 || tok > 10 {
+		t.Fatalf("tokens %v outside [0, 10]", tok)
+	}
+}
+
+func TestRegistrySharesAndUpdates(t *testing.T) {
+	r := NewRegistry(clock.NewFake(start))
+	a := r.Get("auth/telephony", seed())
+	if r.Get("auth/telephony", seed()) != a {
+		t.Fatal("one budget per key")
+	}
+	smaller := seed()
+	smaller.MaxTokens = 4
+	if r.Get("auth/telephony", smaller) != a || a.Tokens() != 4 {
+		t.Fatalf("an update clamps tokens to the new capacity: %v", a.Tokens())
+	}
+	if r.Get("other/telephony", seed()) == a {
+		t.Fatal("namespaces do not share budgets")
+	}
+}
