@@ -104,3 +104,37 @@ func (f *Fake) Sleepers() int {
 	defer f.mu.Unlock()
 	return len(f.sleepers)
 }
+
+// Virtual is a clock whose Sleep returns at once, moving time forward by
+// the sleep: simulated runs take no wall time. Safe for concurrent use,
+// though concurrent sleepers each push the one shared time forward.
+type Virtual struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewVirtual starts a virtual clock at t.
+func NewVirtual(t time.Time) *Virtual { return &Virtual{now: t} }
+
+// Now returns the virtual time.
+func (v *Virtual) Now() time.Time {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.now
+}
+
+// Sleep advances the virtual time by d.
+func (v *Virtual) Sleep(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	v.Advance(d)
+	return nil
+}
+
+// Advance moves the virtual time by d.
+func (v *Virtual) Advance(d time.Duration) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.now = v.now.Add(d)
+}

@@ -1,0 +1,168 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Class is what an attempt's evidence says about retrying it.
+type Class string
+
+const (
+	// Success: the operation completed.
+	Success Class = "success"
+	// Transient: a listed failure that proves the request was not applied,
+	// or a listed status: another attempt may succeed.
+	Transient Class = "transient"
+	// Ambiguous: a listed transport failure after the request may have been
+	// applied; another attempt is safe only under an idempotency guarantee.
+	Ambiguous Class = "ambiguous"
+	// Permanent: a failure retrying cannot fix (a 4xx other than 429).
+	Permanent Class = "permanent"
+	// Unrecognized: evidence the policy does not list; terminal.
+	Unrecognized Class = "unrecognized"
+)
+
+// Transport failures, as policies name them.
+const (
+	ConnectionRefused = "ConnectionRefused"
+	ConnectionReset   = "ConnectionReset"
+	Timeout           = "Timeout"
+	DNSFailure        = "DNSFailure"
+)
+
+// Evidence is what one attempt showed, the basis of every decision.
+type Evidence struct {
+	Class Class `json:"class"`
+	// Status is the HTTP status, when there was one.
+	Status int `json:"status,omitempty"`
+	// Transport names the transport failure, when there was one.
+	Transport string `json:"transport,omitempty"`
+	// Dispatched is false only with proof the request never reached the
+	// dependency (refused, DNS, a dial that failed, or NotDispatched).
+	Dispatched bool `json:"dispatched"`
+	// RetryAfter is a valid server delay; RetryAfterIgnored says one was
+	// sent that was invalid or in the past.
+	RetryAfter        time.Duration `json:"retryAfter,omitempty"`
+	RetryAfterIgnored bool          `json:"retryAfterIgnored,omitempty"`
+}
+
+// StatusError is how an operation reports an HTTP status that is not a
+// success. The RoundTripper returns it for every response it classifies.
+type StatusError struct {
+	Code int
+	// RetryAfter is the raw Retry-After header, if any.
+	RetryAfter string
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("HTTP %d %s", e.Code, http.StatusText(e.Code))
+}
+
+// Status reports an HTTP status from an operation.
+func Status(code int, retryAfter string) error {
+	return &StatusError{Code: code, RetryAfter: retryAfter}
+}
+
+type notDispatched struct{ err error }
+
+func (e *notDispatched) Error() string { return e.err.Error() }
+func (e *notDispatched) Unwrap() error { return e.err }
+
+// NotDispatched marks err as proof that the request never reached the
+// dependency (for example, nothing was written to the connection). Only
+// such proof makes a reset or a timeout safe to retry without a key.
+func NotDispatched(err error) error { return &notDispatched{err: err} }
+
+// classify turns an attempt's error into evidence under a policy.
+// Decisions rest on types and errno values, never on message text.
+func classify(err error, retryOnStatus func(int) bool, retryOnErr func(string) bool, now time.Time) Evidence {
+	var se *StatusError
+	if errors.As(err, &se) {
+		ev := Evidence{Status: se.Code, Dispatched: true}
+		switch {
+		case retryOnStatus(se.Code):
+			ev.Class = Transient
+		case se.Code >= 400 && se.Code < 500 && se.Code != http.StatusTooManyRequests:
+			ev.Class = Permanent
+		default:
+			ev.Class = Unrecognized
+		}
+		if se.RetryAfter != "" {
+			if d, ok := parseRetryAfter(se.RetryAfter, now); ok {
+				ev.RetryAfter = d
+			} else {
+				ev.RetryAfterIgnored = true
+			}
+		}
+		return ev
+	}
+	transport, dispatched := transportOf(err)
+	ev := Evidence{Transport: transport, Dispatched: dispatched}
+	switch {
+	case transport == "" || !retryOnErr(transport):
+		ev.Class = Unrecognized
+	case dispatched:
+		ev.Class = Ambiguous
+	default:
+		ev.Class = Transient
+	}
+	return ev
+}
+
+// transportOf names a transport failure and whether the request may have
+// been dispatched.
+func transportOf(err error) (string, bool) {
+	var nd *notDispatched
+	proven := errors.As(err, &nd)
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return DNSFailure, false
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return ConnectionRefused, false
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		proven = true // nothing is sent before the connection exists
+	}
+	switch {
+	case errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNABORTED):
+		return ConnectionReset, !proven
+	case isTimeout(err):
+		return Timeout, !proven
+	}
+	return "", !proven
+}
+
+func isTimeout(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, syscall.ETIMEDOUT) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// parseRetryAfter reads delta-seconds or an HTTP-date. Invalid values and
+// dates in the past are not a delay.
+func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs < 0 || secs > 1<<31 {
+			return 0, false
+		}
+		return time.Duration(secs) * time.Second, true
+	}
+	t, err := http.ParseTime(v)
+	if err != nil || !t.After(now) {
+		return 0, false
+	}
+	return t.Sub(now), true
+}

@@ -1,0 +1,96 @@
+package retry
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/retryguard/retryguard/api/codes"
+)
+
+// ErrNotCompleted is matched by every *Error: the operation did not complete.
+var ErrNotCompleted = errors.New("retryguard: operation not completed")
+
+// Error ends an operation that did not complete. It names the stable code,
+// the final lifecycle state, the attempts made and the last evidence.
+type Error struct {
+	Code     codes.Code
+	State    State
+	Policy   string
+	Key      string
+	Attempts int
+	// Last is the evidence of the last attempt (zero when none was made).
+	Last Evidence
+	// Detail explains the decision to a human.
+	Detail string
+	// Err is the last attempt's error, if it returned one.
+	Err error
+}
+
+func (e *Error) Error() string {
+	msg := fmt.Sprintf("%s: policy %s: %s after %d attempt(s)", e.Code, e.Policy, e.Detail, e.Attempts)
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Is matches ErrNotCompleted, and another *Error with the same code.
+func (e *Error) Is(target error) bool {
+	if target == ErrNotCompleted {
+		return true
+	}
+	o, ok := target.(*Error)
+	return ok && o.Code == e.Code && o.State == "" && o.Policy == ""
+}
+
+// Unwrap returns the last attempt's error.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Sentinel returns an *Error that errors.Is matches against any *Error with
+// code c: errors.Is(err, retry.Sentinel(codes.RetryBudgetExhausted)).
+func Sentinel(c codes.Code) *Error { return &Error{Code: c} }
+
+// Problem is the RFC 9457 rendering of an error.
+type Problem struct {
+	Type     string `json:"type"`
+	Title    string `json:"title"`
+	Status   int    `json:"status"`
+	Detail   string `json:"detail,omitempty"`
+	Code     string `json:"code"`
+	Instance string `json:"instance,omitempty"`
+}
+
+// ProblemType is the base of every problem type URI.
+const ProblemType = "https://retryguard.io/problems/"
+
+// statusOf maps codes to the HTTP status a gateway would answer with.
+var statusOf = map[codes.Code]int{
+	codes.RetryBudgetExhausted:        http.StatusServiceUnavailable,
+	codes.DeadlineExceeded:            http.StatusGatewayTimeout,
+	codes.AttemptsExhausted:           http.StatusBadGateway,
+	codes.RetryAfterTooLong:           http.StatusServiceUnavailable,
+	codes.PermanentFailure:            http.StatusBadGateway,
+	codes.UnknownOutcome:              http.StatusAccepted,
+	codes.RetryLimitExceeded:          http.StatusTooManyRequests,
+	codes.MissingKeyVariable:          http.StatusInternalServerError,
+	codes.UntestedCompensationBlocked: http.StatusForbidden,
+	codes.SharedFailureDomainLeak:     http.StatusInternalServerError,
+}
+
+// Problem renders the error as RFC 9457 problem details.
+func (e *Error) Problem() Problem {
+	status, ok := statusOf[e.Code]
+	if !ok {
+		status = http.StatusBadGateway
+	}
+	return Problem{Type: ProblemType + string(e.Code), Title: string(e.Code), Status: status, Detail: e.Error(), Code: string(e.Code)}
+}
+
+// WriteProblem writes p as application/problem+json.
+func WriteProblem(w http.ResponseWriter, p Problem) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(p.Status)
+	_ = json.NewEncoder(w).Encode(p)
+}

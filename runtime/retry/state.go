@@ -1,0 +1,72 @@
+package retry
+
+import "fmt"
+
+// State is a step of an operation's lifecycle.
+type State string
+
+// The lifecycle, as RETRY-SMS-001 defines it:
+//
+//	SUBMITTED → ATTEMPTING → DISPATCHED | BACKOFF_WAIT | BUDGET_EXHAUSTED |
+//	                         TERMINAL_EXHAUSTED | UNKNOWN_OUTCOME
+//	BACKOFF_WAIT → ATTEMPTING
+const (
+	Submitted         State = "SUBMITTED"
+	Attempting        State = "ATTEMPTING"
+	BackoffWait       State = "BACKOFF_WAIT"
+	Dispatched        State = "DISPATCHED"
+	BudgetExhausted   State = "BUDGET_EXHAUSTED"
+	TerminalExhausted State = "TERMINAL_EXHAUSTED"
+	UnknownOutcome    State = "UNKNOWN_OUTCOME"
+)
+
+var transitions = map[State][]State{
+	Submitted:   {Attempting},
+	Attempting:  {Dispatched, BackoffWait, BudgetExhausted, TerminalExhausted, UnknownOutcome},
+	BackoffWait: {Attempting},
+}
+
+// Terminal reports whether no transition leaves s.
+func (s State) Terminal() bool { _, ok := transitions[s]; return !ok }
+
+// DeadLettered reports whether an operation ending in s goes to the dead letter.
+func (s State) DeadLettered() bool {
+	return s == BudgetExhausted || s == TerminalExhausted || s == UnknownOutcome
+}
+
+// CanTransition reports whether from → to is legal.
+func CanTransition(from, to State) bool {
+	for _, t := range transitions[from] {
+		if t == to {
+			return true
+		}
+	}
+	return false
+}
+
+// IllegalTransitionError is returned, never panicked, for a transition the
+// lifecycle forbids.
+type IllegalTransitionError struct{ From, To State }
+
+func (e *IllegalTransitionError) Error() string {
+	return fmt.Sprintf("retryguard: illegal lifecycle transition %s → %s", e.From, e.To)
+}
+
+// machine is one operation's lifecycle. Not safe for concurrent use: an
+// operation runs on one goroutine.
+type machine struct {
+	state State
+	emit  func(from, to State)
+}
+
+func (m *machine) to(next State) error {
+	if !CanTransition(m.state, next) {
+		return &IllegalTransitionError{From: m.state, To: next}
+	}
+	from := m.state
+	m.state = next
+	if m.emit != nil {
+		m.emit(from, next)
+	}
+	return nil
+}
