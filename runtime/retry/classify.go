@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"syscall"
@@ -165,4 +166,9 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	return t.Sub(now), true
+}
+
+func isHTTPS(endpoint string) bool {
+	u, err := url.ParseRequestURI(endpoint)
+	return err == nil && u.Scheme == "https" && u.Host != ""
 }
