@@ -1,0 +1,176 @@
+package watch_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/runtime/policyconfig"
+	"github.com/retryguard/retryguard/runtime/watch"
+)
+
+func startAPIServer(tb testing.TB) kubernetes.Interface {
+	tb.Helper()
+	env, err := devenv.NewEnvironment()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = env.Stop() })
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "auth"}}, metav1.CreateOptions{}); err != nil {
+		tb.Fatal(err)
+	}
+	return cs
+}
+
+func configMap(name string, data []byte) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: policyconfig.ConfigMapName(name), Namespace: "auth",
+			Labels: map[string]string{policyconfig.PolicyLabel: name, policyconfig.ManagedByLabel: policyconfig.ManagedByValue}},
+		Data: map[string]string{policyconfig.DataKey: string(data)},
+	}
+}
+
+func testPayload(generation int64) *policyconfig.Payload {
+	d := func(s string) policyconfig.Duration { v, _ := time.ParseDuration(s); return policyconfig.Duration(v) }
+	return &policyconfig.Payload{
+		SchemaVersion: policyconfig.SchemaVersion,
+		Policy: policyconfig.Policy{Namespace: "auth", Name: "sms", Generation: generation, Service: "telephony-api",
+			Layer: "connector", MaxAttempts: 1, LeafAttempts: 1,
+			Backoff:  policyconfig.Backoff{Jitter: "Full", Base: d("100ms"), Cap: d("3s"), Multiplier: 2},
+			Deadline: d("4s"), MinRemaining: d("500ms"), RetryAfterMax: d("3s"),
+			IdempotencyHeader: "Idempotency-Key", Criticality: "Standard"},
+		Enforcement: policyconfig.Enforcement{Mode: policyconfig.Enforced},
+	}
+}
+
+// applyAndWait updates the ConfigMap and returns how long until the watcher
+// serves generation gen.
+func applyAndWait(tb testing.TB, cs kubernetes.Interface, w watch.Watcher, changed <-chan string, cm *corev1.ConfigMap, gen int64) time.Duration {
+	raw, _ := policyconfig.Marshal(testPayload(gen))
+	cm.Data[policyconfig.DataKey] = string(raw)
+	start := time.Now()
+	updated, err := cs.CoreV1().ConfigMaps("auth").Update(context.Background(), cm, metav1.UpdateOptions{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	*cm = *updated
+	timeout := time.After(10 * time.Second)
+	for {
+		if p, ok := w.Policy("sms"); ok && p.Policy.Generation == gen {
+			return time.Since(start)
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			tb.Fatalf("generation %d never reached the watcher", gen)
+		}
+	}
+}
+
+// A ConfigMap update reaches an informer-mode watcher; a corrupt update
+// keeps the last good policy; a deletion removes it.
+func TestInformerHotReload(t *testing.T) {
+	cs := startAPIServer(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	raw, _ := policyconfig.Marshal(testPayload(1))
+	cm, err := cs.CoreV1().ConfigMaps("auth").Create(ctx, configMap("sms", raw), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An unlabelled ConfigMap is none of the watcher's business.
+	other := configMap("other", raw)
+	other.Labels = nil
+	if _, err := cs.CoreV1().ConfigMaps("auth").Create(ctx, other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w := watch.NewInformer(cs, "auth")
+	changed := make(chan string, 64)
+	w.OnChange(func(n string) { changed <- n })
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := w.Policy("sms"); !ok || p.Policy.Generation != 1 {
+		t.Fatalf("after the first sync: %v %v", p, ok)
+	}
+	if _, ok := w.Policy("other"); ok {
+		t.Fatal("an unlabelled ConfigMap was read")
+	}
+	applyAndWait(t, cs, w, changed, cm, 2)
+
+	cm.Data[policyconfig.DataKey] = `{"schemaVersion":"corrupt"}`
+	if cm, err = cs.CoreV1().ConfigMaps("auth").Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(10 * time.Second)
+	for w.Rejected() == 0 {
+		select {
+		case <-deadline:
+			t.Fatal("the corrupt update never arrived")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if p, _ := w.Policy("sms"); p.Policy.Generation != 2 {
+		t.Fatalf("a corrupt update replaced the last good policy: %v", p)
+	}
+	if err := cs.CoreV1().ConfigMaps("auth").Delete(ctx, cm.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, ok := w.Policy("sms"); !ok {
+			break
+		}
+		select {
+		case <-changed:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the deletion never arrived")
+		}
+	}
+}
+
+// BenchmarkInformerApplyToEnforced reports p50 and p99 of the time from a
+// ConfigMap update to the watcher serving it. Run with -benchtime 200x.
+func BenchmarkInformerApplyToEnforced(b *testing.B) {
+	cs := startAPIServer(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	raw, _ := policyconfig.Marshal(testPayload(1))
+	cm, err := cs.CoreV1().ConfigMaps("auth").Create(ctx, configMap("sms", raw), metav1.CreateOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	w := watch.NewInformer(cs, "auth")
+	changed := make(chan string, 1024)
+	w.OnChange(func(n string) {
+		select {
+		case changed <- n:
+		default:
+		}
+	})
+	if err := w.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	var lat []time.Duration
+	gen := int64(1)
+	for b.Loop() {
+		gen++
+		lat = append(lat, applyAndWait(b, cs, w, changed, cm, gen))
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+}

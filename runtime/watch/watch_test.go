@@ -1,0 +1,122 @@
+package watch
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/retryguard/retryguard/runtime/policyconfig"
+)
+
+func payload(name string, generation int64) *policyconfig.Payload {
+	dur := func(s string) policyconfig.Duration { d, _ := time.ParseDuration(s); return policyconfig.Duration(d) }
+	return &policyconfig.Payload{
+		SchemaVersion: policyconfig.SchemaVersion,
+		Policy: policyconfig.Policy{Namespace: "auth", Name: name, Generation: generation, Service: "telephony-api",
+			Layer: "connector", MaxAttempts: 1, LeafAttempts: 1,
+			Backoff:  policyconfig.Backoff{Jitter: "Full", Base: dur("100ms"), Cap: dur("3s"), Multiplier: 2},
+			Deadline: dur("4s"), MinRemaining: dur("500ms"), RetryAfterMax: dur("3s"),
+			IdempotencyHeader: "Idempotency-Key", Criticality: "Standard"},
+		Enforcement: policyconfig.Enforcement{Mode: policyconfig.Enforced},
+	}
+}
+
+func raw(p *policyconfig.Payload) []byte {
+	b, err := policyconfig.Marshal(p)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func TestManualKeepsTheLastGoodPolicy(t *testing.T) {
+	m := NewManual()
+	if _, ok := m.Policy("sms"); ok {
+		t.Fatal("an unknown policy")
+	}
+	if err := m.SetRaw("sms", raw(payload("sms", 1))); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SetRaw("sms", []byte(`{"schemaVersion":"policy.retryguard.io/payload/v9"}`)); err == nil {
+		t.Fatal("a corrupt update must be reported")
+	}
+	p, ok := m.Policy("sms")
+	if !ok || p.Policy.Generation != 1 || m.Rejected() != 1 {
+		t.Fatalf("after a corrupt update: %v %v, rejected %d", p, ok, m.Rejected())
+	}
+	m.Delete("sms")
+	if _, ok := m.Policy("sms"); ok {
+		t.Fatal("deleted")
+	}
+}
+
+func TestFilesRescan(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, data []byte) {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("sms.json", raw(payload("sms", 1)))
+	write("README", []byte("not a policy"))
+	f := NewFiles(dir)
+	if err := f.rescan(); err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := f.Policy("sms"); !ok || p.Policy.Generation != 1 {
+		t.Fatalf("%v %v", p, ok)
+	}
+	write("sms.json", []byte("{"))
+	_ = f.rescan()
+	if p, _ := f.Policy("sms"); p.Policy.Generation != 1 || f.Rejected() != 1 {
+		t.Fatal("a corrupt file must keep the last good policy")
+	}
+	write("sms.json", raw(payload("sms", 2)))
+	_ = os.Remove(filepath.Join(dir, "README"))
+	_ = f.rescan()
+	if p, _ := f.Policy("sms"); p.Policy.Generation != 2 {
+		t.Fatal("a good update applies")
+	}
+	_ = os.Remove(filepath.Join(dir, "sms.json"))
+	_ = f.rescan()
+	if _, ok := f.Policy("sms"); ok {
+		t.Fatal("a removed file removes its policy")
+	}
+}
+
+// Start reacts to a change on disk through fsnotify (or, failing that, the
+// poll); the test waits on the change hook, not on a sleep.
+func TestFilesNotices(t *testing.T) {
+	dir := t.TempDir()
+	f := NewFiles(dir)
+	f.PollInterval = time.Hour // only fsnotify can deliver within the test's bound
+	changed := make(chan string, 4)
+	f.OnChange(func(name string) { changed <- name })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := f.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "sms.json"), raw(payload("sms", 3)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case name := <-changed:
+		if p, _ := f.Policy(name); name != "sms" || p.Policy.Generation != 3 {
+			t.Fatalf("%s %v", name, p)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no change noticed in 10s")
+	}
+}
+
+func TestStatic(t *testing.T) {
+	s := NewStatic(payload("a", 1), payload("b", 1))
+	for _, n := range []string{"a", "b"} {
+		if _, ok := s.Policy(n); !ok {
+			t.Errorf("%s missing", n)
+		}
+	}
+}
