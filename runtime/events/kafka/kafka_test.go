@@ -1,0 +1,131 @@
+package kafka
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/retryguard/retryguard/runtime/policyconfig"
+	"github.com/retryguard/retryguard/runtime/retry"
+	"github.com/retryguard/retryguard/runtime/watch"
+)
+
+const topic, dlq = "auth.sms.lifecycle.v1", "retryguard.deadletters"
+
+func policy() *policyconfig.Payload {
+	d := func(s string) policyconfig.Duration { v, _ := time.ParseDuration(s); return policyconfig.Duration(v) }
+	return &policyconfig.Payload{
+		SchemaVersion: policyconfig.SchemaVersion,
+		Policy: policyconfig.Policy{Namespace: "auth", Name: "sms-2fa-dispatch", Generation: 1, Service: "telephony-api",
+			Operation: "POST /v1/messages", Layer: "connector", MaxAttempts: 3, LeafAttempts: 3,
+			Backoff:  policyconfig.Backoff{Jitter: "Full", Base: d("1ms"), Cap: d("5ms"), Multiplier: 2},
+			Deadline: d("4s"), MinRemaining: d("10ms"), RetryAfterMax: d("3s"), RetryOnStatus: []int32{503},
+			IdempotencyHeader: "Idempotency-Key", KeyTemplate: "SMS-{user_id}", Budget: "b", Criticality: "Critical",
+			EventsTopic: topic},
+		Budget:      &policyconfig.Budget{Name: "b", Generation: 1, RetryPercent: 100, Window: d("60s"), MaxTokens: 100, Partitions: 1},
+		Enforcement: policyconfig.Enforcement{Mode: policyconfig.Enforced},
+	}
+}
+
+// The sink delivers every transition of every operation, in order, to the
+// policy's topic on an in-process Kafka (kfake); dead letters go to theirs.
+func TestEventsArriveInOrder(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topic, dlq))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	producer, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer producer.Close()
+
+	sink := NewEventSink(producer, 1024)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go sink.Run(ctx)
+	emitted := &tee{next: sink, byOp: map[uint64][]retry.State{}}
+	ex := retry.New(watch.NewStatic(policy()), retry.WithEventSink(emitted),
+		retry.WithDeadLetters(&DeadLetters{Client: producer, Topic: dlq}))
+	const ops = 40
+	for i := range ops {
+		calls := 0
+		_ = ex.Do(ctx, "sms-2fa-dispatch", retry.Vars{"user_id": fmt.Sprint(i)}, func(context.Context, retry.Attempt) error {
+			calls++
+			if i%4 == 0 || calls < 2 { // every 4th operation exhausts; the rest succeed on the 2nd attempt
+				return retry.Status(503, "")
+			}
+			return nil
+		})
+	}
+	sink.Close()
+	if sink.Dropped() != 0 {
+		t.Fatalf("%d events dropped", sink.Dropped())
+	}
+
+	consumer, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.ConsumeTopics(topic, dlq),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.Close()
+	byOp := map[uint64][]retry.State{}
+	letters := 0
+	pollCtx, stop := context.WithTimeout(ctx, 20*time.Second)
+	defer stop()
+	total := 0
+	for _, states := range emitted.byOp {
+		total += len(states)
+	}
+	for events := 0; events < total || letters < emitted.letters; {
+		fetches := consumer.PollFetches(pollCtx)
+		if pollCtx.Err() != nil {
+			t.Fatalf("timed out with %d events and %d dead letters", events, letters)
+		}
+		fetches.EachRecord(func(r *kgo.Record) {
+			if r.Topic == dlq {
+				letters++
+				return
+			}
+			var ev retry.Event
+			if err := json.Unmarshal(r.Value, &ev); err != nil {
+				t.Fatal(err)
+			}
+			byOp[ev.Operation] = append(byOp[ev.Operation], ev.To)
+			events++
+		})
+	}
+	for op, want := range emitted.byOp {
+		if fmt.Sprint(byOp[op]) != fmt.Sprint(want) {
+			t.Fatalf("operation %d arrived as %v, emitted as %v", op, byOp[op], want)
+		}
+	}
+	if len(byOp) != ops || letters != emitted.letters {
+		t.Fatalf("%d operations, %d dead letters of %d", len(byOp), letters, emitted.letters)
+	}
+}
+
+// tee records what the executor emitted, in order, and passes it on.
+type tee struct {
+	next    retry.EventSink
+	mu      sync.Mutex
+	byOp    map[uint64][]retry.State
+	letters int
+}
+
+func (t *tee) Emit(ev retry.Event) {
+	t.mu.Lock()
+	t.byOp[ev.Operation] = append(t.byOp[ev.Operation], ev.To)
+	if ev.To.DeadLettered() {
+		t.letters++
+	}
+	t.mu.Unlock()
+	t.next.Emit(ev)
+}
