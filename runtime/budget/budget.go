@@ -124,9 +124,9 @@ func (b *Budget) Update(c Config) {
 	}
 }
 
-// epoch returns the current bucket epoch, never below one already seen.
-func (b *Budget) epoch(p *params) int64 {
-	e := b.clock.Now().UnixNano() / p.width
+// epoch returns the bucket epoch of now, never below one already seen.
+func (b *Budget) epoch(p *params, now time.Time) int64 {
+	e := now.UnixNano() / p.width
 	for {
 		h := b.high.Load()
 		if e <= h {
@@ -139,9 +139,13 @@ func (b *Budget) epoch(p *params) int64 {
 }
 
 // Primary counts a first attempt toward the ratio's denominator.
-func (b *Budget) Primary() {
+func (b *Budget) Primary() { b.PrimaryAt(b.clock.Now()) }
+
+// PrimaryAt is Primary for a caller that has just read the budget's clock,
+// saving a second reading on the hot path.
+func (b *Budget) PrimaryAt(now time.Time) {
 	p := b.params.Load()
-	e := b.epoch(p)
+	e := b.epoch(p, now)
 	bk := &b.primaries[e%int64(len(b.primaries))]
 	if old := bk.epoch.Load(); old != e {
 		// The slot holds an old bucket: the first to notice resets it. A
@@ -177,7 +181,7 @@ func (b *Budget) TryRetry() Denial {
 	p := b.params.Load()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	e := b.epoch(p)
+	e := b.epoch(p, b.clock.Now())
 	n := int64(len(b.primaries))
 	var primaries, retries int64
 	for i := range n {

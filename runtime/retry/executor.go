@@ -239,12 +239,15 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 		header = c.payload.Policy.IdempotencyHeader
 	}
 	var prevDelay time.Duration
+	now := start // one clock reading serves the first attempt
 	for n := 1; ; n++ {
 		r.to(Attempting, n, "")
 		if n == 1 && c.budget != nil {
-			c.budget.Primary()
+			c.budget.PrimaryAt(now)
+		} else if n > 1 {
+			now = e.clock.Now()
 		}
-		err := r.attempt(ctx, op, Attempt{Number: n, Policy: c.name, Key: r.key, Header: header}, deadline)
+		err := r.attempt(ctx, op, Attempt{Number: n, Policy: c.name, Key: r.key, Header: header}, deadline, now)
 		if err == nil {
 			if c.budget != nil {
 				c.budget.Success()
@@ -294,16 +297,16 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 // attempt runs one attempt, bounded by perAttemptTimeout and the
 // operation's deadline. When the caller's context already ends sooner, it is
 // used as it is: no timer, no allocation.
-func (r *run) attempt(ctx context.Context, op Operation, a Attempt, deadline time.Time) error {
+func (r *run) attempt(ctx context.Context, op Operation, a Attempt, deadline, now time.Time) error {
 	var limit time.Duration
 	if p := r.c.payload; p != nil {
-		limit = deadline.Sub(r.e.clock.Now())
+		limit = deadline.Sub(now)
 		if t := p.Policy.PerAttemptTimeout.D(); t > 0 && t < limit {
 			limit = t
 		}
 	}
 	if limit > 0 {
-		if d, ok := ctx.Deadline(); !ok || time.Until(d) > limit {
+		if d, ok := ctx.Deadline(); !ok || d.Sub(now) > limit {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, limit)
 			defer cancel()

@@ -20,14 +20,14 @@ const (
 	UnknownOutcome    State = "UNKNOWN_OUTCOME"
 )
 
-var transitions = map[State][]State{
-	Submitted:   {Attempting},
-	Attempting:  {Dispatched, BackoffWait, BudgetExhausted, TerminalExhausted, UnknownOutcome},
-	BackoffWait: {Attempting},
-}
-
 // Terminal reports whether no transition leaves s.
-func (s State) Terminal() bool { _, ok := transitions[s]; return !ok }
+func (s State) Terminal() bool {
+	switch s {
+	case Submitted, Attempting, BackoffWait:
+		return false
+	}
+	return true
+}
 
 // DeadLettered reports whether an operation ending in s goes to the dead letter.
 func (s State) DeadLettered() bool {
@@ -36,8 +36,12 @@ func (s State) DeadLettered() bool {
 
 // CanTransition reports whether from → to is legal.
 func CanTransition(from, to State) bool {
-	for _, t := range transitions[from] {
-		if t == to {
+	switch from {
+	case Submitted, BackoffWait:
+		return to == Attempting
+	case Attempting:
+		switch to {
+		case Dispatched, BackoffWait, BudgetExhausted, TerminalExhausted, UnknownOutcome:
 			return true
 		}
 	}

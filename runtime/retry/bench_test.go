@@ -1,0 +1,126 @@
+package retry
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	backoffv5 "github.com/cenkalti/backoff/v5"
+	"github.com/failsafe-go/failsafe-go"
+	"github.com/failsafe-go/failsafe-go/retrypolicy"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+
+	"github.com/retryguard/retryguard/runtime/budget"
+	"github.com/retryguard/retryguard/runtime/clock"
+)
+
+// readPolicy is the benchmark's policy: three attempts of an idempotent GET
+// with a budget, and no key template (a template costs one allocation per
+// operation: the rendered key).
+func readPolicy() (*Executor, string) {
+	p := smsPolicy()
+	p.Policy.Name, p.Policy.Operation, p.Policy.KeyTemplate = "ledger-read", "GET /v1/balance", ""
+	return New(staticSource{p.Policy.Name: p}), p.Policy.Name
+}
+
+// The caller's request context already carries a deadline sooner than the
+// policy's, as a server's does: Do then needs no timer of its own.
+func requestContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), time.Second)
+}
+
+func ok(context.Context, Attempt) error { return nil }
+
+// The success path of Do allocates nothing.
+func TestDoSuccessPathAllocatesNothing(t *testing.T) {
+	ex, name := readPolicy()
+	ctx, cancel := requestContext()
+	defer cancel()
+	if allocs := testing.AllocsPerRun(1000, func() { _ = ex.Do(ctx, name, nil, ok) }); allocs != 0 {
+		t.Fatalf("Do's success path allocates %.1f times per operation", allocs)
+	}
+}
+
+// BenchmarkDoSuccess compares the success path of one logical operation with
+// two peer libraries configured for the same three attempts.
+func BenchmarkDoSuccess(b *testing.B) {
+	ctx, cancel := requestContext()
+	defer cancel()
+	b.Run("retryguard", func(b *testing.B) {
+		ex, name := readPolicy()
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = ex.Do(ctx, name, nil, ok)
+		}
+	})
+	b.Run("retryguard-metrics", func(b *testing.B) {
+		p := smsPolicy()
+		p.Policy.Name, p.Policy.Operation, p.Policy.KeyTemplate = "ledger-read", "GET /v1/balance", ""
+		ex := New(staticSource{p.Policy.Name: p}, WithMetrics(NewMetrics(prometheus.NewRegistry())))
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = ex.Do(ctx, p.Policy.Name, nil, ok)
+		}
+	})
+	b.Run("retryguard-keyed", func(b *testing.B) {
+		p := smsPolicy()
+		ex := New(staticSource{p.Policy.Name: p})
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = ex.Do(ctx, p.Policy.Name, smsVars, ok)
+		}
+	})
+	b.Run("failsafe-go", func(b *testing.B) {
+		exec := failsafe.With[any](retrypolicy.NewBuilder[any]().WithMaxAttempts(3).WithBackoff(100*time.Millisecond, 3*time.Second).Build()).WithContext(ctx)
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = exec.Run(func() error { return nil })
+		}
+	})
+	b.Run("cenkalti-backoff", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = backoffv5.Retry(ctx, func() (struct{}, error) { return struct{}{}, nil },
+				backoffv5.WithBackOff(backoffv5.NewExponentialBackOff()), backoffv5.WithMaxTries(3))
+		}
+	})
+}
+
+// BenchmarkBudget measures the budget's operations under contention; run
+// with -cpu=1,2. x/time/rate's Allow is the peer: one limiter decision.
+func BenchmarkBudget(b *testing.B) {
+	cfg := budget.Config{RetryPercent: 10, Window: time.Minute, MaxTokens: 10, Partitions: 1}
+	b.Run("success-path", func(b *testing.B) { // what every successful operation pays
+		bud := budget.New(cfg, clock.Real{})
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				bud.Primary()
+				bud.Success()
+			}
+		})
+	})
+	b.Run("try-retry", func(b *testing.B) { // what a failure that wants a retry pays
+		bud := budget.New(cfg, clock.Real{})
+		for range 1_000_000 {
+			bud.Primary()
+		}
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				bud.TryRetry()
+				bud.Success()
+			}
+		})
+	})
+	b.Run("x-time-rate-allow", func(b *testing.B) {
+		lim := rate.NewLimiter(rate.Limit(1e9), 1000)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				lim.Allow()
+			}
+		})
+	})
+}
