@@ -2,6 +2,7 @@ package watch
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -62,6 +63,7 @@ func TestFilesRescan(t *testing.T) {
 	write("sms.json", raw(payload("sms", 1)))
 	write("README", []byte("not a policy"))
 	f := NewFiles(dir)
+	f.Logger = slog.New(slog.DiscardHandler)
 	if err := f.rescan(); err != nil {
 		t.Fatal(err)
 	}

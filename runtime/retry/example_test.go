@@ -1,0 +1,100 @@
+package retry_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+
+	"github.com/retryguard/retryguard/runtime/clock"
+	"github.com/retryguard/retryguard/runtime/policyconfig"
+	"github.com/retryguard/retryguard/runtime/retry"
+	"github.com/retryguard/retryguard/runtime/watch"
+)
+
+// The payload a pod reads from the published ConfigMap retrypolicy-sms-2fa-dispatch.
+// A low-traffic caller sets minRetriesPerSecond: the ratio cap alone
+// allows no retry until the budget has seen primary traffic.
+const smsPayload = `{
+  "schemaVersion": "policy.retryguard.io/payload/v1",
+  "policy": {
+    "namespace": "auth", "name": "sms-2fa-dispatch", "generation": 1,
+    "service": "telephony-api", "operation": "POST /v1/messages", "layer": "connector",
+    "maxAttempts": 3, "leafAttempts": 3,
+    "backoff": {"jitter": "Full", "base": "100ms", "cap": "3s", "multiplier": 2},
+    "deadline": "4s", "minRemaining": "500ms", "retryAfterMaxDelay": "3s",
+    "retryOnStatusCodes": [429, 503, 504], "retryOnErrors": ["ConnectionRefused", "ConnectionReset", "Timeout"],
+    "idempotencyHeader": "Idempotency-Key", "keyTemplate": "SMS-2FA-{user_id}-{login_session_id}",
+    "budgetRef": "telephony-provider", "criticality": "Critical"
+  },
+  "budget": {"name": "telephony-provider", "generation": 1, "retryPercent": 10, "window": "1m0s",
+             "maxTokens": 10, "minRetriesPerSecond": 5, "partitions": 1},
+  "enforcement": {"mode": "Enforced"}
+}`
+
+func policies() retry.Source {
+	p, err := policyconfig.Parse([]byte(smsPayload))
+	if err != nil {
+		panic(err)
+	}
+	return watch.NewStatic(p)
+}
+
+func ExampleExecutor_Do() {
+	ex := retry.New(policies(), retry.WithClock(clock.NewVirtual(clock.Real{}.Now())))
+	vars := retry.Vars{"user_id": "42", "login_session_id": "s-9"}
+	err := ex.Do(context.Background(), "sms-2fa-dispatch", vars, func(ctx context.Context, a retry.Attempt) error {
+		fmt.Printf("attempt %d with %s: %s\n", a.Number, a.Header, a.Key)
+		if a.Number == 1 {
+			return retry.Status(http.StatusServiceUnavailable, "")
+		}
+		return nil
+	})
+	fmt.Println("err:", err)
+
+	// A 400 is the caller's fault: one attempt, a typed error with its code.
+	err = ex.Do(context.Background(), "sms-2fa-dispatch", vars, func(context.Context, retry.Attempt) error {
+		return retry.Status(http.StatusBadRequest, "")
+	})
+	var re *retry.Error
+	if errors.As(err, &re) {
+		fmt.Println(re.Code, re.State, re.Attempts)
+	}
+	// Output:
+	// attempt 1 with Idempotency-Key: SMS-2FA-42-s-9
+	// attempt 2 with Idempotency-Key: SMS-2FA-42-s-9
+	// err: <nil>
+	// ERR_PERMANENT_FAILURE TERMINAL_EXHAUSTED 1
+}
+
+func ExampleRoundTripper() {
+	calls := 0
+	vendor := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls++
+		fmt.Printf("vendor saw attempt %d with key %s\n", calls, r.Header.Get("Idempotency-Key"))
+		if calls == 1 {
+			w.WriteHeader(http.StatusTooManyRequests) // no Retry-After: backoff decides
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer vendor.Close()
+
+	ex := retry.New(policies(), retry.WithClock(clock.NewVirtual(clock.Real{}.Now())))
+	client := &http.Client{Transport: &retry.RoundTripper{Executor: ex, Policy: "sms-2fa-dispatch"}}
+	ctx := retry.WithVars(context.Background(), retry.Vars{"user_id": "42", "login_session_id": "s-9"})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, vendor.URL+"/v1/messages", strings.NewReader(`{"to":"+15550100"}`))
+	res, err := client.Do(req)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer res.Body.Close()
+	fmt.Println(res.Status)
+	// Output:
+	// vendor saw attempt 1 with key SMS-2FA-42-s-9
+	// vendor saw attempt 2 with key SMS-2FA-42-s-9
+	// 201 Created
+}
