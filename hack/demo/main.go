@@ -142,7 +142,13 @@ func run(w io.Writer) error {
 	if err := s.kubectl("get", "rp"); err != nil {
 		return err
 	}
-	s.chapter("The end", fmt.Sprintf("%d unsafe objects refused; the %d policies stored are the safe ones.", len(unsafe)+1, len(stored)))
+	s.chapter("5. A pod enforces the published policy",
+		"The application imports runtime/: an informer watches its namespace's published ConfigMaps",
+		"and every call to the vendor goes through retry.RoundTripper.")
+	if err := s.pod(ctx, cluster, tmp); err != nil {
+		return err
+	}
+	s.chapter("The end", fmt.Sprintf("%d unsafe objects refused; the %d policies stored are the safe ones, and pods enforce them.", len(unsafe)+1, len(stored)))
 	return nil
 }
 

@@ -66,6 +66,22 @@ func TestDemoTellsTheStory(t *testing.T) {
 	if !regexp.MustCompile(`sms-2fa-dispatch\s+telephony-api\s+connector\s+3\s+3\s+telephony-provider\s+True`).MatchString(story) {
 		t.Errorf("the 2FA policy is not shown Ready:\n%s", story)
 	}
+	// The pod chapter: one key across attempts, a 4xx at once, a fail-fast
+	// Retry-After, the budget cutting a storm short, and the dead letters.
+	for _, want := range []string{
+		"→ 30 SMS sent in 30 attempts",
+		"Idempotency-Key SMS-2FA-42-s-9 → 503",
+		"Idempotency-Key SMS-2FA-42-s-9 → 201",
+		"Idempotency-Key SMS-2FA-43-s-9 → 400",
+		"→ 400 Bad Request",
+		"→ ERR_RETRY_AFTER_TOO_LONG",
+		"ERR_RETRY_BUDGET_EXHAUSTED",
+		"operations are in the dead-letter journal",
+	} {
+		if !strings.Contains(story, want) {
+			t.Errorf("the pod chapter no longer prints %q", want)
+		}
+	}
 	if !strings.Contains(story, "the 5 policies stored are the safe ones") {
 		t.Errorf("an unsafe policy was stored:\n%s", story)
 	}

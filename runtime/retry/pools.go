@@ -58,6 +58,15 @@ func (ps *Pools) Transport(p *policyconfig.Policy) (*http.Transport, error) {
 	return t, nil
 }
 
+// CloseIdleConnections closes every pool's idle connections.
+func (ps *Pools) CloseIdleConnections() {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for _, p := range ps.pools {
+		p.transport.CloseIdleConnections()
+	}
+}
+
 // Fallback returns the named fallback channel of a policy, refusing any
 // channel that is not https and verified with
 // ERR_UNTESTED_COMPENSATION_BLOCKED, even when a payload was tampered with.

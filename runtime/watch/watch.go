@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
@@ -122,3 +124,12 @@ func (m *Manual) SetRaw(name string, data []byte) error { return m.apply(name, d
 
 // Delete removes name, which then gets one attempt.
 func (m *Manual) Delete(name string) { m.set(name, nil) }
+
+// Collector exposes a watcher's rejected payloads as the Prometheus counter
+// retryguard_policy_payloads_rejected_total.
+func Collector(w interface{ Rejected() uint64 }) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "retryguard_policy_payloads_rejected_total",
+		Help: "Published payloads that did not parse; the last good policy was kept.",
+	}, func() float64 { return float64(w.Rejected()) })
+}

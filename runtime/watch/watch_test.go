@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
@@ -120,5 +122,16 @@ func TestStatic(t *testing.T) {
 		if _, ok := s.Policy(n); !ok {
 			t.Errorf("%s missing", n)
 		}
+	}
+}
+
+func TestCollectorCountsRejections(t *testing.T) {
+	m := NewManual()
+	_ = m.SetRaw("sms", []byte("{"))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(Collector(m))
+	families, err := reg.Gather()
+	if err != nil || len(families) != 1 || families[0].GetMetric()[0].GetCounter().GetValue() != 1 {
+		t.Fatalf("%v %v", families, err)
 	}
 }
