@@ -45,14 +45,8 @@ func BenchmarkScale(b *testing.B) {
 	cfg.QPS, cfg.Burst = -1, 0 // as main.go: server-side fairness, no client throttle
 	bctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	m, err := devenv.NewManager(env, cfg)
+	m, _, err := devenv.StartManaged(bctx, env, cfg, policygraph.DefaultLimits(), devenv.Features{Controllers: true})
 	if err != nil {
-		b.Fatal(err)
-	}
-	if err := devenv.SetupRetryguard(bctx, m, policygraph.DefaultLimits(), devenv.Features{Controllers: true}); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := devenv.StartManager(bctx, env, m); err != nil {
 		b.Fatal(err)
 	}
 	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})

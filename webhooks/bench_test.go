@@ -47,14 +47,8 @@ func startBenchCluster(b *testing.B, withWebhooks bool) *benchCluster {
 	}
 	cfg.QPS, cfg.Burst = 5000, 5000
 	ctx, cancel := context.WithCancel(context.Background())
-	mgr, err := devenv.NewManager(env, cfg)
+	mgr, _, err := devenv.StartManaged(ctx, env, cfg, policygraph.DefaultLimits(), devenv.Features{Webhooks: withWebhooks})
 	if err != nil {
-		b.Fatal(err)
-	}
-	if err := devenv.SetupRetryguard(ctx, mgr, policygraph.DefaultLimits(), devenv.Features{Webhooks: withWebhooks}); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := devenv.StartManager(ctx, env, mgr); err != nil {
 		b.Fatal(err)
 	}
 	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})

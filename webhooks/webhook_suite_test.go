@@ -52,10 +52,7 @@ var _ = BeforeSuite(func() {
 	cfg, err := testEnv.Start()
 	Expect(err).NotTo(HaveOccurred())
 
-	mgr, err = devenv.NewManager(testEnv, cfg)
-	Expect(err).NotTo(HaveOccurred())
-	Expect(devenv.SetupRetryguard(ctx, mgr, policygraph.DefaultLimits(), devenv.Features{Webhooks: true})).To(Succeed())
-	_, err = devenv.StartManager(ctx, testEnv, mgr)
+	mgr, _, err = devenv.StartManaged(ctx, testEnv, cfg, policygraph.DefaultLimits(), devenv.Features{Webhooks: true})
 	Expect(err).NotTo(HaveOccurred())
 
 	userCfg := rest.CopyConfig(cfg)

@@ -55,17 +55,10 @@ func (c *Cluster) start(ctx context.Context, limits policygraph.Limits) error {
 	if err := os.WriteFile(c.KubeconfigPath, c.Env.KubeConfig, 0o600); err != nil {
 		return err
 	}
-	mgr, err := NewManager(c.Env, c.Config)
-	if err != nil {
-		return err
-	}
-	c.Manager = mgr
 	mgrCtx, cancel := context.WithCancel(ctx)
 	c.stopManager = cancel
-	if err := SetupRetryguard(mgrCtx, mgr, limits, Everything); err != nil {
-		return err
-	}
-	c.managerDone, err = StartManager(mgrCtx, c.Env, mgr)
+	var err error
+	c.Manager, c.managerDone, err = StartManaged(mgrCtx, c.Env, c.Config, limits, Everything)
 	return err
 }
 
@@ -74,6 +67,8 @@ func (c *Cluster) Stop() error {
 	var errs []error
 	if c.stopManager != nil {
 		c.stopManager()
+	}
+	if c.managerDone != nil {
 		if err := <-c.managerDone; err != nil {
 			errs = append(errs, fmt.Errorf("manager: %w", err))
 		}

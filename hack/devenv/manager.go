@@ -81,6 +81,21 @@ func SetupRetryguard(ctx context.Context, mgr ctrl.Manager, limits policygraph.L
 	return nil
 }
 
+// StartManaged builds a manager for a started env, wires Retryguard into it
+// as f selects, and runs it until ctx ends, returning once it serves. The
+// channel yields the manager's exit.
+func StartManaged(ctx context.Context, env *envtest.Environment, cfg *rest.Config, limits policygraph.Limits, f Features) (ctrl.Manager, <-chan error, error) {
+	mgr, err := NewManager(env, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := SetupRetryguard(ctx, mgr, limits, f); err != nil {
+		return nil, nil, err
+	}
+	done, err := StartManager(ctx, env, mgr)
+	return mgr, done, err
+}
+
 // StartManager runs mgr until ctx ends, and returns once its cache has
 // synced and, when env serves webhooks, its webhook server answers TLS.
 // The returned channel yields Start's result.
