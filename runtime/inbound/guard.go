@@ -5,6 +5,7 @@
 package inbound
 
 import (
+	"container/list"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -36,15 +37,17 @@ type Guard struct {
 	MaxRepeats int
 	// RetryAfter is what a refused caller is told to wait.
 	RetryAfter time.Duration
-	// MaxKeys bounds memory; the oldest keys are forgotten first.
+	// MaxKeys bounds memory; the oldest windows are forgotten first.
 	MaxKeys int
 	Clock   clock.Clock
 
-	mu   sync.Mutex
-	seen map[string]*burst
+	mu    sync.Mutex
+	seen  map[string]*list.Element // of *burst, oldest window first in order
+	order list.List
 }
 
 type burst struct {
+	key   string
 	start time.Time
 	count int
 }
@@ -69,7 +72,7 @@ func (g *Guard) defaults() {
 		g.Clock = clock.Real{}
 	}
 	if g.seen == nil {
-		g.seen = map[string]*burst{}
+		g.seen = map[string]*list.Element{}
 	}
 }
 
@@ -79,34 +82,29 @@ func (g *Guard) Allow(key string) bool {
 	defer g.mu.Unlock()
 	g.defaults()
 	now := g.Clock.Now()
-	b, ok := g.seen[key]
-	if !ok || now.Sub(b.start) >= g.Window {
-		if !ok && len(g.seen) >= g.MaxKeys {
-			g.evict(now)
+	if e, ok := g.seen[key]; ok {
+		b := e.Value.(*burst)
+		if now.Sub(b.start) < g.Window {
+			b.count++
+			return b.count <= g.MaxRepeats
 		}
-		g.seen[key] = &burst{start: now, count: 1}
+		// A new window for this key: it becomes the newest.
+		b.start, b.count = now, 1
+		g.order.MoveToBack(e)
 		return true
 	}
-	b.count++
-	return b.count <= g.MaxRepeats
-}
-
-// evict drops expired keys, and the oldest one when none has expired.
-func (g *Guard) evict(now time.Time) {
-	var oldest string
-	var oldestAt time.Time
-	for k, b := range g.seen {
-		if now.Sub(b.start) >= g.Window {
-			delete(g.seen, k)
-			continue
+	// The list is ordered by window start, so expired keys and, when the
+	// table is full, the oldest key are at the front: O(1) per request.
+	for front := g.order.Front(); front != nil; front = g.order.Front() {
+		b := front.Value.(*burst)
+		if now.Sub(b.start) < g.Window && len(g.seen) < g.MaxKeys {
+			break
 		}
-		if oldest == "" || b.start.Before(oldestAt) {
-			oldest, oldestAt = k, b.start
-		}
+		delete(g.seen, b.key)
+		g.order.Remove(front)
 	}
-	if len(g.seen) >= g.MaxKeys {
-		delete(g.seen, oldest)
-	}
+	g.seen[key] = g.order.PushBack(&burst{key: key, start: now, count: 1})
+	return true
 }
 
 // Middleware refuses rapid repeats before they reach next. Requests without

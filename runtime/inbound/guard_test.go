@@ -48,12 +48,26 @@ func TestRapidRepeatsAreRefused(t *testing.T) {
 	}
 }
 
-func TestMemoryIsBounded(t *testing.T) {
-	g := &Guard{MaxKeys: 100, Clock: clock.NewFake(time.Now())}
+func TestMemoryIsBoundedAndTheOldestGoesFirst(t *testing.T) {
+	clk := clock.NewFake(time.Now())
+	g := &Guard{MaxKeys: 100, Clock: clk}
 	for i := range 10_000 {
 		g.Allow(fmt.Sprint(i))
+		clk.Advance(time.Millisecond)
 	}
-	if n := len(g.seen); n > 100 {
-		t.Fatalf("%d keys kept, bound is 100", n)
+	if n, l := len(g.seen), g.order.Len(); n > 100 || l != n {
+		t.Fatalf("%d keys and %d list entries kept, bound is 100", n, l)
+	}
+	if _, ok := g.seen["9999"]; !ok {
+		t.Fatal("the newest key was evicted")
+	}
+	if _, ok := g.seen["0"]; ok {
+		t.Fatal("the oldest key was kept")
+	}
+	// Expired windows go first, even below the bound.
+	clk.Advance(DefaultWindow)
+	g.Allow("fresh")
+	if n := len(g.seen); n != 1 {
+		t.Fatalf("%d keys after every window expired", n)
 	}
 }

@@ -135,3 +135,52 @@ func TestCollectorCountsRejections(t *testing.T) {
 		t.Fatalf("%v %v", families, err)
 	}
 }
+
+// A mounted ConfigMap is updated the way kubelet's atomic writer does it:
+// the files are symlinks into ..data, which is itself a symlink swapped by a
+// rename. The watcher must see the new content through the unchanged links.
+func TestFilesFollowsAnAtomicConfigMapSwap(t *testing.T) {
+	dir := t.TempDir()
+	version := func(name string, gen int64) {
+		if err := os.Mkdir(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name, "sms.json"), raw(payload("sms", gen)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	version("..2026_09_15_v1", 1)
+	must := func(err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.Symlink("..2026_09_15_v1", filepath.Join(dir, "..data")))
+	must(os.Symlink("..data/sms.json", filepath.Join(dir, "sms.json")))
+
+	f := NewFiles(dir)
+	f.Logger = slog.New(slog.DiscardHandler)
+	f.PollInterval = time.Hour
+	changed := make(chan string, 4)
+	f.OnChange(func(name string) { changed <- name })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	must(f.Start(ctx))
+	if p, ok := f.Policy("sms"); !ok || p.Policy.Generation != 1 {
+		t.Fatalf("initial load: %v %v", p, ok)
+	}
+	version("..2026_09_15_v2", 2)
+	must(os.Symlink("..2026_09_15_v2", filepath.Join(dir, "..data_tmp")))
+	must(os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")))
+	timeout := time.After(10 * time.Second)
+	for {
+		if p, _ := f.Policy("sms"); p.Policy.Generation == 2 {
+			return
+		}
+		select {
+		case <-changed: // the initial load, then the swap
+		case <-timeout:
+			t.Fatal("the swap went unnoticed for 10s")
+		}
+	}
+}
