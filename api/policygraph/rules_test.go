@@ -2,6 +2,7 @@ package policygraph_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -174,6 +175,28 @@ func TestValidateRetryPolicy(t *testing.T) {
 				t.Errorf("leaf attempts %d, want %d", v.Analysis.LeafAttempts(), tc.leaf)
 			}
 		})
+	}
+}
+
+// A chain longer than MaxDepth is refused rather than followed forever.
+func TestTooDeepAChainIsRefused(t *testing.T) {
+	var stored []v1.RetryPolicy
+	for i := range policygraph.MaxDepth + 5 {
+		var opts []fixtures.Option
+		if i > 0 {
+			opts = append(opts, parent(fmt.Sprintf("p%d", i-1)))
+		}
+		stored = append(stored, pol(fmt.Sprintf("p%d", i), "layer", 1, opts...))
+	}
+	leaf := pol("leaf", "leaf", 1, parent(fmt.Sprintf("p%d", policygraph.MaxDepth+4)))
+	v, err := policygraph.ValidateRetryPolicy(context.Background(), policygraph.NewStaticLookup(stored...), &leaf,
+		policygraph.DefaultLimits(), field.NewPath("spec"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := codesOf(v.Errors); !slices.Equal(got, []string{"spec.layer.parentRef.name ERR_LAYER_CYCLE"}) ||
+		!strings.Contains(v.Errors[0].Detail, "deeper than 32") {
+		t.Fatalf("%v", v.Errors)
 	}
 }
 
