@@ -90,8 +90,8 @@ build: manifests generate fmt vet ## Build the manager binary.
 	$(GO) build -o bin/manager .
 
 .PHONY: run
-run: manifests generate fmt vet ## Run the manager against the current kubeconfig.
-	$(GO) run . --leader-elect=false
+run: manifests generate fmt vet ## Run the controllers against the current kubeconfig (webhooks need certificates: see make dev-cluster).
+	$(GO) run . --leader-elect=false --enable-webhooks=false
 
 .PHONY: docker-build
 docker-build: ## Build the manager image (needs a Docker engine; there is none on the dev machines).
