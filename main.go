@@ -2,7 +2,9 @@
 package main
 
 import (
+	"context"
 	"flag"
+	"fmt"
 	"os"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -29,24 +31,43 @@ func init() {
 }
 
 func main() {
-	var metricsAddr, probeAddr, certDir string
+	if err := run(ctrl.SetupSignalHandler(), os.Args[1:]); err != nil {
+		ctrl.Log.WithName("setup").Error(err, "manager failed")
+		os.Exit(1)
+	}
+}
+
+// run parses args, builds the manager and runs it until ctx ends.
+func run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+	var metricsAddr, probeAddr, certDir, kubeconfig string
 	var leaderElect, enableWebhooks bool
 	var concurrency int
 	var limits policygraph.Limits
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the metrics endpoint binds to; 0 disables it.")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the health and readiness probes bind to.")
-	flag.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles at a time.")
-	flag.StringVar(&certDir, "webhook-cert-dir", "", "Directory with the webhook serving tls.crt and tls.key (default: controller-runtime's).")
-	flag.BoolVar(&enableWebhooks, "enable-webhooks", true, "Serve the validating admission webhooks.")
-	flag.IntVar(&concurrency, "max-concurrent-reconciles", 4, "RetryPolicy reconciles run at once.")
-	webhooks.BindFlags(flag.CommandLine, &limits)
+	fs.StringVar(&kubeconfig, "kubeconfig", "", "Path to a kubeconfig; in-cluster or $KUBECONFIG when empty.")
+	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the metrics endpoint binds to; 0 disables it.")
+	fs.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the health and readiness probes bind to.")
+	fs.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles at a time.")
+	fs.StringVar(&certDir, "webhook-cert-dir", "", "Directory with the webhook serving tls.crt and tls.key (default: controller-runtime's).")
+	fs.BoolVar(&enableWebhooks, "enable-webhooks", true, "Serve the validating admission webhooks.")
+	fs.IntVar(&concurrency, "max-concurrent-reconciles", 4, "RetryPolicy reconciles run at once.")
+	webhooks.BindFlags(fs, &limits)
 	zapOpts := zap.Options{}
-	zapOpts.BindFlags(flag.CommandLine)
-	flag.Parse()
+	zapOpts.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
 
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	if kubeconfig != "" {
+		_ = os.Setenv("KUBECONFIG", kubeconfig)
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("loading the kubeconfig: %w", err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress: probeAddr,
@@ -56,39 +77,27 @@ func main() {
 		Cache:                  controllers.CacheOptions(),
 	})
 	if err != nil {
-		log.Error(err, "unable to create manager")
-		os.Exit(1)
+		return fmt.Errorf("creating the manager: %w", err)
 	}
-	ctx := ctrl.SetupSignalHandler()
 	if err := policygraph.RegisterIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
-		log.Error(err, "unable to register field indexes")
-		os.Exit(1)
+		return fmt.Errorf("registering field indexes: %w", err)
 	}
 	if err := controllers.SetupWithManager(ctx, mgr, controllers.Options{Limits: limits, MaxConcurrentReconciles: concurrency}); err != nil {
-		log.Error(err, "unable to set up controllers")
-		os.Exit(1)
-	}
-	if enableWebhooks {
-		if err := webhooks.SetupWithManager(ctx, mgr, limits); err != nil {
-			log.Error(err, "unable to set up webhooks")
-			os.Exit(1)
-		}
-	}
-	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		log.Error(err, "unable to add health check")
-		os.Exit(1)
+		return fmt.Errorf("setting up the controllers: %w", err)
 	}
 	ready := healthz.Ping
 	if enableWebhooks {
+		if err := webhooks.SetupWithManager(ctx, mgr, limits); err != nil {
+			return fmt.Errorf("setting up the webhooks: %w", err)
+		}
 		ready = mgr.GetWebhookServer().StartedChecker()
 	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
 	if err := mgr.AddReadyzCheck("readyz", ready); err != nil {
-		log.Error(err, "unable to add readiness check")
-		os.Exit(1)
+		return err
 	}
 	log.Info("starting manager", "maxLeafAttempts", limits.MaxLeafAttempts, "maxRetryPercent", limits.MaxRetryPercent)
-	if err := mgr.Start(ctx); err != nil {
-		log.Error(err, "manager exited")
-		os.Exit(1)
-	}
+	return mgr.Start(ctx)
 }
