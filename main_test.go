@@ -77,7 +77,9 @@ func TestManagerRuns(t *testing.T) {
 	for _, path := range []string{"/healthz", "/readyz"} {
 		waitUntil(t, func() bool { return get(probes+path) != "" })
 	}
-	waitUntil(t, func() bool { return strings.Contains(get(metrics+"/metrics"), `retryguard_retrypolicies{ready="True",reason="Published"}`) })
+	waitUntil(t, func() bool {
+		return strings.Contains(get(metrics+"/metrics"), `retryguard_retrypolicies{ready="True",reason="Published"}`)
+	})
 
 	cancel()
 	select {
