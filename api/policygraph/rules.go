@@ -18,6 +18,8 @@ type Verdict struct {
 	Warnings []string
 	// Analysis is the policy's place in its call tree (RetryPolicy only).
 	Analysis Analysis
+	// Schedule is the policy's worst case (RetryPolicy only).
+	Schedule Schedule
 }
 
 // ValidateRetryPolicy applies every cross-object rule to p as it would be
@@ -56,8 +58,9 @@ func ValidateRetryPolicy(ctx context.Context, lk Lookup, p *v1.RetryPolicy, limi
 		return v, err
 	}
 	v.Errors = append(v.Errors, domainErrs...)
-	if s := WorstCase(&p.Spec); s.FeasibleAttempts < p.Spec.MaxAttempts {
-		v.Warnings = append(v.Warnings, s.Warning(p.Spec.MaxAttempts))
+	v.Schedule = WorstCase(&p.Spec)
+	if v.Schedule.FeasibleAttempts < p.Spec.MaxAttempts {
+		v.Warnings = append(v.Warnings, v.Schedule.Warning(p.Spec.MaxAttempts))
 	}
 	return v, nil
 }

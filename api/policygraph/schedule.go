@@ -31,6 +31,11 @@ type Schedule struct {
 // the policy's jitter can draw.
 func MaxBackoff(s *v1.RetryPolicySpec, retry int) time.Duration {
 	d := s.WithDefaults()
+	return maxBackoff(&d, retry)
+}
+
+// maxBackoff is MaxBackoff for a spec whose defaults are already applied.
+func maxBackoff(d *v1.RetryPolicySpec, retry int) time.Duration {
 	base, capd := d.Backoff.Base.Duration, d.Backoff.Cap.Duration
 	if d.Backoff.Jitter == v1.JitterDecorrelated {
 		return backoff.DecorrelatedMax(base, capd, retry)
@@ -48,7 +53,7 @@ func WorstCase(spec *v1.RetryPolicySpec) Schedule {
 	var elapsed time.Duration
 	for k := int32(1); k <= d.MaxAttempts; k++ {
 		if k > 1 {
-			wait := MaxBackoff(&d, int(k-1))
+			wait := maxBackoff(&d, int(k-1))
 			s.Backoffs = append(s.Backoffs, wait)
 			remaining := s.Deadline - elapsed
 			if remaining <= s.MinRemaining || remaining < wait+s.AttemptCost {
