@@ -33,6 +33,8 @@ const (
 	UntestedCompensationBlocked Code = "ERR_UNTESTED_COMPENSATION_BLOCKED"
 	// OutOfRange: a numeric or duration field outside its documented range.
 	OutOfRange Code = "ERR_OUT_OF_RANGE"
+	// InvalidDuration: a duration that does not parse.
+	InvalidDuration Code = "ERR_INVALID_DURATION"
 )
 
 // Cross-object codes: rules that need other objects, checked by the webhooks

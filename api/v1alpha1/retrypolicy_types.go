@@ -109,8 +109,8 @@ type RetryLayer struct {
 
 // Backoff is the delay between attempts.
 // +kubebuilder:validation:XValidation:rule="self.jitter != 'None'",message="ERR_JITTER_REQUIRED: backoff.jitter None makes every caller retry in lockstep; use Full, Equal or Decorrelated",fieldPath=".jitter"
-// +kubebuilder:validation:XValidation:rule="!has(self.base) || duration(self.base) > duration('0s')",message="ERR_JITTER_REQUIRED: backoff.base 0s is an immediate retry; use a positive base such as 100ms",fieldPath=".base"
-// +kubebuilder:validation:XValidation:rule="!has(self.base) || !has(self.cap) || duration(self.cap) >= duration(self.base)",message="ERR_BACKOFF_INVALID: backoff.cap must be at least backoff.base",fieldPath=".cap"
+// +kubebuilder:validation:XValidation:rule="!has(self.base) || !self.base.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.base) > duration('0s')",message="ERR_JITTER_REQUIRED: backoff.base 0s is an immediate retry; use a positive base such as 100ms",fieldPath=".base"
+// +kubebuilder:validation:XValidation:rule="!has(self.base) || !has(self.cap) || !self.base.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.cap.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.cap) >= duration(self.base)",message="ERR_BACKOFF_INVALID: backoff.cap must be at least backoff.base",fieldPath=".cap"
 type Backoff struct {
 	// jitter randomises each delay so that callers do not retry in lockstep.
 	// Full draws uniform(0, min(cap, base·multiplier^n)). None is rejected.
@@ -122,7 +122,7 @@ type Backoff struct {
 	// +kubebuilder:default="100ms"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="ERR_INVALID_DURATION: must be a duration such as 100ms, 4s or 1m (digits, then ns, us, ms, s, m or h)"
 	Base *metav1.Duration `json:"base,omitempty"`
 
 	// cap is the largest backoff window. It must be at least base.
@@ -130,7 +130,7 @@ type Backoff struct {
 	// +kubebuilder:default="3s"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="ERR_INVALID_DURATION: must be a duration such as 100ms, 4s or 1m (digits, then ns, us, ms, s, m or h)"
 	Cap *metav1.Duration `json:"cap,omitempty"`
 
 	// multiplier grows the window per attempt: base·multiplier^n, from 1 to 10.
@@ -148,7 +148,7 @@ type RetryAfter struct {
 	// +kubebuilder:default="3s"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="ERR_INVALID_DURATION: must be a duration such as 100ms, 4s or 1m (digits, then ns, us, ms, s, m or h)"
 	MaxDelay *metav1.Duration `json:"maxDelay,omitempty"`
 }
 
@@ -258,10 +258,10 @@ type Events struct {
 // RetryPolicySpec is how one layer of one caller retries one dependency.
 // +kubebuilder:validation:XValidation:rule="self.maxAttempts <= 1 || has(self.budgetRef)",message="ERR_BUDGET_REQUIRED: a policy with maxAttempts above 1 must name a RetryBudget in budgetRef; retries without a budget caused INC-2901",fieldPath=".budgetRef"
 // +kubebuilder:validation:XValidation:rule="!(has(self.retryOn) && has(self.retryOn.errors) && self.retryOn.errors.exists(e, e == 'ConnectionReset' || e == 'Timeout')) || (has(self.idempotency) && has(self.idempotency.keyTemplate)) || (has(self.target.operation) && self.target.operation.matches('^(GET|HEAD|PUT|DELETE|OPTIONS|TRACE)( |$)'))",message="ERR_AMBIGUOUS_WITHOUT_IDEMPOTENCY: retryOn.errors has ConnectionReset or Timeout, which may follow an applied request; set idempotency.keyTemplate or use an idempotent method (GET, HEAD, PUT, DELETE, OPTIONS, TRACE)",fieldPath=".retryOn.errors"
-// +kubebuilder:validation:XValidation:rule="duration(self.deadline) > duration('0s')",message="ERR_DEADLINE_INFEASIBLE: deadline must be positive",fieldPath=".deadline"
-// +kubebuilder:validation:XValidation:rule="self.maxAttempts <= 1 || !has(self.minRemaining) || duration(self.deadline) > duration(self.minRemaining)",message="ERR_DEADLINE_INFEASIBLE: deadline must exceed minRemaining, or no retry could ever start",fieldPath=".deadline"
-// +kubebuilder:validation:XValidation:rule="self.maxAttempts <= 1 || !has(self.retryAfter) || !has(self.retryAfter.maxDelay) || duration(self.retryAfter.maxDelay) < duration(self.deadline)",message="ERR_DEADLINE_INFEASIBLE: retryAfter.maxDelay (default 3s) must be below deadline, or an honoured Retry-After would outlive the operation",fieldPath=".retryAfter.maxDelay"
-// +kubebuilder:validation:XValidation:rule="!has(self.perAttemptTimeout) || duration(self.perAttemptTimeout) <= duration(self.deadline)",message="ERR_DEADLINE_INFEASIBLE: perAttemptTimeout must not exceed deadline",fieldPath=".perAttemptTimeout"
+// +kubebuilder:validation:XValidation:rule="!self.deadline.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.deadline) > duration('0s')",message="ERR_DEADLINE_INFEASIBLE: deadline must be positive",fieldPath=".deadline"
+// +kubebuilder:validation:XValidation:rule="self.maxAttempts <= 1 || !has(self.minRemaining) || !self.deadline.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.minRemaining.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.deadline) > duration(self.minRemaining)",message="ERR_DEADLINE_INFEASIBLE: deadline must exceed minRemaining, or no retry could ever start",fieldPath=".deadline"
+// +kubebuilder:validation:XValidation:rule="self.maxAttempts <= 1 || !has(self.retryAfter) || !has(self.retryAfter.maxDelay) || !self.deadline.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.retryAfter.maxDelay.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.retryAfter.maxDelay) < duration(self.deadline)",message="ERR_DEADLINE_INFEASIBLE: retryAfter.maxDelay (default 3s) must be below deadline, or an honoured Retry-After would outlive the operation",fieldPath=".retryAfter.maxDelay"
+// +kubebuilder:validation:XValidation:rule="!has(self.perAttemptTimeout) || !self.deadline.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.perAttemptTimeout.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.perAttemptTimeout) <= duration(self.deadline)",message="ERR_DEADLINE_INFEASIBLE: perAttemptTimeout must not exceed deadline",fieldPath=".perAttemptTimeout"
 type RetryPolicySpec struct {
 	// target is the dependency this policy governs.
 	// +required
@@ -286,7 +286,7 @@ type RetryPolicySpec struct {
 	// +required
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="ERR_INVALID_DURATION: must be a duration such as 100ms, 4s or 1m (digits, then ns, us, ms, s, m or h)"
 	Deadline metav1.Duration `json:"deadline"`
 
 	// minRemaining is the reserve: no retry starts when the remaining deadline
@@ -295,7 +295,7 @@ type RetryPolicySpec struct {
 	// +kubebuilder:default="500ms"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="ERR_INVALID_DURATION: must be a duration such as 100ms, 4s or 1m (digits, then ns, us, ms, s, m or h)"
 	MinRemaining *metav1.Duration `json:"minRemaining,omitempty"`
 
 	// perAttemptTimeout bounds each attempt; it is also the expected cost of
@@ -303,7 +303,7 @@ type RetryPolicySpec struct {
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="ERR_INVALID_DURATION: must be a duration such as 100ms, 4s or 1m (digits, then ns, us, ms, s, m or h)"
 	PerAttemptTimeout *metav1.Duration `json:"perAttemptTimeout,omitempty"`
 
 	// retryAfter governs the server's Retry-After header.
