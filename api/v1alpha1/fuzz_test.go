@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/retryguard/retryguard/api/httprules"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/hack/devenv"
 )
@@ -45,13 +46,13 @@ func FuzzValidateRetryPolicySpec(f *testing.F) {
 			t.Fatal("accepted a non-positive deadline")
 		}
 		for _, c := range s.RetryOn.StatusCodes {
-			if !v1.IsRetryableStatus(c) {
+			if !httprules.IsRetryableStatus(c) {
 				t.Fatalf("accepted retry on %d", c)
 			}
 		}
 		if s.Fallback != nil {
 			for _, ch := range s.Fallback.Channels {
-				if !v1.IsSecureEndpoint(ch.Endpoint) || ch.Verified == nil || !*ch.Verified {
+				if !httprules.IsSecureEndpoint(ch.Endpoint) || ch.Verified == nil || !*ch.Verified {
 					t.Fatalf("accepted fallback %+v", ch)
 				}
 			}

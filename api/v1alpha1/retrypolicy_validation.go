@@ -1,18 +1,17 @@
 package v1alpha1
 
 import (
-	"net/url"
 	"regexp"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/retryguard/retryguard/api/codes"
+	"github.com/retryguard/retryguard/api/httprules"
 )
 
 // These expressions are the ones the CRD's CEL rules use, so that the Go and
 // CEL verdicts agree; the parity test holds them together.
 var (
-	idempotentMethod      = regexp.MustCompile(`^(GET|HEAD|PUT|DELETE|OPTIONS|TRACE)( |$)`)
 	wellFormedTemplate    = regexp.MustCompile(`^([^{}]|[{][A-Za-z_][A-Za-z0-9_]*[}])*$`)
 	templatePlaceholder   = regexp.MustCompile(`[{][A-Za-z_][A-Za-z0-9_]*[}]`)
 	perAttemptPlaceholder = regexp.MustCompile(`(?i)[{](attempt|random|uuid|now|timestamp)[}]`)
@@ -23,18 +22,6 @@ var (
 	supportedErrors = []string{string(ConnectionRefused), string(ConnectionReset), string(Timeout), string(DNSFailure)}
 	supportedCrit   = []string{string(CriticalityCritical), string(CriticalityStandard)}
 )
-
-// IsIdempotentOperation reports whether an operation such as "PUT /v1/x"
-// starts with a method that RFC 9110 defines as idempotent.
-func IsIdempotentOperation(operation string) bool {
-	return idempotentMethod.MatchString(operation)
-}
-
-// IsRetryableStatus reports whether an HTTP status may appear in
-// retryOn.statusCodes: 429, or a 5xx other than 501 and 505.
-func IsRetryableStatus(code int32) bool {
-	return code == 429 || (code >= 500 && code <= 599 && code != 501 && code != 505)
-}
 
 // ValidateRetryPolicySpec checks every rule that needs nothing but the spec.
 // The CRD carries the same rules as CEL; the webhooks run this function too so
@@ -98,7 +85,7 @@ func validateBackoff(b *Backoff, fldPath *field.Path) field.ErrorList {
 func validateRetryOn(r *RetryOn, fldPath *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	for _, c := range r.StatusCodes {
-		if !IsRetryableStatus(c) {
+		if !httprules.IsRetryableStatus(c) {
 			errs = append(errs, field.Invalid(fldPath.Child("statusCodes"), r.StatusCodes, codes.NonRetryableStatus.Message(
 				"retryOn.statusCodes may hold only 429 and 5xx other than 501 and 505; other statuses never succeed on retry")))
 			break
@@ -136,7 +123,7 @@ func validateIdempotency(s *RetryPolicySpec, fldPath *field.Path) field.ErrorLis
 	for _, e := range s.RetryOn.Errors {
 		ambiguous = ambiguous || e.IsAmbiguous()
 	}
-	idempotent := s.Target.Operation != nil && IsIdempotentOperation(*s.Target.Operation)
+	idempotent := s.Target.Operation != nil && httprules.IsIdempotentOperation(*s.Target.Operation)
 	if ambiguous && tmpl == nil && !idempotent {
 		errs = append(errs, field.Invalid(fldPath.Child("retryOn", "errors"), s.RetryOn.Errors, codes.AmbiguousWithoutIdempotency.Message(
 			"retryOn.errors has ConnectionReset or Timeout, which may follow an applied request; set idempotency.keyTemplate or use an idempotent method (GET, HEAD, PUT, DELETE, OPTIONS, TRACE)")))
@@ -168,7 +155,7 @@ func validateDeadlines(s *RetryPolicySpec, fldPath *field.Path) field.ErrorList 
 
 func validateFallbackChannel(c *FallbackChannel, fldPath *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	if !IsSecureEndpoint(c.Endpoint) {
+	if !httprules.IsSecureEndpoint(c.Endpoint) {
 		errs = append(errs, field.Invalid(fldPath.Child("endpoint"), c.Endpoint, codes.UntestedCompensationBlocked.Message(
 			"fallback endpoint must be an https:// URL; secrets must not leave on an unencrypted channel")))
 	}
@@ -177,14 +164,4 @@ func validateFallbackChannel(c *FallbackChannel, fldPath *field.Path) field.Erro
 			"fallback channel must be verified: true before operations may be routed to it")))
 	}
 	return errs
-}
-
-// IsSecureEndpoint reports whether endpoint is an absolute https URL with a
-// host, judged exactly as the CRD's CEL isURL/url() functions judge it.
-func IsSecureEndpoint(endpoint string) bool {
-	if _, err := url.ParseRequestURI(endpoint); err != nil {
-		return false
-	}
-	u, err := url.Parse(endpoint)
-	return err == nil && u.Scheme == "https" && u.Host != ""
 }

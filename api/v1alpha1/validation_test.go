@@ -73,21 +73,3 @@ func TestValidateRetryPolicySpecRejectsUnknownEnums(t *testing.T) {
 		}
 	}
 }
-
-func TestIsSecureEndpoint(t *testing.T) {
-	for endpoint, want := range map[string]bool{
-		"https://push.internal/v1":    true,
-		"HTTPS://push.internal":       true,
-		"https://push.internal:8443/": true,
-		"http://push.internal":        false,
-		"https://":                    false,
-		"https:///path":               false,
-		"push.internal/v1":            false,
-		"":                            false,
-		"ftp://push.internal":         false,
-	} {
-		if got := v1.IsSecureEndpoint(endpoint); got != want {
-			t.Errorf("IsSecureEndpoint(%q) = %v, want %v", endpoint, got, want)
-		}
-	}
-}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+
+	"github.com/retryguard/retryguard/api/httprules"
 )
 
 // ErrInvalidPayload is matched by every ParseError.
@@ -82,7 +84,7 @@ func (p *Payload) Validate() error {
 		return bad("policy.criticality", "%q is not one of %v", pol.Criticality, criticalities)
 	}
 	for _, c := range pol.RetryOnStatus {
-		if c != 429 && (c < 500 || c > 599 || c == 501 || c == 505) {
+		if !httprules.IsRetryableStatus(c) {
 			return bad("policy.retryOnStatusCodes", "%d must never be retried", c)
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"syscall"
@@ -166,9 +165,4 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	return t.Sub(now), true
-}
-
-func isHTTPS(endpoint string) bool {
-	u, err := url.ParseRequestURI(endpoint)
-	return err == nil && u.Scheme == "https" && u.Host != ""
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/retryguard/retryguard/api/codes"
+	"github.com/retryguard/retryguard/api/httprules"
 	"github.com/retryguard/retryguard/runtime/backoff"
 	"github.com/retryguard/retryguard/runtime/budget"
 	"github.com/retryguard/retryguard/runtime/clock"
@@ -137,7 +138,7 @@ func (e *Executor) compile(name string, p *policyconfig.Payload, ok bool) *compi
 	c.maxAttempts = int(pol.MaxAttempts)
 	c.strategy = backoff.Strategy{Jitter: backoff.Jitter(pol.Backoff.Jitter), Base: pol.Backoff.Base.D(),
 		Cap: pol.Backoff.Cap.D(), Multiplier: pol.Backoff.Multiplier, Rand: e.rand}
-	c.replaySafe = c.key != nil || isIdempotentOperation(pol.Operation)
+	c.replaySafe = c.key != nil || httprules.IsIdempotentOperation(pol.Operation)
 	if b := p.Budget; b != nil {
 		c.budget = e.budgets.Get(b.Key(pol.Namespace), budget.Config{RetryPercent: b.RetryPercent, Window: b.Window.D(),
 			MaxTokens: b.MaxTokens, MinRetriesPerSecond: b.MinRetriesPerSecond, Partitions: b.Partitions})
@@ -146,20 +147,6 @@ func (e *Executor) compile(name string, p *policyconfig.Payload, ok bool) *compi
 		}
 	}
 	return c
-}
-
-func isIdempotentOperation(op string) bool {
-	method, _, _ := cutSpace(op)
-	return slices.Contains([]string{"GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"}, method)
-}
-
-func cutSpace(s string) (string, string, bool) {
-	for i := range len(s) {
-		if s[i] == ' ' {
-			return s[:i], s[i+1:], true
-		}
-	}
-	return s, "", false
 }
 
 func (c *compiled) retryOnStatus(code int) bool {

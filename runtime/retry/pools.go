@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/retryguard/retryguard/api/codes"
+	"github.com/retryguard/retryguard/api/httprules"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
@@ -82,7 +83,7 @@ func (e *Executor) Fallback(policy, channel string) (policyconfig.FallbackChanne
 		if c.Name != channel {
 			continue
 		}
-		if !c.Verified || !isHTTPS(c.Endpoint) {
+		if !c.Verified || !httprules.IsSecureEndpoint(c.Endpoint) {
 			return policyconfig.FallbackChannel{}, blocked(fmt.Sprintf("channel %s (%s) is not a verified https endpoint", c.Name, c.Endpoint))
 		}
 		return c, nil
