@@ -104,8 +104,7 @@ func (r *RetryPolicyReconciler) publish(ctx context.Context, p *v1.RetryPolicy, 
 	if err != nil {
 		return fmt.Errorf("encoding the payload: %w", err)
 	}
-	sum := sha256.Sum256(data)
-	hash := hex.EncodeToString(sum[:])
+	hash := contentHash(string(data))
 	want := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        policyconfig.ConfigMapName(p.Name),
@@ -131,10 +130,9 @@ func (r *RetryPolicyReconciler) publish(ctx context.Context, p *v1.RetryPolicy, 
 	if err != nil {
 		return err
 	}
-	// Hash what is there, not what the annotation claims, so that a
+	// Hash what is there, not only what the annotation claims, so that a
 	// hand-edited payload is repaired.
-	haveSum := sha256.Sum256([]byte(have.Data[policyconfig.DataKey]))
-	if hex.EncodeToString(haveSum[:]) == hash && have.Annotations[policyconfig.ContentHashAnnotation] == hash &&
+	if matchesHash(&have) && have.Annotations[policyconfig.ContentHashAnnotation] == hash &&
 		isSubset(want.Labels, have.Labels) && equality.Semantic.DeepEqual(have.OwnerReferences, want.OwnerReferences) {
 		return nil // nothing changed: no write
 	}
@@ -160,6 +158,18 @@ func (r *RetryPolicyReconciler) patchStatus(ctx context.Context, before, p *v1.R
 		return nil
 	}
 	return client.IgnoreNotFound(r.Status().Patch(ctx, p, client.MergeFrom(before)))
+}
+
+// contentHash is the hex SHA-256 of a payload, as the annotation holds it.
+func contentHash(data string) string {
+	sum := sha256.Sum256([]byte(data))
+	return hex.EncodeToString(sum[:])
+}
+
+// matchesHash reports whether a ConfigMap's payload is what its hash
+// annotation says: false after a hand edit.
+func matchesHash(cm *corev1.ConfigMap) bool {
+	return cm.Annotations[policyconfig.ContentHashAnnotation] == contentHash(cm.Data[policyconfig.DataKey])
 }
 
 // labelValue keeps a policy name usable as a label value (63 characters).

@@ -2,8 +2,6 @@ package controllers
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -104,12 +102,7 @@ func (r *RetryPolicyReconciler) relatives(ctx context.Context, o client.Object) 
 		addAll(lookup.PoolUsers(ctx, p.Spec.ConnectionPool.Name))
 	}
 	if p.Spec.BudgetRef != nil {
-		for _, c := range []v1.Criticality{v1.CriticalityCritical, v1.CriticalityStandard} {
-			if p.Spec.Criticality == nil && c == v1.DefaultCriticality || p.Spec.Criticality != nil && *p.Spec.Criticality == c {
-				continue // only the other criticality can clash
-			}
-			addAll(lookup.BudgetUsers(ctx, p.Spec.BudgetRef.Name, c))
-		}
+		addAll(lookup.BudgetUsers(ctx, p.Spec.BudgetRef.Name, policygraph.ClashingCriticality(p)))
 	}
 	return out
 }
@@ -145,9 +138,4 @@ var tamperedOrDeleted = predicate.Funcs{
 	},
 	DeleteFunc:  func(event.DeleteEvent) bool { return true },
 	GenericFunc: func(event.GenericEvent) bool { return true },
-}
-
-func matchesHash(cm *corev1.ConfigMap) bool {
-	sum := sha256.Sum256([]byte(cm.Data[policyconfig.DataKey]))
-	return cm.Annotations[policyconfig.ContentHashAnnotation] == hex.EncodeToString(sum[:])
 }

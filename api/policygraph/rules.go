@@ -85,11 +85,7 @@ func validateFailureDomains(ctx context.Context, lk Lookup, p *v1.RetryPolicy, f
 		}
 	}
 	if b := p.Spec.BudgetRef; b != nil {
-		other := v1.CriticalityCritical
-		if crit == v1.CriticalityCritical {
-			other = v1.CriticalityStandard
-		}
-		users, err := lk.BudgetUsers(ctx, b.Name, other)
+		users, err := lk.BudgetUsers(ctx, b.Name, ClashingCriticality(p))
 		if err != nil {
 			return nil, err
 		}
@@ -123,6 +119,15 @@ func criticality(p *v1.RetryPolicy) v1.Criticality {
 		return v1.DefaultCriticality
 	}
 	return *p.Spec.Criticality
+}
+
+// ClashingCriticality is the criticality whose callers may not share a
+// budget with p: the other one.
+func ClashingCriticality(p *v1.RetryPolicy) v1.Criticality {
+	if criticality(p) == v1.CriticalityCritical {
+		return v1.CriticalityStandard
+	}
+	return v1.CriticalityCritical
 }
 
 // ValidateRetryBudget applies the platform's cap to a budget.
