@@ -12,6 +12,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -132,19 +133,15 @@ func StartManager(ctx context.Context, env *envtest.Environment, mgr ctrl.Manage
 // the resourceVersion the API server has, so that the next admission (which
 // reads that cache) sees everything applied before it.
 func Settle(ctx context.Context, mgr ctrl.Manager) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	for {
-		err := settled(ctx, mgr)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("the manager's cache did not catch up: %w", err)
-		case <-time.After(20 * time.Millisecond):
-		}
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		last = settled(ctx, mgr)
+		return last == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the manager's cache did not catch up: %w", errors.Join(last, err))
 	}
+	return nil
 }
 
 func settled(ctx context.Context, mgr ctrl.Manager) error {
@@ -179,19 +176,16 @@ func versions(list client.ObjectList) map[string]string {
 // Converged waits until the controllers have reconciled every RetryPolicy
 // and RetryBudget at its current generation.
 func Converged(ctx context.Context, mgr ctrl.Manager) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for {
-		done, err := converged(ctx, mgr.GetAPIReader())
-		if err == nil && done {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("the controllers did not converge: %w", errors.Join(err, ctx.Err()))
-		case <-time.After(50 * time.Millisecond):
-		}
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		var done bool
+		done, last = converged(ctx, mgr.GetAPIReader())
+		return last == nil && done, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the controllers did not converge: %w", errors.Join(last, err))
 	}
+	return nil
 }
 
 func converged(ctx context.Context, r client.Reader) (bool, error) {
