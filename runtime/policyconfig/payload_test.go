@@ -7,37 +7,13 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/retryguard/retryguard/runtime/policyconfig"
+	"github.com/retryguard/retryguard/runtime/policyconfig/fixtures"
 )
 
-func sample() *policyconfig.Payload {
-	return &policyconfig.Payload{
-		SchemaVersion: policyconfig.SchemaVersion,
-		Policy: policyconfig.Policy{
-			Namespace: "auth", Name: "sms-2fa-dispatch", Generation: 3,
-			Service: "telephony-api", Operation: "POST /v1/messages", Layer: "connector",
-			MaxAttempts: 3, LeafAttempts: 3,
-			Backoff: policyconfig.Backoff{Jitter: "Full", Base: policyconfig.Duration(100 * time.Millisecond),
-				Cap: policyconfig.Duration(3 * time.Second), Multiplier: 2},
-			Deadline: policyconfig.Duration(4 * time.Second), MinRemaining: policyconfig.Duration(500 * time.Millisecond),
-			RetryAfterMax: policyconfig.Duration(3 * time.Second),
-			RetryOnStatus: []int32{429, 503, 504}, RetryOnErrors: []string{"ConnectionRefused", "Timeout"},
-			IdempotencyHeader: "Idempotency-Key", KeyTemplate: "SMS-2FA-{user_id}-{login_session_id}",
-			Budget: "telephony-provider", ConnectionPool: &policyconfig.ConnectionPool{Name: "pool-sms-auth", MaxConnections: 50},
-			Criticality: "Critical",
-			Fallback:    []policyconfig.FallbackChannel{{Name: "push", Endpoint: "https://push.internal/v1", Verified: true}},
-			EventsTopic: "auth.sms.lifecycle.v1",
-		},
-		Budget: &policyconfig.Budget{Name: "telephony-provider", Generation: 7, RetryPercent: 10,
-			Window: policyconfig.Duration(time.Minute), MaxTokens: 10, Partitions: 1},
-		Enforcement: policyconfig.Enforcement{Mode: policyconfig.Enforced},
-	}
-}
-
 func TestRoundTrip(t *testing.T) {
-	want := sample()
+	want := fixtures.SMS()
 	raw, err := policyconfig.Marshal(want)
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +54,7 @@ func TestParseRejects(t *testing.T) {
 		"zero partitions":        {func(m map[string]any) { m["budget"].(map[string]any)["partitions"] = 0 }, "budget.partitions"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			raw, _ := policyconfig.Marshal(sample())
+			raw, _ := policyconfig.Marshal(fixtures.SMS())
 			var m map[string]any
 			if err := json.Unmarshal(raw, &m); err != nil {
 				t.Fatal(err)
@@ -100,7 +76,7 @@ func TestParseRejects(t *testing.T) {
 func pol(m map[string]any) map[string]any { return m["policy"].(map[string]any) }
 
 func TestNoRetryNeedsNoBudget(t *testing.T) {
-	p := sample()
+	p := fixtures.SMS()
 	p.Budget = nil
 	p.Enforcement = policyconfig.Enforcement{Mode: policyconfig.NoRetry, Reason: "BudgetNotFound", Message: "RetryBudget telephony-provider not found"}
 	if _, err := policyconfig.Marshal(p); err != nil {
@@ -125,7 +101,7 @@ func TestImportsNoKubernetesClients(t *testing.T) {
 // FuzzParse: Parse never panics, and whatever it accepts encodes and parses
 // back to the same payload.
 func FuzzParse(f *testing.F) {
-	raw, _ := policyconfig.Marshal(sample())
+	raw, _ := policyconfig.Marshal(fixtures.SMS())
 	f.Add(raw)
 	f.Add([]byte(`{"schemaVersion":"policy.retryguard.io/payload/v1"}`))
 	f.Add([]byte(`{"schemaVersion":"policy.retryguard.io/payload/v1","policy":{"maxAttempts":-1},"enforcement":{"mode":"NoRetry"}}`))

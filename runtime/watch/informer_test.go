@@ -12,6 +12,7 @@ import (
 
 	"github.com/retryguard/retryguard/hack/devenv"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
+	"github.com/retryguard/retryguard/runtime/policyconfig/fixtures"
 	"github.com/retryguard/retryguard/runtime/watch"
 )
 
@@ -44,23 +45,10 @@ func configMap(name string, data []byte) *corev1.ConfigMap {
 	}
 }
 
-func testPayload(generation int64) *policyconfig.Payload {
-	d := func(s string) policyconfig.Duration { v, _ := time.ParseDuration(s); return policyconfig.Duration(v) }
-	return &policyconfig.Payload{
-		SchemaVersion: policyconfig.SchemaVersion,
-		Policy: policyconfig.Policy{Namespace: "auth", Name: "sms", Generation: generation, Service: "telephony-api",
-			Layer: "connector", MaxAttempts: 1, LeafAttempts: 1,
-			Backoff:  policyconfig.Backoff{Jitter: "Full", Base: d("100ms"), Cap: d("3s"), Multiplier: 2},
-			Deadline: d("4s"), MinRemaining: d("500ms"), RetryAfterMax: d("3s"),
-			IdempotencyHeader: "Idempotency-Key", Criticality: "Standard"},
-		Enforcement: policyconfig.Enforcement{Mode: policyconfig.Enforced},
-	}
-}
-
 // applyAndWait updates the ConfigMap and returns how long until the watcher
 // serves generation gen.
 func applyAndWait(tb testing.TB, cs kubernetes.Interface, w watch.Watcher, changed <-chan string, cm *corev1.ConfigMap, gen int64) time.Duration {
-	raw, _ := policyconfig.Marshal(testPayload(gen))
+	raw, _ := policyconfig.Marshal(fixtures.Named("sms", gen))
 	cm.Data[policyconfig.DataKey] = string(raw)
 	start := time.Now()
 	updated, err := cs.CoreV1().ConfigMaps("auth").Update(context.Background(), cm, metav1.UpdateOptions{})
@@ -87,7 +75,7 @@ func TestInformerHotReload(t *testing.T) {
 	cs := startAPIServer(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	raw, _ := policyconfig.Marshal(testPayload(1))
+	raw, _ := policyconfig.Marshal(fixtures.Named("sms", 1))
 	cm, err := cs.CoreV1().ConfigMaps("auth").Create(ctx, configMap("sms", raw), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -148,7 +136,7 @@ func BenchmarkInformerApplyToEnforced(b *testing.B) {
 	cs := startAPIServer(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	raw, _ := policyconfig.Marshal(testPayload(1))
+	raw, _ := policyconfig.Marshal(fixtures.Named("sms", 1))
 	cm, err := cs.CoreV1().ConfigMaps("auth").Create(ctx, configMap("sms", raw), metav1.CreateOptions{})
 	if err != nil {
 		b.Fatal(err)

@@ -11,20 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/retryguard/retryguard/runtime/policyconfig"
+	"github.com/retryguard/retryguard/runtime/policyconfig/fixtures"
 )
-
-func payload(name string, generation int64) *policyconfig.Payload {
-	dur := func(s string) policyconfig.Duration { d, _ := time.ParseDuration(s); return policyconfig.Duration(d) }
-	return &policyconfig.Payload{
-		SchemaVersion: policyconfig.SchemaVersion,
-		Policy: policyconfig.Policy{Namespace: "auth", Name: name, Generation: generation, Service: "telephony-api",
-			Layer: "connector", MaxAttempts: 1, LeafAttempts: 1,
-			Backoff:  policyconfig.Backoff{Jitter: "Full", Base: dur("100ms"), Cap: dur("3s"), Multiplier: 2},
-			Deadline: dur("4s"), MinRemaining: dur("500ms"), RetryAfterMax: dur("3s"),
-			IdempotencyHeader: "Idempotency-Key", Criticality: "Standard"},
-		Enforcement: policyconfig.Enforcement{Mode: policyconfig.Enforced},
-	}
-}
 
 func raw(p *policyconfig.Payload) []byte {
 	b, err := policyconfig.Marshal(p)
@@ -39,7 +27,7 @@ func TestManualKeepsTheLastGoodPolicy(t *testing.T) {
 	if _, ok := m.Policy("sms"); ok {
 		t.Fatal("an unknown policy")
 	}
-	if err := m.SetRaw("sms", raw(payload("sms", 1))); err != nil {
+	if err := m.SetRaw("sms", raw(fixtures.Named("sms", 1))); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.SetRaw("sms", []byte(`{"schemaVersion":"policy.retryguard.io/payload/v9"}`)); err == nil {
@@ -62,7 +50,7 @@ func TestFilesRescan(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write("sms.json", raw(payload("sms", 1)))
+	write("sms.json", raw(fixtures.Named("sms", 1)))
 	write("README", []byte("not a policy"))
 	f := NewFiles(dir)
 	f.Logger = slog.New(slog.DiscardHandler)
@@ -77,7 +65,7 @@ func TestFilesRescan(t *testing.T) {
 	if p, _ := f.Policy("sms"); p.Policy.Generation != 1 || f.Rejected() != 1 {
 		t.Fatal("a corrupt file must keep the last good policy")
 	}
-	write("sms.json", raw(payload("sms", 2)))
+	write("sms.json", raw(fixtures.Named("sms", 2)))
 	_ = os.Remove(filepath.Join(dir, "README"))
 	_ = f.rescan()
 	if p, _ := f.Policy("sms"); p.Policy.Generation != 2 {
@@ -103,7 +91,7 @@ func TestFilesNotices(t *testing.T) {
 	if err := f.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "sms.json"), raw(payload("sms", 3)), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "sms.json"), raw(fixtures.Named("sms", 3)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -117,7 +105,7 @@ func TestFilesNotices(t *testing.T) {
 }
 
 func TestStatic(t *testing.T) {
-	s := NewStatic(payload("a", 1), payload("b", 1))
+	s := NewStatic(fixtures.Named("a", 1), fixtures.Named("b", 1))
 	for _, n := range []string{"a", "b"} {
 		if _, ok := s.Policy(n); !ok {
 			t.Errorf("%s missing", n)
@@ -145,7 +133,7 @@ func TestFilesFollowsAnAtomicConfigMapSwap(t *testing.T) {
 		if err := os.Mkdir(filepath.Join(dir, name), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(dir, name, "sms.json"), raw(payload("sms", gen)), 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, name, "sms.json"), raw(fixtures.Named("sms", gen)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}

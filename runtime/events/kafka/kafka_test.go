@@ -12,29 +12,26 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/retryguard/retryguard/runtime/policyconfig"
+	"github.com/retryguard/retryguard/runtime/policyconfig/fixtures"
 	"github.com/retryguard/retryguard/runtime/retry"
 	"github.com/retryguard/retryguard/runtime/watch"
 )
 
 const topic, dlq = "auth.sms.lifecycle.v1", "retryguard.deadletters"
 
-func policy() *policyconfig.Payload {
-	d := func(s string) policyconfig.Duration { v, _ := time.ParseDuration(s); return policyconfig.Duration(v) }
-	return &policyconfig.Payload{
-		SchemaVersion: policyconfig.SchemaVersion,
-		Policy: policyconfig.Policy{Namespace: "auth", Name: "sms-2fa-dispatch", Generation: 1, Service: "telephony-api",
-			Operation: "POST /v1/messages", Layer: "connector", MaxAttempts: 3, LeafAttempts: 3,
-			Backoff:  policyconfig.Backoff{Jitter: "Full", Base: d("1ms"), Cap: d("5ms"), Multiplier: 2},
-			Deadline: d("4s"), MinRemaining: d("10ms"), RetryAfterMax: d("3s"), RetryOnStatus: []int32{503},
-			IdempotencyHeader: "Idempotency-Key", KeyTemplate: "SMS-{user_id}", Budget: "b", Criticality: "Critical",
-			EventsTopic: topic},
-		Budget:      &policyconfig.Budget{Name: "b", Generation: 1, RetryPercent: 100, Window: d("60s"), MaxTokens: 100, Partitions: 1},
-		Enforcement: policyconfig.Enforcement{Mode: policyconfig.Enforced},
-	}
-}
-
 // The sink delivers every transition of every operation, in order, to the
 // policy's topic on an in-process Kafka (kfake); dead letters go to theirs.
+// policy is the sample with fast backoffs and a generous budget, so that
+// operations retry as scripted.
+func policy() *policyconfig.Payload {
+	p := fixtures.SMS()
+	p.Policy.Backoff.Base, p.Policy.Backoff.Cap = fixtures.D("1ms"), fixtures.D("5ms")
+	p.Policy.MinRemaining, p.Policy.RetryOnStatus, p.Policy.KeyTemplate = fixtures.D("10ms"), []int32{503}, "SMS-{user_id}"
+	p.Policy.EventsTopic = topic
+	p.Budget.RetryPercent, p.Budget.MaxTokens = 100, 100
+	return p
+}
+
 func TestEventsArriveInOrder(t *testing.T) {
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topic, dlq))
 	if err != nil {
