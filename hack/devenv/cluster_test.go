@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -21,11 +20,6 @@ import (
 	"github.com/retryguard/retryguard/hack/devenv"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
-
-// collectionDeadline is how soon a deleted policy's ConfigMap must be gone
-// in the local cluster: docs/configmap-format.md promises that deleting the
-// policy garbage-collects it.
-const collectionDeadline = 5 * time.Second
 
 func sample(t *testing.T, obj client.Object, file string) {
 	t.Helper()
@@ -38,22 +32,11 @@ func sample(t *testing.T, obj client.Object, file string) {
 	}
 }
 
-// gone waits up to within for obj to be NotFound, and says how long it took.
-func gone(ctx context.Context, c client.Reader, obj client.Object, within time.Duration) (time.Duration, error) {
-	start := time.Now()
-	err := wait.PollUntilContextTimeout(ctx, 25*time.Millisecond, within, true, func(ctx context.Context) (bool, error) {
-		err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj)
-		if apierrors.IsNotFound(err) {
-			return true, nil
-		}
-		return false, err
-	})
-	return time.Since(start), err
-}
-
 // The local cluster (`make dev-cluster`, `make demo`) runs the garbage
 // collector and the namespace controller, so deleting behaves as it does in
-// a real cluster: a deleted policy's published ConfigMap goes, and a deleted
+// a real cluster: a deleted policy's published ConfigMap goes within
+// devenv.CollectionDeadline (docs/configmap-format.md promises that it is
+// garbage-collected), and a deleted
 // namespace terminates, its contents removed, and disappears.
 func TestClusterCollectsGarbage(t *testing.T) {
 	ctrl.SetLogger(logr.Discard())
@@ -96,7 +79,7 @@ func TestClusterCollectsGarbage(t *testing.T) {
 		if err := c.Delete(ctx, policy); err != nil {
 			t.Fatal(err)
 		}
-		took, err := gone(ctx, c, cm, collectionDeadline)
+		took, err := devenv.Gone(ctx, c, cm, devenv.CollectionDeadline)
 		if err != nil {
 			t.Fatalf("the ConfigMap of the deleted policy %s is still there after %s: %v", policy.Name, took.Round(time.Millisecond), err)
 		}
@@ -118,7 +101,7 @@ func TestClusterCollectsGarbage(t *testing.T) {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(ns), ns); err == nil && ns.Status.Phase != corev1.NamespaceTerminating {
 			t.Errorf("the deleted namespace is %s, want Terminating", ns.Status.Phase)
 		}
-		took, err := gone(ctx, c, ns, 30*time.Second)
+		took, err := devenv.Gone(ctx, c, ns, 30*time.Second)
 		if err != nil {
 			t.Fatalf("the deleted namespace %s is still there after %s (phase %s, finalizers %v): %v",
 				ns.Name, took.Round(time.Millisecond), ns.Status.Phase, ns.Spec.Finalizers, err)

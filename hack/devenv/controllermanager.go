@@ -32,6 +32,9 @@ const (
 	// kubeconfig (--use-service-account-credentials stays false), so the
 	// token controller and the API server's signing key are not involved.
 	ControllerManagerControllers = "garbage-collector-controller,namespace-controller"
+	// CollectionDeadline is how soon a deleted policy's ConfigMap is gone
+	// from the local cluster; the suite and `make demo` hold it to this.
+	CollectionDeadline = 5 * time.Second
 	// DefaultControllerManagerReadyTimeout bounds the wait for the garbage
 	// collector to collect its first object.
 	DefaultControllerManagerReadyTimeout = 90 * time.Second
@@ -132,22 +135,38 @@ func (m *ControllerManager) waitCollecting(ctx context.Context, cfg *rest.Config
 	if err := c.Delete(ctx, owner); err != nil {
 		return err
 	}
-	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+	exited := func() error {
 		select {
 		case <-m.done:
-			return false, fmt.Errorf("exited: %v", m.err)
+			return fmt.Errorf("exited: %v", m.err)
 		default:
+			return nil
 		}
-		err := c.Get(ctx, client.ObjectKeyFromObject(dependent), dependent)
+	}
+	_, err = Gone(ctx, c, dependent, timeout, exited)
+	if err != nil {
+		return fmt.Errorf("the garbage collector did not collect a probe object within %s: %w", timeout, err)
+	}
+	return nil
+}
+
+// Gone waits up to within for obj to be NotFound and returns how long that
+// took. Each check also asks each of stop whether to give up.
+func Gone(ctx context.Context, r client.Reader, obj client.Object, within time.Duration, stop ...func() error) (time.Duration, error) {
+	start := time.Now()
+	err := wait.PollUntilContextTimeout(ctx, 25*time.Millisecond, within, true, func(ctx context.Context) (bool, error) {
+		for _, s := range stop {
+			if err := s(); err != nil {
+				return false, err
+			}
+		}
+		err := r.Get(ctx, client.ObjectKeyFromObject(obj), obj)
 		if apierrors.IsNotFound(err) {
 			return true, nil
 		}
 		return false, err
 	})
-	if err != nil {
-		return fmt.Errorf("the garbage collector did not collect a probe object within %s: %w", timeout, err)
-	}
-	return nil
+	return time.Since(start), err
 }
 
 // logTail is the end of the process's log, for errors.
