@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -21,7 +22,7 @@ import (
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
-func sample(t *testing.T, obj client.Object, file string) {
+func sample(t testing.TB, obj client.Object, file string) {
 	t.Helper()
 	raw, err := os.ReadFile(devenv.Path("config", "samples", file))
 	if err != nil {
@@ -111,4 +112,66 @@ func TestClusterCollectsGarbage(t *testing.T) {
 			t.Errorf("the deleted namespace's ConfigMap: %v, want NotFound", err)
 		}
 	})
+}
+
+// BenchmarkConfigMapCollection measures, in the local cluster, the time from
+// deleting a published RetryPolicy to its ConfigMap being gone: the garbage
+// collector's latency that CollectionDeadline bounds. Publishing each policy
+// is outside the timer.
+//
+//	go test -run '^$' -bench BenchmarkConfigMapCollection -benchtime 20x ./hack/devenv/
+func BenchmarkConfigMapCollection(b *testing.B) {
+	ctrl.SetLogger(logr.Discard())
+	ctx := context.Background()
+	cluster, err := devenv.Up(ctx, filepath.Join(b.TempDir(), "kubeconfig"), policygraph.DefaultLimits())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		if err := cluster.Stop(); err != nil {
+			b.Error(err)
+		}
+	}()
+	c, err := client.New(cluster.Config, client.Options{Scheme: devenv.Scheme()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	budget, template := &v1.RetryBudget{}, &v1.RetryPolicy{}
+	sample(b, budget, "policy_v1alpha1_retrybudget.yaml")
+	sample(b, template, "policy_v1alpha1_retrypolicy.yaml")
+	budget.Namespace = metav1.NamespaceDefault
+	if err := c.Create(ctx, budget); err != nil {
+		b.Fatal(err)
+	}
+	if err := devenv.Settle(ctx, cluster.Manager); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		b.StopTimer()
+		policy := template.DeepCopy()
+		policy.Namespace = metav1.NamespaceDefault
+		if err := c.Create(ctx, policy); err != nil {
+			b.Fatal(err)
+		}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: policy.Namespace, Name: policyconfig.ConfigMapName(policy.Name)}}
+		if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			return c.Get(ctx, client.ObjectKeyFromObject(cm), cm) == nil, nil
+		}); err != nil {
+			b.Fatalf("the policy was not published: %v", err)
+		}
+		b.StartTimer()
+		if err := c.Delete(ctx, policy); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := devenv.Gone(ctx, c, cm, devenv.CollectionDeadline); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		// The policy itself must be gone before it is created again.
+		if _, err := devenv.Gone(ctx, c, policy, devenv.CollectionDeadline); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
 }
