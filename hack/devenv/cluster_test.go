@@ -33,6 +33,27 @@ func sample(t testing.TB, obj client.Object, file string) {
 	}
 }
 
+// up starts the local cluster as `make dev-cluster` does, stopped when tb
+// ends, and a client of it.
+func up(ctx context.Context, tb testing.TB) (*devenv.Cluster, client.Client) {
+	tb.Helper()
+	ctrl.SetLogger(logr.Discard())
+	cluster, err := devenv.Up(ctx, filepath.Join(tb.TempDir(), "kubeconfig"), policygraph.DefaultLimits())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := cluster.Stop(); err != nil {
+			tb.Error(err)
+		}
+	})
+	c, err := client.New(cluster.Config, client.Options{Scheme: devenv.Scheme()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return cluster, c
+}
+
 // The local cluster (`make dev-cluster`, `make demo`) runs the garbage
 // collector and the namespace controller, so deleting behaves as it does in
 // a real cluster: a deleted policy's published ConfigMap goes within
@@ -40,22 +61,9 @@ func sample(t testing.TB, obj client.Object, file string) {
 // garbage-collected), and a deleted
 // namespace terminates, its contents removed, and disappears.
 func TestClusterCollectsGarbage(t *testing.T) {
-	ctrl.SetLogger(logr.Discard())
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cluster, err := devenv.Up(ctx, filepath.Join(t.TempDir(), "kubeconfig"), policygraph.DefaultLimits())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := cluster.Stop(); err != nil {
-			t.Error(err)
-		}
-	}()
-	c, err := client.New(cluster.Config, client.Options{Scheme: devenv.Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cluster, c := up(ctx, t)
 
 	t.Run("a deleted policy's ConfigMap", func(t *testing.T) {
 		budget, policy := &v1.RetryBudget{}, &v1.RetryPolicy{}
@@ -121,21 +129,8 @@ func TestClusterCollectsGarbage(t *testing.T) {
 //
 //	go test -run '^$' -bench BenchmarkConfigMapCollection -benchtime 20x ./hack/devenv/
 func BenchmarkConfigMapCollection(b *testing.B) {
-	ctrl.SetLogger(logr.Discard())
 	ctx := context.Background()
-	cluster, err := devenv.Up(ctx, filepath.Join(b.TempDir(), "kubeconfig"), policygraph.DefaultLimits())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() {
-		if err := cluster.Stop(); err != nil {
-			b.Error(err)
-		}
-	}()
-	c, err := client.New(cluster.Config, client.Options{Scheme: devenv.Scheme()})
-	if err != nil {
-		b.Fatal(err)
-	}
+	cluster, c := up(ctx, b)
 	budget, template := &v1.RetryBudget{}, &v1.RetryPolicy{}
 	sample(b, budget, "policy_v1alpha1_retrybudget.yaml")
 	sample(b, template, "policy_v1alpha1_retrypolicy.yaml")
