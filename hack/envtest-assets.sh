@@ -83,7 +83,7 @@ build() {
 	log "built $name in $((SECONDS - t0))s"
 }
 
-log "building into $dir: $(echo $todo)"
+log "building into $dir: ${todo//$'\n'/ }"
 for b in $todo; do
 	case $b in
 	etcd) build etcd go.etcd.io/etcd/server/v3 ;;
