@@ -51,7 +51,7 @@ func run(w io.Writer) error {
 		"INC-2901: an SMS gateway at 1,200 req/s retried 429s immediately and without a budget.",
 		"Traffic reached 9,600 req/s (8x) and the vendor banned its IPs for 35 minutes.",
 		"Retryguard makes that configuration impossible to apply. Starting a local control plane",
-		"with Retryguard's manager and its admission webhooks...")
+		"with Retryguard's manager, its admission webhooks and kube-controller-manager...")
 	cluster, err := devenv.Up(ctx, s.kubeconfig, policygraph.DefaultLimits())
 	if err != nil {
 		return err
@@ -60,7 +60,7 @@ func run(w io.Writer) error {
 	s.converged = func() error { return devenv.Converged(ctx, cluster.Manager) }
 	s.reader = cluster.Manager.GetAPIReader()
 	defer func() {
-		s.chapter("Tearing down", "Stopping the manager, kube-apiserver and etcd.")
+		s.chapter("Tearing down", "Stopping the manager, kube-controller-manager, kube-apiserver and etcd.")
 		if err := cluster.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "stopping the control plane:", err)
 		}
@@ -148,7 +148,13 @@ func run(w io.Writer) error {
 	if err := s.pod(ctx, cluster, tmp); err != nil {
 		return err
 	}
-	s.chapter("The end", fmt.Sprintf("%d unsafe objects refused; the %d policies stored are the safe ones, and pods enforce them.", len(unsafe)+1, len(stored)))
+	s.chapter("6. Deleting cleans up",
+		"The local control plane runs kube-controller-manager's garbage collector and namespace",
+		"controller, as a real cluster does.")
+	if err := s.cleanup(ctx); err != nil {
+		return err
+	}
+	s.chapter("The end", fmt.Sprintf("%d unsafe objects refused; the %d policies stored were the safe ones, pods enforced them, and deleting cleaned up after them.", len(unsafe)+1, len(stored)))
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
 // `make demo` is one of the two commands the README promises; this runs the
@@ -82,7 +83,26 @@ func TestDemoTellsTheStory(t *testing.T) {
 			t.Errorf("the pod chapter no longer prints %q", want)
 		}
 	}
-	if !strings.Contains(story, "the 5 policies stored are the safe ones") {
+	// Deleting cleans up: the garbage collector takes a deleted policy's
+	// ConfigMap, and a deleted namespace terminates, then disappears.
+	for _, want := range []string{
+		`retrypolicy.policy.retryguard.io "marketing-campaign-notify" deleted`,
+		"$ kubectl get cm -l policy.retryguard.io/policy=marketing-campaign-notify\n   No resources found in default namespace.",
+		"retrypolicy.policy.retryguard.io/marketing-campaign-notify created",
+		`namespace "team-sunset" deleted`,
+		`Error from server (NotFound): namespaces "team-sunset" not found`,
+	} {
+		if !strings.Contains(story, want) {
+			t.Errorf("the cleanup chapter no longer prints %q", want)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^\s+` + regexp.QuoteMeta(policyconfig.ConfigMapName("marketing-campaign-notify")) + `\s+1\s`).MatchString(story) {
+		t.Errorf("the cleanup chapter does not show the policy published in team-sunset")
+	}
+	if !regexp.MustCompile(`team-sunset\s+Terminating`).MatchString(story) {
+		t.Errorf("the deleted namespace was not shown Terminating")
+	}
+	if !strings.Contains(story, "the 5 policies stored were the safe ones") {
 		t.Errorf("an unsafe policy was stored:\n%s", story)
 	}
 }

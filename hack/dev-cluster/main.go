@@ -1,7 +1,10 @@
 // Command dev-cluster runs the local control plane in the foreground for
 // hands-on work: `make dev-cluster`, then
 // `kubectl --kubeconfig bin/dev/kubeconfig apply -f ...` from another shell.
-// The manager runs in-process with its webhooks served for real; pass
+// The manager runs in-process with its webhooks served for real, and
+// kube-controller-manager's garbage collector and namespace controller run
+// beside it, so deleting a policy removes its ConfigMap and deleting a
+// namespace empties and removes it, as in a real cluster; pass
 // --max-leaf-attempts or --max-retry-percent to try other platform limits.
 // Interrupt it to stop and clean up.
 package main
@@ -45,7 +48,9 @@ func run() error {
 	signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
 
 	fmt.Printf("API server: %s (the manager and its webhooks run in this process)\n", cluster.Config.Host)
+	fmt.Printf("Controllers: kube-controller-manager's %s (log: %s)\n", devenv.ControllerManagerControllers, cluster.ControllerManager.LogPath)
 	fmt.Printf("Try:        kubectl --kubeconfig %s apply -k config/samples\n", "bin/dev/kubeconfig")
+	fmt.Printf("Then:       kubectl --kubeconfig %s delete rp sms-2fa-dispatch   # its ConfigMap goes within %s\n", "bin/dev/kubeconfig", devenv.CollectionDeadline)
 	fmt.Println("retryguard dev cluster ready")
 
 	<-stop

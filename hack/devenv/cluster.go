@@ -15,13 +15,15 @@ import (
 )
 
 // Cluster is a running local control plane with Retryguard's manager
-// (webhooks served for real) and an admin kubeconfig on disk, for
+// (webhooks served for real), kube-controller-manager's garbage collector
+// and namespace controller, and an admin kubeconfig on disk, for
 // `make demo` and `make dev-cluster`.
 type Cluster struct {
-	Env            *envtest.Environment
-	Config         *rest.Config
-	Manager        ctrl.Manager
-	KubeconfigPath string
+	Env               *envtest.Environment
+	Config            *rest.Config
+	Manager           ctrl.Manager
+	ControllerManager *ControllerManager
+	KubeconfigPath    string
 
 	stopManager context.CancelFunc
 	managerDone <-chan error
@@ -29,8 +31,9 @@ type Cluster struct {
 
 // Up starts kube-apiserver and etcd with the CRDs and the validating webhook
 // configuration installed (serving certificate generated, CA bundle
-// injected), runs the manager in-process, and writes an admin kubeconfig to
-// kubeconfigPath so that plain `kubectl --kubeconfig ...` works.
+// injected), then kube-controller-manager (see StartControllerManager), runs
+// the manager in-process, and writes an admin kubeconfig to kubeconfigPath
+// so that plain `kubectl --kubeconfig ...` works.
 func Up(ctx context.Context, kubeconfigPath string, limits policygraph.Limits) (*Cluster, error) {
 	env, err := NewEnvironment()
 	if err != nil {
@@ -55,16 +58,25 @@ func (c *Cluster) start(ctx context.Context, limits policygraph.Limits) error {
 	if err := os.WriteFile(c.KubeconfigPath, c.Env.KubeConfig, 0o600); err != nil {
 		return err
 	}
+	var err error
+	if c.ControllerManager, err = StartControllerManager(ctx, c.Env, c.Config); err != nil {
+		return err
+	}
 	mgrCtx, cancel := context.WithCancel(ctx)
 	c.stopManager = cancel
-	var err error
 	c.Manager, c.managerDone, err = StartManaged(mgrCtx, c.Env, c.Config, limits, Everything)
 	return err
 }
 
-// Stop stops the manager, tears the control plane down and removes the kubeconfig.
+// Stop stops kube-controller-manager and the manager, tears the control
+// plane down and removes the kubeconfig.
 func (c *Cluster) Stop() error {
 	var errs []error
+	if c.ControllerManager != nil {
+		if err := c.ControllerManager.Stop(); err != nil {
+			errs = append(errs, fmt.Errorf("kube-controller-manager: %w", err))
+		}
+	}
 	if c.stopManager != nil {
 		c.stopManager()
 	}
