@@ -32,7 +32,7 @@ type memoryLetters struct {
 	letters []DeadLetter
 }
 
-func (m *memoryLetters) Write(l DeadLetter) error {
+func (m *memoryLetters) Write(_ context.Context, l DeadLetter) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.letters = append(m.letters, l)
