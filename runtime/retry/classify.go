@@ -155,8 +155,9 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// maxRetryAfter bounds a parsed delay so that it cannot overflow; any
-// delay this long is far beyond every retryAfter.maxDelay.
+// maxRetryAfter bounds a parsed delay (delta-seconds or a date decades
+// away) so that it cannot overflow; any delay this long is far beyond every
+// retryAfter.maxDelay.
 const maxRetryAfter = 1 << 31 * time.Second
 
 // parseRetryAfter reads RFC 9110's Retry-After: delta-seconds (digits only)
@@ -175,5 +176,5 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	if err != nil {
 		return 0, false
 	}
-	return max(t.Sub(now), 0), true
+	return min(max(t.Sub(now), 0), maxRetryAfter), true
 }

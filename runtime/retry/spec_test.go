@@ -443,3 +443,116 @@ func TestRenderedKeysAreCappedAndTemplatesNeverMeanZeroAttempts(t *testing.T) {
 }
 
 func ok(context.Context, retry.Attempt) error { return nil }
+
+// MC-PO-01: only a primary success deposits 0.1 token. A success that
+// needed a retry pays its token and deposits nothing.
+func TestOnlyAPrimarySuccessDeposits(t *testing.T) {
+	p := fixtures.SMS()
+	ex := retry.New(source{p.Policy.Name: p}, retry.WithClock(clock.NewVirtual(time.Now())))
+	b, found := ex.Budget(p.Policy.Name)
+	if !found || b.Tokens() != 10 {
+		t.Fatalf("the policy's budget: %v, %v tokens", found, b.Tokens())
+	}
+	run(t, ex, nil, p, 0, func(n int) error {
+		if n == 1 {
+			return retry.Status(503, "")
+		}
+		return nil
+	})
+	if b.Tokens() != 9 {
+		t.Fatalf("after a success on the second attempt: %v tokens, want 9", b.Tokens())
+	}
+	run(t, ex, nil, p, 0, func(int) error { return nil })
+	if b.Tokens() != 9.1 {
+		t.Fatalf("after a primary success: %v tokens, want 9.1", b.Tokens())
+	}
+}
+
+// A payload cannot rewrite another policy's budget: a second policy naming
+// the same budget with other figures under the same generation changes
+// nothing for the first; a newer generation's figures apply to both.
+func TestAPayloadCannotRewriteAnotherPolicysBudget(t *testing.T) {
+	first, second := fixtures.Named("sms-2fa-dispatch", 1), fixtures.Named("sms-resend", 1)
+	second.Budget.MaxTokens, second.Budget.RetryPercent = 1, 100
+	src := source{first.Policy.Name: first, second.Policy.Name: second}
+	ex := retry.New(src, retry.WithClock(clock.NewVirtual(time.Now())))
+	b, _ := ex.Budget(first.Policy.Name)
+	other, _ := ex.Budget(second.Policy.Name)
+	if other != b || b.Tokens() != 10 {
+		t.Fatalf("same budget %v; the first policy's tokens %v, want 10", other == b, b.Tokens())
+	}
+	for range 10 { // the first policy's figures: ten retries from a full bucket
+		if re, calls := run(t, ex, nil, first, 0, func(n int) error {
+			if n == 1 {
+				return retry.Status(503, "")
+			}
+			return nil
+		}); calls != 2 {
+			t.Fatalf("the first policy's retries: %v", re)
+		}
+	}
+	newer := fixtures.Named("sms-resend", 2)
+	newer.Budget.Generation, newer.Budget.MaxTokens = 2, 3
+	src[newer.Policy.Name] = newer
+	if nb, _ := ex.Budget(newer.Policy.Name); nb != b {
+		t.Fatal("a newer generation keeps the one budget")
+	}
+	run(t, ex, nil, first, 0, func(int) error { return nil })
+	run(t, ex, nil, first, 0, func(int) error { return nil })
+	if b.Tokens() != 0.2 {
+		t.Fatalf("after two primary successes at the newest generation's 10%%: %v tokens", b.Tokens())
+	}
+}
+
+// WithClock reaches the budget registry the executor creates: the start
+// credit leaves the window on the injected clock, and with it the cold
+// allowance.
+func TestWithClockReachesTheBudget(t *testing.T) {
+	p := fixtures.SMS()
+	clk := clock.NewVirtual(time.Now())
+	ex := retry.New(source{p.Policy.Name: p}, retry.WithClock(clk))
+	if _, found := ex.Budget(p.Policy.Name); !found {
+		t.Fatal("no budget")
+	}
+	clk.Advance(p.Budget.Window.D())
+	re, calls := run(t, ex, nil, p, 0, func(int) error { return retry.Status(503, "") })
+	if calls != 1 || re == nil || re.State != retry.BudgetExhausted {
+		t.Fatalf("a window later on the injected clock, with one primary: %d attempts, %v", calls, re)
+	}
+}
+
+type ctxLetters struct {
+	deadline time.Time
+	bounded  bool
+	err      error
+}
+
+func (c *ctxLetters) Write(ctx context.Context, _ retry.DeadLetter) error {
+	c.deadline, c.bounded = ctx.Deadline()
+	c.err = ctx.Err()
+	return nil
+}
+
+// The dead-letter sink gets a context that ends with the operation's
+// deadline, and that a caller's cancel does not end: a cancelled operation
+// still owes its record.
+func TestTheDeadLetterContextEndsWithTheOperation(t *testing.T) {
+	p := fixtures.SMS()
+	clk := clock.NewFake(time.Now())
+	sink := &ctxLetters{}
+	ex := retry.New(source{p.Policy.Name: p}, retry.WithClock(clk), retry.WithDeadLetters(sink))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	before := time.Now()
+	go func() {
+		done <- ex.Do(ctx, p.Policy.Name, vars, func(context.Context, retry.Attempt) error { return retry.Status(503, "") })
+	}()
+	for clk.Sleepers() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	<-done
+	if !sink.bounded || sink.err != nil || sink.deadline.After(before.Add(p.Policy.Deadline.D()+time.Second)) {
+		t.Fatalf("the sink's context: deadline %v (bounded %v), err %v", sink.deadline.Sub(before), sink.bounded, sink.err)
+	}
+}
