@@ -53,8 +53,12 @@ type Executor struct {
 	deadLetters DeadLetterSink
 	metrics     *Metrics
 
-	compiled sync.Map // policy name → *compiled
-	opSeq    atomic.Uint64
+	// compiled maps policy names to compiled policies. It is copied on
+	// write (rare: a new name or payload) so that the hot path reads a
+	// plain map, cheaper than sync.Map's interface-keyed lookup.
+	compiled  atomic.Pointer[map[string]*compiled]
+	compileMu sync.Mutex
+	opSeq     atomic.Uint64
 }
 
 // Option configures an Executor.
@@ -124,14 +128,22 @@ func (e *Executor) failClosed(name string) *compiled {
 
 func (e *Executor) policy(name string) *compiled {
 	p, ok := e.source.Policy(name)
-	if v, hit := e.compiled.Load(name); hit {
-		c := v.(*compiled)
-		if (ok && c.payload == p) || (!ok && c.payload == nil) {
+	if m := e.compiled.Load(); m != nil {
+		if c, hit := (*m)[name]; hit && ((ok && c.payload == p) || (!ok && c.payload == nil)) {
 			return c
 		}
 	}
 	c := e.compile(name, p, ok)
-	e.compiled.Store(name, c)
+	e.compileMu.Lock()
+	defer e.compileMu.Unlock()
+	next := make(map[string]*compiled, 1)
+	if m := e.compiled.Load(); m != nil {
+		for k, v := range *m {
+			next[k] = v
+		}
+	}
+	next[name] = c
+	e.compiled.Store(&next)
 	return c
 }
 
