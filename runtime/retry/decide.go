@@ -105,10 +105,10 @@ func CanStart(left, attemptCost, minRemaining time.Duration) bool {
 //  3. an unparseable Retry-After ends TERMINAL_EXHAUSTED (MC-FM-01);
 //  4. unrecognized evidence ends: UNKNOWN_OUTCOME after a dispatched
 //     transport failure, TERMINAL_EXHAUSTED otherwise;
-//  5. a request that may have been dispatched is retried only with replay
-//     safety (seed 003: retry_allowed(429, safe=False) is false): without
-//     it an ambiguous failure ends UNKNOWN_OUTCOME, any other
-//     TERMINAL_EXHAUSTED;
+//  5. a retry of any kind needs replay safety (seed 003:
+//     retry_allowed(429, safe=False) is false), even after proof that the
+//     request never left: without it an ambiguous failure ends
+//     UNKNOWN_OUTCOME, any other TERMINAL_EXHAUSTED;
 //  6. the failure is now eligible, and a retry also needs attempts left, a
 //     Retry-After within RetryAfterMax, a deadline that can hold the wait
 //     and the next attempt (CanStart), and last, the budget.
@@ -133,10 +133,10 @@ func Decide(in DecisionInput) Decision {
 		return stop(UnknownOutcome, codes.UnknownOutcome, ev.Transport+" (not listed for retry) after the request may have been applied", deniedAmbiguous)
 	case ev.Class == Unrecognized:
 		return stop(TerminalExhausted, codes.PermanentFailure, "evidence the policy does not list for retry"+describe(ev), deniedPermanent)
-	case ev.Dispatched && !in.ReplaySafe && ev.Class == Ambiguous:
+	case !in.ReplaySafe && ev.Class == Ambiguous:
 		return stop(UnknownOutcome, codes.UnknownOutcome,
 			ev.Transport+" after the request may have been applied, with no idempotency key and no idempotent method", deniedAmbiguous)
-	case ev.Dispatched && !in.ReplaySafe:
+	case !in.ReplaySafe:
 		return stop(TerminalExhausted, codes.AmbiguousWithoutIdempotency,
 			"a retry needs an idempotency key or an idempotent method, and the operation has neither"+describe(ev), deniedNotReplaySafe)
 	}

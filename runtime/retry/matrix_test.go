@@ -36,7 +36,7 @@ func readTimeout() error { return &net.OpError{Op: "read", Net: "tcp", Err: time
 // attempt, is routed exactly: the final state, the code, the attempts made,
 // the classification of the first, and whether it was eligible for retry.
 func TestFailureModeMatrix(t *testing.T) {
-	// A POST with no key: replay safety only from proof of non-dispatch.
+	// A POST with no key: no replay safety, so no retry of any kind.
 	noKey := func(p *policyconfig.Payload) { p.Policy.KeyTemplate = "" }
 	for name, tc := range map[string]struct {
 		err      error
@@ -51,7 +51,7 @@ func TestFailureModeMatrix(t *testing.T) {
 		"504":                        {Status(504, ""), nil, TerminalExhausted, codes.RetryLimitExceeded, 3, Transient},
 		"503, POST without a key":    {Status(503, ""), noKey, TerminalExhausted, codes.AmbiguousWithoutIdempotency, 1, Transient},
 		"reset before send":          {NotDispatched(readReset()), nil, TerminalExhausted, codes.RetryLimitExceeded, 3, Transient},
-		"reset before send, no key":  {NotDispatched(readReset()), noKey, TerminalExhausted, codes.RetryLimitExceeded, 3, Transient},
+		"reset before send, no key":  {NotDispatched(readReset()), noKey, TerminalExhausted, codes.AmbiguousWithoutIdempotency, 1, Transient},
 		"reset after send, keyed":    {readReset(), nil, UnknownOutcome, codes.RetryLimitExceeded, 3, Ambiguous},
 		"reset after send, no key":   {readReset(), noKey, UnknownOutcome, codes.UnknownOutcome, 1, Ambiguous},
 		"EOF after send, keyed":      {io.ErrUnexpectedEOF, nil, UnknownOutcome, codes.RetryLimitExceeded, 3, Ambiguous},

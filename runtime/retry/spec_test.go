@@ -273,8 +273,9 @@ func TestRoundTripperHangUpAfterTheRequestIsAmbiguous(t *testing.T) {
 }
 
 // Seed 003: retry_allowed(429, safe=False, ...) is false. A retry of any
-// kind needs safe repeat semantics: an idempotent method or a key. Proof
-// that the request never left (a refused connection) is such a proof too.
+// kind needs safe repeat semantics: an idempotent method or a key, so a
+// non-idempotent operation without a key never retries, not even a refused
+// connection.
 func TestARetryNeedsReplaySafety(t *testing.T) {
 	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
 	for name, tc := range map[string]struct {
@@ -286,7 +287,8 @@ func TestARetryNeedsReplaySafety(t *testing.T) {
 		"POST, no key, 503":        {"POST /v1/messages", "", retry.Status(503, ""), 1},
 		"POST, keyed, 503":         {"POST /v1/messages", "K-{user_id}", retry.Status(503, ""), 2},
 		"GET, no key, 503":         {"GET /v1/balance", "", retry.Status(503, ""), 2},
-		"POST, no key, refused":    {"POST /v1/messages", "", refused, 2},
+		"POST, no key, refused":    {"POST /v1/messages", "", refused, 1},
+		"GET, no key, refused":     {"GET /v1/balance", "", refused, 2},
 		"POST, no key, a 400 stop": {"POST /v1/messages", "", retry.Status(400, ""), 1},
 	} {
 		p := fixtures.SMS()
