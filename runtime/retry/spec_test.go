@@ -558,3 +558,35 @@ func TestTheDeadLetterContextEndsWithTheOperation(t *testing.T) {
 		t.Fatalf("the sink's context: deadline %v (bounded %v), err %v", sink.deadline.Sub(before), sink.bounded, sink.err)
 	}
 }
+
+// minRemaining holds when the next attempt would start, on the clock: a
+// backoff that overran what the decision foresaw (here the clock jumps
+// 3.5 s during a wait of at most 200 ms) starts no attempt, and the
+// operation ends from BACKOFF_WAIT.
+func TestAWaitThatOverrunsStartsNoAttempt(t *testing.T) {
+	p := fixtures.SMS()
+	clk := clock.NewFake(time.Now())
+	sink := retry.NewChannelSink(16)
+	ex := retry.New(source{p.Policy.Name: p}, retry.WithClock(clk), retry.WithEventSink(sink))
+	calls := 0
+	done := make(chan error, 1)
+	go func() {
+		done <- ex.Do(context.Background(), p.Policy.Name, vars, func(context.Context, retry.Attempt) error {
+			calls++
+			return retry.Status(503, "")
+		})
+	}()
+	for clk.Sleepers() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	clk.Advance(3500 * time.Millisecond)
+	err := <-done
+	close(sink.C)
+	var last retry.Event
+	for ev := range sink.C {
+		last = ev
+	}
+	if calls != 1 || !errors.Is(err, retry.Sentinel(codes.DeadlineExceeded)) || last.From != retry.BackoffWait || last.To != retry.TerminalExhausted {
+		t.Fatalf("%d attempts, %v, last event %s → %s", calls, err, last.From, last.To)
+	}
+}
