@@ -84,3 +84,19 @@ func TestAColdBudgetRetriesWithinItsBucket(t *testing.T) {
 		t.Fatalf("a window later, with no traffic: %q, want %q", d, RatioExceeded)
 	}
 }
+
+func TestCreditBuysExactlyTheBucket(t *testing.T) {
+	for _, tc := range []struct {
+		c    Config
+		want int64
+	}{
+		{seed(), 100},
+		{Config{RetryPercent: 3, MaxTokens: 10, Partitions: 1}, 334},                     // ceil(1000/3)
+		{Config{RetryPercent: 10, MaxTokens: 10, Partitions: 3}, 40},                     // 4 tokens per pod
+		{Config{RetryPercent: 100, MaxTokens: 1, Partitions: 1, Window: time.Second}, 1}, //
+	} {
+		if got := Credit(tc.c); got != tc.want {
+			t.Errorf("Credit(%+v) = %d, want %d", tc.c, got, tc.want)
+		}
+	}
+}

@@ -57,7 +57,7 @@ type Denial string
 const (
 	// Allowed: not refused.
 	Allowed Denial = ""
-	// NoTokens: the bucket is empty.
+	// NoTokens: the balance is at or below 0.
 	NoTokens Denial = "tokens"
 	// RatioExceeded: retries would pass retryPercent% of primaries in the window.
 	RatioExceeded Denial = "ratio"
@@ -76,25 +76,22 @@ func paramsOf(c Config) *params {
 	parts := int64(max(c.Partitions, 1))
 	ceilDiv := func(a int64) int64 { return (a + parts - 1) / parts }
 	window := max(c.Window, time.Second)
+	tokens := ceilDiv(int64(max(c.MaxTokens, 1)))
+	percent := int64(max(c.RetryPercent, 1))
 	return &params{
 		deposit:  int64(c.RetryPercent) * scale / 100,
-		capacity: ceilDiv(int64(max(c.MaxTokens, 1))) * scale,
+		capacity: tokens * scale,
 		percent:  int64(c.RetryPercent),
 		width:    int64(window) / bucketsPerWindow,
 		floor:    ceilDiv(int64(max(c.MinRetriesPerSecond, 0))),
-		credit:   Credit(c),
+		credit:   (tokens*100 + percent - 1) / percent,
 	}
 }
 
 // Credit is the number of primaries a new budget counts at its creation, so
 // that the ratio allows its full bucket (this pod's share of maxTokens) of
 // retries: ceil(tokens·100/retryPercent).
-func Credit(c Config) int64 {
-	parts := int64(max(c.Partitions, 1))
-	tokens := (int64(max(c.MaxTokens, 1)) + parts - 1) / parts
-	percent := int64(max(c.RetryPercent, 1))
-	return (tokens*100 + percent - 1) / percent
-}
+func Credit(c Config) int64 { return paramsOf(c).credit }
 
 type bucket struct {
 	epoch     atomic.Int64
