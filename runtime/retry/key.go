@@ -54,6 +54,13 @@ func compileKey(tmpl string) (*keyTemplate, error) {
 		k.parts = append(k.parts, keyPart{name: name})
 		rest = rest[open+end+1:]
 	}
+	shortest := 0 // every placeholder renders at least one byte
+	for _, p := range k.parts {
+		shortest += max(len(p.literal), 1)
+	}
+	if shortest > MaxKeyLength {
+		return nil, fmt.Errorf("key template %q: its shortest key is %d bytes, longer than %d: it can never render", tmpl, shortest, MaxKeyLength)
+	}
 	for _, p := range k.parts {
 		for i := range len(p.literal) {
 			if c := p.literal[i]; c < 0x20 || c > 0x7e {

@@ -433,7 +433,7 @@ func TestRenderedKeysAreCappedAndTemplatesNeverMeanZeroAttempts(t *testing.T) {
 	if err := ex.Do(context.Background(), p.Policy.Name, retry.Vars{"user_id": longest, "login_session_id": "s"}, ok); err != nil {
 		t.Errorf("a key of exactly %d bytes: %v", retry.MaxKeyLength, err)
 	}
-	for _, tmpl := range []string{"SMS-{user_id", "SMS-{}", "SMS-{a{b}"} {
+	for _, tmpl := range []string{"SMS-{user_id", "SMS-{}", "SMS-{a{b}", strings.Repeat("K", retry.MaxKeyLength) + "{user_id}"} {
 		broken := fixtures.SMS()
 		broken.Policy.KeyTemplate = tmpl
 		ex := retry.New(source{broken.Policy.Name: broken}, retry.WithClock(clock.NewVirtual(time.Now())))
