@@ -566,8 +566,12 @@ func TestTheDeadLetterContextEndsWithTheOperation(t *testing.T) {
 func TestAWaitThatOverrunsStartsNoAttempt(t *testing.T) {
 	p := fixtures.SMS()
 	clk := clock.NewFake(time.Now())
-	sink := retry.NewChannelSink(16)
+	sink := retry.NewChannelSink(256)
 	ex := retry.New(source{p.Policy.Name: p}, retry.WithClock(clk), retry.WithEventSink(sink))
+	warm(t, ex, p)
+	for len(sink.C) > 0 {
+		<-sink.C
+	}
 	calls := 0
 	done := make(chan error, 1)
 	go func() {
@@ -577,7 +581,11 @@ func TestAWaitThatOverrunsStartsNoAttempt(t *testing.T) {
 		})
 	}()
 	for clk.Sleepers() == 0 {
-		time.Sleep(time.Millisecond)
+		select {
+		case err := <-done:
+			t.Fatalf("the operation ended before a backoff: %v", err)
+		case <-time.After(time.Millisecond):
+		}
 	}
 	clk.Advance(3500 * time.Millisecond)
 	err := <-done
