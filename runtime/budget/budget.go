@@ -1,7 +1,29 @@
 // Package budget is the in-pod retry budget: a token bucket refilled by
-// successes, plus a hard cap on retries as a share of primary attempts over a
-// rolling window. One Budget serves every policy that names the same
-// RetryBudget.
+// primary successes, plus a hard cap on retries as a share of primary
+// attempts over a rolling window. One Budget serves every policy that names
+// the same RetryBudget.
+//
+// The arithmetic is RETRY-SMS-001's (MC-PO-01): a first attempt that
+// succeeds deposits retryPercent/100 of a token (0.1 at 10%); a success that
+// needed retries deposits nothing. A retry withdraws 1.0 token, and retries
+// are blocked when the balance is <= 0. So a balance of 0.1 still buys a
+// retry (leaving -0.9), and a balance of exactly 0 does not: the seed's rule,
+// chosen over "needs a whole token", which would deny a retry the seed
+// allows. The balance therefore never falls to -1 or below, and over time
+// the bucket still grants one retry per 100/retryPercent primary successes.
+//
+// The ratio cap (retries within retryPercent% of the primaries in the
+// window) would deny every retry of a process that has seen no traffic yet.
+// A new Budget therefore counts Credit primaries at its creation: exactly
+// enough for its full bucket of retries, and like real primaries they leave
+// the window once it has passed. A cold pod can retry its first failures,
+// at most maxTokens of them, as gRPC's retry throttling and the AWS SDK's
+// standard mode allow with their full initial buckets.
+//
+// minRetriesPerSecond is a floor, not an addition: while the retries this
+// second (granted by any rule) are below it, a retry is granted whatever the
+// ratio and the tokens. Floor retries are accounted like any other: they
+// count in the window and withdraw a token while the balance is above 0.
 package budget
 
 import (
@@ -35,32 +57,41 @@ type Denial string
 const (
 	// Allowed: not refused.
 	Allowed Denial = ""
-	// NoTokens: the bucket is empty.
+	// NoTokens: the balance is at or below 0.
 	NoTokens Denial = "tokens"
 	// RatioExceeded: retries would pass retryPercent% of primaries in the window.
 	RatioExceeded Denial = "ratio"
 )
 
 type params struct {
-	deposit  int64 // milli-tokens per success
+	deposit  int64 // milli-tokens per primary success
 	capacity int64 // milli-tokens
 	percent  int64
 	width    int64 // bucket width, ns
 	floor    int64 // retries per second allowed whatever the ratio
+	credit   int64 // primaries a new budget counts at its creation
 }
 
 func paramsOf(c Config) *params {
 	parts := int64(max(c.Partitions, 1))
 	ceilDiv := func(a int64) int64 { return (a + parts - 1) / parts }
 	window := max(c.Window, time.Second)
+	tokens := ceilDiv(int64(max(c.MaxTokens, 1)))
+	percent := int64(max(c.RetryPercent, 1))
 	return &params{
 		deposit:  int64(c.RetryPercent) * scale / 100,
-		capacity: ceilDiv(int64(max(c.MaxTokens, 1))) * scale,
+		capacity: tokens * scale,
 		percent:  int64(c.RetryPercent),
 		width:    int64(window) / bucketsPerWindow,
 		floor:    ceilDiv(int64(max(c.MinRetriesPerSecond, 0))),
+		credit:   (tokens*100 + percent - 1) / percent,
 	}
 }
+
+// Credit is the number of primaries a new budget counts at its creation, so
+// that the ratio allows its full bucket (this pod's share of maxTokens) of
+// retries: ceil(tokens·100/retryPercent).
+func Credit(c Config) int64 { return paramsOf(c).credit }
 
 type bucket struct {
 	epoch     atomic.Int64
@@ -78,15 +109,16 @@ type Budget struct {
 	high      atomic.Int64
 	primaries [bucketsPerWindow + 1]bucket
 
-	mu            sync.Mutex
-	retries       [bucketsPerWindow + 1]int64
-	retryEpochs   [bucketsPerWindow + 1]int64
-	floorSecond   int64
-	floorUsed     int64
-	highestSecond int64
+	mu          sync.Mutex
+	retries     [bucketsPerWindow + 1]int64
+	retryEpochs [bucketsPerWindow + 1]int64
+	// second is the latest whole second seen (held, like high, against a
+	// clock that steps back); secondRetries counts every retry granted in it.
+	second        int64
+	secondRetries int64
 }
 
-// New returns a full budget.
+// New returns a full budget that counts Credit(c) primaries now.
 func New(c Config, clk clock.Clock) *Budget {
 	if clk == nil {
 		clk = clock.Real{}
@@ -99,6 +131,11 @@ func New(c Config, clk clock.Clock) *Budget {
 		b.primaries[i].epoch.Store(-1)
 		b.retryEpochs[i] = -1
 	}
+	now := clk.Now()
+	b.second = now.Unix()
+	bk := &b.primaries[b.epoch(p, now)%int64(len(b.primaries))]
+	bk.epoch.Store(b.high.Load())
+	bk.primaries.Store(p.credit)
 	return b
 }
 
@@ -158,7 +195,9 @@ func (b *Budget) PrimaryAt(now time.Time) {
 	bk.primaries.Add(1)
 }
 
-// Success deposits retryPercent/100 of a token, up to capacity.
+// Success deposits retryPercent/100 of a token, up to capacity. Call it for
+// a first attempt that succeeded, and only then: a success that needed
+// retries deposits nothing.
 func (b *Budget) Success() {
 	p := b.params.Load()
 	for {
@@ -172,16 +211,17 @@ func (b *Budget) Success() {
 	}
 }
 
-// TryRetry asks for one retry. It is granted when the bucket holds a token
+// TryRetry asks for one retry. It is granted when the balance is above 0
 // and the retry keeps retries within retryPercent% of the primaries in the
-// window; or, whatever the ratio and tokens, while this second's retries are
-// below the floor. A granted retry withdraws a token (when one is there) and
-// counts toward the window.
+// window; or, whatever the ratio and the balance, while this second's
+// retries are below the floor. A granted retry withdraws a token when the
+// balance is above 0, and counts toward the window and the second.
 func (b *Budget) TryRetry() Denial {
 	p := b.params.Load()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	e := b.epoch(p, b.clock.Now())
+	now := b.clock.Now()
+	e := b.epoch(p, now)
 	n := int64(len(b.primaries))
 	var primaries, retries int64
 	for i := range n {
@@ -193,46 +233,31 @@ func (b *Budget) TryRetry() Denial {
 			retries += b.retries[ep%n] // and the one the far edge cuts, to err on the safe side
 		}
 	}
+	if sec := now.Unix(); sec > b.second {
+		b.second, b.secondRetries = sec, 0
+	}
+	balance := b.tokens.Load()
 	denial := Allowed
 	switch {
 	case (retries+1)*100 > p.percent*primaries:
 		denial = RatioExceeded
-	case b.tokens.Load() < scale:
+	case balance <= 0:
 		denial = NoTokens
 	}
-	if denial != Allowed && !b.floorAllows(p) {
+	if denial != Allowed && b.secondRetries >= p.floor {
 		return denial
 	}
-	if denial == Allowed {
+	if balance > 0 {
 		b.tokens.Add(-scale)
 	}
 	if b.retryEpochs[e%n] != e {
 		b.retryEpochs[e%n], b.retries[e%n] = e, 0
 	}
 	b.retries[e%n]++
+	b.secondRetries++
 	return Allowed
 }
 
-// floorAllows spends one of this second's floor retries, if any are left.
-// Seconds only move forward, so a backward clock cannot refill the floor.
-func (b *Budget) floorAllows(p *params) bool {
-	if p.floor == 0 {
-		return false
-	}
-	sec := b.clock.Now().Unix()
-	if sec < b.highestSecond {
-		sec = b.highestSecond
-	}
-	b.highestSecond = sec
-	if sec != b.floorSecond {
-		b.floorSecond, b.floorUsed = sec, 0
-	}
-	if b.floorUsed >= p.floor {
-		return false
-	}
-	b.floorUsed++
-	return true
-}
-
-// Tokens returns the whole tokens in the bucket, for metrics.
+// Tokens returns the balance in tokens, for metrics: at most maxTokens
+// (this pod's share), and above -1 (see the package doc).
 func (b *Budget) Tokens() float64 { return float64(b.tokens.Load()) / scale }

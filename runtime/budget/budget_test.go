@@ -1,18 +1,31 @@
 package budget
 
 import (
+	"bytes"
+	"errors"
+	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/retryguard/retryguard/runtime/clock"
+	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
 var start = time.Date(2026, 9, 15, 12, 0, 0, 0, time.UTC)
 
 func seed() Config {
 	return Config{RetryPercent: 10, Window: time.Minute, MaxTokens: 10, Partitions: 1}
+}
+
+// aged returns a new budget whose start credit has left the window: only
+// the primaries a test counts are in it.
+func aged(c Config, clk *clock.Fake) *Budget {
+	b := New(c, clk)
+	clk.Advance(max(c.Window, time.Second))
+	return b
 }
 
 func TestTokenMathIsExact(t *testing.T) {
@@ -54,7 +67,7 @@ func TestTokenMathIsExact(t *testing.T) {
 }
 
 func TestRatioCapsRetriesEvenWithTokens(t *testing.T) {
-	b := New(seed(), clock.NewFake(start))
+	b := aged(seed(), clock.NewFake(start))
 	for range 20 {
 		b.Primary()
 	}
@@ -68,7 +81,7 @@ func TestRatioCapsRetriesEvenWithTokens(t *testing.T) {
 }
 
 func TestPartitionsSplitCapacityAndFloorRoundingUp(t *testing.T) {
-	b := New(Config{RetryPercent: 10, Window: time.Minute, MaxTokens: 10, MinRetriesPerSecond: 5, Partitions: 3}, clock.NewFake(start))
+	b := aged(Config{RetryPercent: 10, Window: time.Minute, MaxTokens: 10, MinRetriesPerSecond: 5, Partitions: 3}, clock.NewFake(start))
 	if b.Tokens() != 4 {
 		t.Fatalf("10 tokens over 3 pods is ceil(3.33) = 4, got %v", b.Tokens())
 	}
@@ -86,7 +99,7 @@ func TestPartitionsSplitCapacityAndFloorRoundingUp(t *testing.T) {
 // time-based at all), no fresh floor second, no reopened window.
 func TestBackwardClockMintsNothing(t *testing.T) {
 	clk := clock.NewFake(start)
-	b := New(Config{RetryPercent: 10, Window: time.Minute, MaxTokens: 10, MinRetriesPerSecond: 1, Partitions: 1}, clk)
+	b := aged(Config{RetryPercent: 10, Window: time.Minute, MaxTokens: 10, MinRetriesPerSecond: 1, Partitions: 1}, clk)
 	if b.TryRetry() != Allowed {
 		t.Fatal("the floor's first retry")
 	}
@@ -120,7 +133,7 @@ func TestBackwardClockMintsNothing(t *testing.T) {
 
 // 10,000 simulated runs with random traffic on a fake clock. At every
 // granted retry, retries in the window ending then are at most retryPercent%
-// of the primaries in it. (No limiter can promise it for windows ending
+// of the primaries in it, the start credit counted as primaries at the start. (No limiter can promise it for windows ending
 // later: the primaries that justified a retry age out before it does.)
 func TestRatioHoldsAcrossSimulatedRuns(t *testing.T) {
 	rng := rand.New(rand.NewPCG(2901, 45))
@@ -130,6 +143,9 @@ func TestRatioHoldsAcrossSimulatedRuns(t *testing.T) {
 			MaxTokens: int32(1 + rng.IntN(50)), Partitions: 1}
 		b := New(c, clk)
 		var primaries, retries []time.Time
+		for range Credit(c) {
+			primaries = append(primaries, clk.Now())
+		}
 		failRate := rng.Float64()
 		for range 300 {
 			clk.Advance(time.Duration(rng.Int64N(int64(c.Window / 20))))
@@ -182,23 +198,66 @@ func TestConcurrentUseKeepsTokensInRange(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if tok := b.Tokens(); tok < 0 || tok > 10 {
-		t.Fatalf("tokens %v outside [0, 10]", tok)
+	if tok := b.Tokens(); tok <= -1 || tok > 10 {
+		t.Fatalf("tokens %v outside (-1, 10]", tok)
 	}
+}
+
+func payload(name string, generation int64, maxTokens int32) *policyconfig.Budget {
+	return &policyconfig.Budget{Name: name, Generation: generation, RetryPercent: 10,
+		Window: policyconfig.Duration(time.Minute), MaxTokens: maxTokens, Partitions: 1}
 }
 
 func TestRegistrySharesAndUpdates(t *testing.T) {
 	r := NewRegistry(clock.NewFake(start))
-	a := r.Get("auth/telephony", seed())
-	if r.Get("auth/telephony", seed()) != a {
-		t.Fatal("one budget per key")
+	a, err := r.Resolve("auth", payload("telephony", 1, 10))
+	if err != nil || a.Tokens() != 10 {
+		t.Fatalf("a new budget: %v, %v tokens", err, a.Tokens())
 	}
-	smaller := seed()
-	smaller.MaxTokens = 4
-	if r.Get("auth/telephony", smaller) != a || a.Tokens() != 4 {
-		t.Fatalf("an update clamps tokens to the new capacity: %v", a.Tokens())
+	if b, _ := r.Resolve("auth", payload("telephony", 1, 10)); b != a {
+		t.Fatal("one budget per namespace/name")
 	}
-	if r.Get("other/telephony", seed()) == a {
+	if b, err := r.Resolve("auth", payload("telephony", 2, 4)); b != a || err != nil || a.Tokens() != 4 {
+		t.Fatalf("a newer generation updates and clamps the tokens: %v, %v", err, a.Tokens())
+	}
+	if b, _ := r.Resolve("other", payload("telephony", 1, 10)); b == a {
 		t.Fatal("namespaces do not share budgets")
+	}
+	if r.Conflicts() != 0 {
+		t.Fatalf("%d conflicts", r.Conflicts())
+	}
+}
+
+// A payload cannot rewrite another policy's budget: figures of an older
+// generation, or other figures under the same generation, are not applied;
+// each is reported, logged and counted.
+func TestRegistryKeepsTheNewestGenerationsFigures(t *testing.T) {
+	var logged bytes.Buffer
+	r := NewRegistry(clock.NewFake(start), WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
+	a, _ := r.Resolve("auth", payload("telephony", 3, 10))
+	for i, offered := range []*policyconfig.Budget{payload("telephony", 3, 1), payload("telephony", 2, 1)} {
+		b, err := r.Resolve("auth", offered)
+		var c *Conflict
+		if b != a || !errors.As(err, &c) || c.Generation != offered.Generation || c.KeptGeneration != 3 || c.Kept.MaxTokens != 10 {
+			t.Fatalf("offer %d: %v", i, err)
+		}
+		if a.Tokens() != 10 {
+			t.Fatalf("offer %d took the first policy's tokens to %v", i, a.Tokens())
+		}
+	}
+	if _, err := r.Resolve("auth", payload("telephony", 2, 10)); err != nil {
+		t.Fatalf("an older generation with the same figures is no conflict: %v", err)
+	}
+	if r.Conflicts() != 2 || strings.Count(logged.String(), "retry budget figures not applied") != 2 {
+		t.Fatalf("%d conflicts counted, log: %s", r.Conflicts(), logged.String())
+	}
+}
+
+func TestConfigOfCarriesEveryFigure(t *testing.T) {
+	b := &policyconfig.Budget{Name: "x", Generation: 1, RetryPercent: 7, Window: policyconfig.Duration(90 * time.Second),
+		MaxTokens: 12, MinRetriesPerSecond: 3, Partitions: 4}
+	want := Config{RetryPercent: 7, Window: 90 * time.Second, MaxTokens: 12, MinRetriesPerSecond: 3, Partitions: 4}
+	if got := ConfigOf(b); got != want {
+		t.Fatalf("ConfigOf = %+v, want %+v", got, want)
 	}
 }

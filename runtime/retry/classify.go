@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -48,10 +49,11 @@ type Evidence struct {
 	// Dispatched is false only with proof the request never reached the
 	// dependency (refused, DNS, a dial that failed, or NotDispatched).
 	Dispatched bool `json:"dispatched"`
-	// RetryAfter is a valid server delay; RetryAfterIgnored says one was
-	// sent that was invalid or in the past.
-	RetryAfter        time.Duration `json:"retryAfter,omitempty"`
-	RetryAfterIgnored bool          `json:"retryAfterIgnored,omitempty"`
+	// RetryAfter is a valid server delay (0 for a date already past).
+	// RetryAfterUnparseable says a Retry-After was sent that is neither
+	// delta-seconds nor an HTTP-date: a terminal failure (MC-FM-01).
+	RetryAfter            time.Duration `json:"retryAfter,omitempty"`
+	RetryAfterUnparseable bool          `json:"retryAfterUnparseable,omitempty"`
 }
 
 // StatusError is how an operation reports an HTTP status that is not a
@@ -88,10 +90,10 @@ func classify(err error, retryOnStatus func(int) bool, retryOnErr func(string) b
 	if errors.As(err, &se) {
 		ev := Evidence{Status: se.Code, Dispatched: true}
 		switch {
+		case se.Code >= 400 && se.Code < 500 && se.Code != http.StatusTooManyRequests:
+			ev.Class = Permanent // INV-RTY-03, whatever a payload lists
 		case retryOnStatus(se.Code):
 			ev.Class = Transient
-		case se.Code >= 400 && se.Code < 500 && se.Code != http.StatusTooManyRequests:
-			ev.Class = Permanent
 		default:
 			ev.Class = Unrecognized
 		}
@@ -99,7 +101,7 @@ func classify(err error, retryOnStatus func(int) bool, retryOnErr func(string) b
 			if d, ok := parseRetryAfter(se.RetryAfter, now); ok {
 				ev.RetryAfter = d
 			} else {
-				ev.RetryAfterIgnored = true
+				ev.RetryAfterUnparseable = true
 			}
 		}
 		return ev
@@ -134,7 +136,10 @@ func transportOf(err error) (string, bool) {
 		proven = true // nothing is sent before the connection exists
 	}
 	switch {
-	case errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNABORTED):
+	case errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNABORTED),
+		// The peer closed the connection: before the request was written
+		// it is proven harmless, after it the request may have been applied.
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
 		return ConnectionReset, !proven
 	case isTimeout(err):
 		return Timeout, !proven
@@ -150,19 +155,26 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// parseRetryAfter reads delta-seconds or an HTTP-date. Invalid values and
-// dates in the past are not a delay.
+// maxRetryAfter bounds a parsed delay (delta-seconds or a date decades
+// away) so that it cannot overflow; any delay this long is far beyond every
+// retryAfter.maxDelay.
+const maxRetryAfter = 1 << 31 * time.Second
+
+// parseRetryAfter reads RFC 9110's Retry-After: delta-seconds (digits only)
+// or an HTTP-date. A date already past is a delay of 0. Anything else
+// (a sign, a fraction, a word, blanks) does not parse.
 func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
-	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if secs < 0 || secs > 1<<31 {
-			return 0, false
+	if v != "" && strings.Trim(v, "0123456789") == "" {
+		secs, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || time.Duration(secs) > maxRetryAfter/time.Second {
+			return maxRetryAfter, true // digits too many to represent: a very long delay
 		}
 		return time.Duration(secs) * time.Second, true
 	}
 	t, err := http.ParseTime(v)
-	if err != nil || !t.After(now) {
+	if err != nil {
 		return 0, false
 	}
-	return t.Sub(now), true
+	return min(max(t.Sub(now), 0), maxRetryAfter), true
 }

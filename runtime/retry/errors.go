@@ -69,11 +69,10 @@ const ProblemType = "https://retryguard.io/problems/"
 var statusOf = map[codes.Code]int{
 	codes.RetryBudgetExhausted:        http.StatusServiceUnavailable,
 	codes.DeadlineExceeded:            http.StatusGatewayTimeout,
-	codes.AttemptsExhausted:           http.StatusBadGateway,
 	codes.RetryAfterTooLong:           http.StatusServiceUnavailable,
 	codes.PermanentFailure:            http.StatusBadGateway,
 	codes.UnknownOutcome:              http.StatusAccepted,
-	codes.RetryLimitExceeded:          http.StatusTooManyRequests,
+	codes.RetryLimitExceeded:          http.StatusBadGateway, // the dependency failed every attempt
 	codes.MissingKeyVariable:          http.StatusInternalServerError,
 	codes.UntestedCompensationBlocked: http.StatusForbidden,
 	codes.SharedFailureDomainLeak:     http.StatusInternalServerError,

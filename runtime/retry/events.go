@@ -1,10 +1,12 @@
 package retry
 
 import (
+	"context"
 	"sync/atomic"
 	"time"
 
 	"github.com/retryguard/retryguard/api/codes"
+	"github.com/retryguard/retryguard/runtime/budget"
 )
 
 // Event is one lifecycle transition of one operation.
@@ -60,13 +62,15 @@ func (s *ChannelSink) OnDrop(f func()) { s.onDrop = f }
 func (s *ChannelSink) Dropped() uint64 { return s.dropped.Load() }
 
 // AttemptRecord is the evidence of one attempt and what was done with it:
-// the (classification, status, retry-eligible, budget consumed) tuple.
+// the (classification, status, retry-eligible, budget consumed) tuple, and
+// the budget's refusal when it refused the retry.
 type AttemptRecord struct {
-	Attempt        int      `json:"attempt"`
-	Evidence       Evidence `json:"evidence"`
-	RetryEligible  bool     `json:"retryEligible"`
-	BudgetConsumed bool     `json:"budgetConsumed"`
-	Error          string   `json:"error,omitempty"`
+	Attempt        int           `json:"attempt"`
+	Evidence       Evidence      `json:"evidence"`
+	RetryEligible  bool          `json:"retryEligible"`
+	BudgetConsumed bool          `json:"budgetConsumed"`
+	BudgetDenied   budget.Denial `json:"budgetDenied,omitempty"`
+	Error          string        `json:"error,omitempty"`
 }
 
 // DeadLetter is an operation that ended BUDGET_EXHAUSTED,
@@ -83,7 +87,11 @@ type DeadLetter struct {
 }
 
 // DeadLetterSink stores dead letters durably. Write returns only once the
-// letter is safe (or with the error that says it is not).
+// letter is safe (or with the error that says it is not). Do passes a ctx
+// that ends with the operation's deadline (not when the caller cancels, so
+// that a cancelled operation is still recorded); a sink that cannot store
+// the letter by then returns an error, which Do reports, rather than hold
+// the caller past its deadline.
 type DeadLetterSink interface {
-	Write(DeadLetter) error
+	Write(ctx context.Context, l DeadLetter) error
 }

@@ -15,8 +15,9 @@ import (
 )
 
 // The payload a pod reads from the published ConfigMap retrypolicy-sms-2fa-dispatch.
-// A low-traffic caller sets minRetriesPerSecond: the ratio cap alone
-// allows no retry until the budget has seen primary traffic.
+// A low-traffic caller sets minRetriesPerSecond: past a new process's start
+// credit (its full bucket of retries), the ratio cap allows retries only as
+// a share of the primary traffic of the last window.
 const smsPayload = `{
   "schemaVersion": "policy.retryguard.io/payload/v1",
   "policy": {

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -52,8 +53,12 @@ type Executor struct {
 	deadLetters DeadLetterSink
 	metrics     *Metrics
 
-	compiled sync.Map // policy name → *compiled
-	opSeq    atomic.Uint64
+	// compiled maps policy names to compiled policies. It is copied on
+	// write (rare: a new name or payload) so that the hot path reads a
+	// plain map, cheaper than sync.Map's interface-keyed lookup.
+	compiled  atomic.Pointer[map[string]*compiled]
+	compileMu sync.Mutex
+	opSeq     atomic.Uint64
 }
 
 // Option configures an Executor.
@@ -74,7 +79,8 @@ func WithDeadLetters(s DeadLetterSink) Option { return func(e *Executor) { e.dea
 // WithMetrics records metrics in m.
 func WithMetrics(m *Metrics) Option { return func(e *Executor) { e.metrics = m } }
 
-// WithBudgets shares a budget registry (one per process is right).
+// WithBudgets shares a budget registry (one per process is right). Without
+// it the executor makes its own, on the executor's clock.
 func WithBudgets(r *budget.Registry) Option { return func(e *Executor) { e.budgets = r } }
 
 // New returns an Executor reading policies from src.
@@ -84,9 +90,16 @@ func New(src Source, opts ...Option) *Executor {
 		o(e)
 	}
 	if e.budgets == nil {
-		e.budgets = budget.NewRegistry(e.clock)
+		e.budgets = budget.NewRegistry(e.clock) // after the options, so WithClock reaches it
 	}
 	return e
+}
+
+// Budget returns the retry budget the named policy draws on, as the
+// executor enforces it (false when the policy has none, or is not in force).
+func (e *Executor) Budget(policy string) (*budget.Budget, bool) {
+	c := e.policy(policy)
+	return c.budget, c.budget != nil
 }
 
 // compiled is a policy prepared for the hot path; rebuilt when its payload
@@ -94,31 +107,43 @@ func New(src Source, opts ...Option) *Executor {
 type compiled struct {
 	payload     *policyconfig.Payload
 	name        string
-	enforced    bool
+	notEnforced string // why the policy is not in force; "" when it is
 	maxAttempts int
 	key         *keyTemplate
-	keyErr      error
 	strategy    backoff.Strategy
 	budget      *budget.Budget
 	replaySafe  bool // a key, or an idempotent method
+	header      string
+	deadline    time.Duration
+	cost        time.Duration // perAttemptTimeout
+	reserve     time.Duration // minRemaining
+	afterMax    time.Duration
 	metrics     *policyMetrics
 }
 
 // failClosed is the policy of a name the Source does not know: one attempt.
 func (e *Executor) failClosed(name string) *compiled {
-	return &compiled{name: name, maxAttempts: 1, metrics: e.metrics.forPolicy(name)}
+	return &compiled{name: name, maxAttempts: 1, notEnforced: "the policy is not published", metrics: e.metrics.forPolicy(name)}
 }
 
 func (e *Executor) policy(name string) *compiled {
 	p, ok := e.source.Policy(name)
-	if v, hit := e.compiled.Load(name); hit {
-		c := v.(*compiled)
-		if (ok && c.payload == p) || (!ok && c.payload == nil) {
+	if m := e.compiled.Load(); m != nil {
+		if c, hit := (*m)[name]; hit && ((ok && c.payload == p) || (!ok && c.payload == nil)) {
 			return c
 		}
 	}
 	c := e.compile(name, p, ok)
-	e.compiled.Store(name, c)
+	e.compileMu.Lock()
+	defer e.compileMu.Unlock()
+	next := make(map[string]*compiled, 1)
+	if m := e.compiled.Load(); m != nil {
+		for k, v := range *m {
+			next[k] = v
+		}
+	}
+	next[name] = c
+	e.compiled.Store(&next)
 	return c
 }
 
@@ -127,23 +152,34 @@ func (e *Executor) compile(name string, p *policyconfig.Payload, ok bool) *compi
 		return e.failClosed(name)
 	}
 	pol := &p.Policy
-	c := &compiled{payload: p, name: name, maxAttempts: 1, metrics: e.metrics.forPolicy(name)}
+	c := &compiled{payload: p, name: name, maxAttempts: 1, metrics: e.metrics.forPolicy(name),
+		header: pol.IdempotencyHeader, deadline: pol.Deadline.D()}
 	if pol.KeyTemplate != "" {
-		c.key, c.keyErr = compileKey(pol.KeyTemplate)
+		key, err := compileKey(pol.KeyTemplate)
+		if err != nil {
+			// Fail closed, never shut: one attempt without a key, not zero.
+			c.notEnforced = "the key template cannot render: " + err.Error()
+			return c
+		}
+		c.key = key // a NoRetry policy's one attempt carries its key too
 	}
 	if p.Enforcement.Mode != policyconfig.Enforced {
+		c.notEnforced = fmt.Sprintf("the policy is NoRetry (%s)", p.Enforcement.Reason)
 		return c
 	}
-	c.enforced = true
 	c.maxAttempts = int(pol.MaxAttempts)
 	c.strategy = backoff.Strategy{Jitter: backoff.Jitter(pol.Backoff.Jitter), Base: pol.Backoff.Base.D(),
 		Cap: pol.Backoff.Cap.D(), Multiplier: pol.Backoff.Multiplier, Rand: e.rand}
 	c.replaySafe = c.key != nil || httprules.IsIdempotentOperation(pol.Operation)
+	c.cost, c.reserve, c.afterMax = pol.PerAttemptTimeout.D(), pol.MinRemaining.D(), pol.RetryAfterMax.D()
 	if b := p.Budget; b != nil {
-		c.budget = e.budgets.Get(b.Key(pol.Namespace), budget.Config{RetryPercent: b.RetryPercent, Window: b.Window.D(),
-			MaxTokens: b.MaxTokens, MinRetriesPerSecond: b.MinRetriesPerSecond, Partitions: b.Partitions})
+		var err error
+		c.budget, err = e.budgets.Resolve(pol.Namespace, b)
 		if c.metrics != nil {
 			c.metrics.budget = e.metrics.forBudget(b.Key(pol.Namespace), c.budget)
+			if err != nil {
+				e.metrics.conflict(b.Key(pol.Namespace))
+			}
 		}
 	}
 	return c
@@ -157,38 +193,42 @@ func (c *compiled) retryOnError(name string) bool {
 	return c.payload != nil && slices.Contains(c.payload.Policy.RetryOnErrors, name)
 }
 
+// ErrRetryLimitExceeded matches, with errors.Is, every operation that
+// ended because its attempts were spent (RETRY-SMS-001 ADV-IR-01).
+var ErrRetryLimitExceeded = Sentinel(codes.RetryLimitExceeded)
+
 // Do runs op as one logical operation under the named policy. It returns nil
 // once an attempt succeeds, or an *Error saying why it stopped. The key is
-// rendered once from vars; a missing variable fails before any attempt. A
-// policy that is unknown or published NoRetry gets exactly one attempt.
+// rendered once from vars; a missing variable, or a key that is too long or
+// not printable ASCII, fails before any attempt. A policy that is unknown,
+// published NoRetry, or whose key template cannot render gets exactly one
+// attempt.
 func (e *Executor) Do(ctx context.Context, policy string, vars Vars, op Operation) error {
 	c := e.policy(policy)
 	r := run{e: e, c: c, op: e.opSeq.Add(1)}
-	if c.key != nil || c.keyErr != nil {
-		key, err := c.renderKey(vars)
+	if c.key != nil {
+		key, err := c.key.render(vars)
 		if err != nil {
-			return &Error{Code: codes.MissingKeyVariable, Policy: policy, Detail: err.Error(), Err: err}
+			code := codes.MissingKeyVariable
+			if _, bad := err.(*errBadKey); bad {
+				code = codes.InvalidKeyTemplate
+			}
+			return &Error{Code: code, Policy: policy, Detail: err.Error(), Err: err}
 		}
 		r.key = key
 	}
 	return r.execute(ctx, op)
 }
 
-func (c *compiled) renderKey(vars Vars) (string, error) {
-	if c.keyErr != nil {
-		return "", c.keyErr
-	}
-	return c.key.render(vars)
-}
-
 // run is one logical operation's state, on the caller's stack.
 type run struct {
-	e       *Executor
-	c       *compiled
-	op      uint64
-	key     string
-	m       machine
-	records []AttemptRecord
+	e        *Executor
+	c        *compiled
+	op       uint64
+	key      string
+	deadline time.Time // zero when the policy sets none
+	m        machine
+	records  []AttemptRecord
 }
 
 func (r *run) emit(from, to State, attempt int, code codes.Code) {
@@ -214,81 +254,85 @@ func (r *run) to(next State, attempt int, code codes.Code) {
 
 func (r *run) execute(ctx context.Context, op Operation) error {
 	c, e := r.c, r.e
-	start := e.clock.Now()
-	var deadline time.Time
-	if c.payload != nil {
-		deadline = start.Add(c.payload.Policy.Deadline.D())
+	now := e.clock.Now() // one clock reading serves the first attempt
+	if c.deadline > 0 {
+		r.deadline = now.Add(c.deadline)
 	}
 	r.m.state = Submitted
 	r.emit("", Submitted, 0, "")
-	var header string
-	if c.payload != nil {
-		header = c.payload.Policy.IdempotencyHeader
-	}
 	var prevDelay time.Duration
-	now := start // one clock reading serves the first attempt
 	for n := 1; ; n++ {
 		r.to(Attempting, n, "")
 		if n == 1 && c.budget != nil {
 			c.budget.PrimaryAt(now)
-		} else if n > 1 {
-			now = e.clock.Now()
 		}
-		err := r.attempt(ctx, op, Attempt{Number: n, Policy: c.name, Key: r.key, Header: header}, deadline, now)
+		err := r.attempt(ctx, op, Attempt{Number: n, Policy: c.name, Key: r.key, Header: c.header}, now)
 		if err == nil {
-			if c.budget != nil {
-				c.budget.Success()
+			if n == 1 && c.budget != nil {
+				c.budget.Success() // only a primary success deposits
 			}
 			c.metrics.attempt(Success)
 			c.metrics.finished(n)
 			r.to(Dispatched, n, "")
 			return nil
 		}
-		ev := classify(err, c.retryOnStatus, c.retryOnError, e.clock.Now())
+		now = e.clock.Now()
+		ev := classify(err, c.retryOnStatus, c.retryOnError, now)
 		c.metrics.attempt(ev.Class)
-		d := c.decide(n, ev, remaining(ctx, deadline, e.clock.Now()), prevDelay)
-		rec := AttemptRecord{Attempt: n, Evidence: ev, RetryEligible: d.eligible, Error: err.Error()}
-		if d.next == BackoffWait {
-			denial := budget.NoTokens // a retrying policy always carries a budget; without one, never retry
+		in := DecisionInput{Evidence: ev, NotEnforced: c.notEnforced, ReplaySafe: c.replaySafe, Attempt: n,
+			MaxAttempts: c.maxAttempts, Remaining: r.remaining(ctx, now), AttemptCost: c.cost,
+			MinRemaining: c.reserve, RetryAfterMax: c.afterMax}
+		if c.notEnforced == "" && ev.Class != Permanent {
+			in.Wait = c.strategy.Delay(n, prevDelay)
+		}
+		d := Decide(in)
+		rec := AttemptRecord{Attempt: n, Evidence: ev, RetryEligible: d.Eligible, Error: err.Error()}
+		if d.AskBudget {
+			in.BudgetAsked, in.Budget = true, budget.NoTokens // without a budget, never retry
 			if c.budget != nil {
-				denial = c.budget.TryRetry()
+				in.Budget = c.budget.TryRetry()
 				c.metrics.tokens(c.budget)
 			}
-			if denial != budget.Allowed {
-				d = stop(BudgetExhausted, codes.RetryBudgetExhausted, fmt.Sprintf("retry budget denied a retry (%s)", denial), deniedBudget)
-			} else {
-				rec.BudgetConsumed = true
-			}
+			d = Decide(in)
+			rec.BudgetConsumed, rec.BudgetDenied = d.Retry(), in.Budget
 		}
 		r.records = append(r.records, rec)
-		if d.next != BackoffWait {
-			c.metrics.denied(d.reason)
+		if !d.Retry() {
+			c.metrics.denied(d.Reason)
 			c.metrics.finished(n)
-			return r.finish(d, err)
+			return r.finish(ctx, d, err)
 		}
 		r.to(BackoffWait, n, "")
-		if err := e.clock.Sleep(ctx, d.sleep); err != nil {
-			// The lifecycle has no cancelled state: the operation takes one
-			// last, empty ATTEMPTING step and ends as its last evidence says.
-			r.to(Attempting, n+1, "")
-			end := TerminalExhausted
-			if ev.Class == Ambiguous {
-				end = UnknownOutcome
-			}
-			return r.finish(stop(end, codes.DeadlineExceeded, "the caller's context ended during backoff", deniedDeadline), err)
+		end := TerminalExhausted // how a wait that starts no attempt ends
+		if ev.Class == Ambiguous {
+			end = UnknownOutcome
 		}
-		prevDelay = d.sleep
+		if serr := e.clock.Sleep(ctx, d.Sleep); serr != nil {
+			c.metrics.denied(deniedCancelled)
+			c.metrics.finished(n)
+			return r.finish(ctx, stop(end, codes.DeadlineExceeded, "the caller's context ended during the backoff: "+serr.Error(), deniedCancelled), errors.Join(err, serr))
+		}
+		now = e.clock.Now()
+		if left := r.remaining(ctx, now); !CanStart(left, c.cost, c.reserve) {
+			// The wait overran what Decide foresaw: the rule holds when the
+			// attempt would start, not only when the wait was chosen.
+			c.metrics.denied(deniedDeadlineAtStart)
+			c.metrics.finished(n)
+			return r.finish(ctx, stop(end, codes.DeadlineExceeded, fmt.Sprintf("%s left when the backoff ended, at or below the %s reserve or short of a %s attempt",
+				left.Round(time.Millisecond), c.reserve, c.cost), deniedDeadlineAtStart), err)
+		}
+		prevDelay = d.Sleep
 	}
 }
 
 // attempt runs one attempt, bounded by perAttemptTimeout and the
 // operation's deadline. When the caller's context already ends sooner, it is
 // used as it is: no timer, no allocation.
-func (r *run) attempt(ctx context.Context, op Operation, a Attempt, deadline, now time.Time) error {
+func (r *run) attempt(ctx context.Context, op Operation, a Attempt, now time.Time) error {
 	var limit time.Duration
-	if p := r.c.payload; p != nil {
-		limit = deadline.Sub(now)
-		if t := p.Policy.PerAttemptTimeout.D(); t > 0 && t < limit {
+	if !r.deadline.IsZero() {
+		limit = r.deadline.Sub(now)
+		if t := r.c.cost; t > 0 && t < limit {
 			limit = t
 		}
 	}
@@ -302,110 +346,46 @@ func (r *run) attempt(ctx context.Context, op Operation, a Attempt, deadline, no
 	return op(ctx, a)
 }
 
-func remaining(ctx context.Context, deadline, now time.Time) time.Duration {
-	left := deadline.Sub(now)
+// remaining is the deadline left at now: the sooner of the policy's and
+// the caller's, both read on the executor's clock.
+func (r *run) remaining(ctx context.Context, now time.Time) time.Duration {
+	left := time.Duration(math.MaxInt64)
+	if !r.deadline.IsZero() {
+		left = r.deadline.Sub(now)
+	}
 	if d, ok := ctx.Deadline(); ok {
-		left = min(left, time.Until(d))
+		left = min(left, d.Sub(now))
 	}
 	return left
 }
 
-// Reasons a retry was denied, bounded for metric labels.
-const (
-	deniedBudget     = "budget"
-	deniedDeadline   = "deadline"
-	deniedRetryAfter = "retry_after"
-	deniedPermanent  = "permanent"
-	deniedAmbiguous  = "ambiguous"
-	deniedExhausted  = "exhausted"
-)
-
-// decision is what to do after a failed attempt.
-type decision struct {
-	next     State
-	code     codes.Code
-	detail   string
-	reason   string
-	sleep    time.Duration
-	eligible bool
-}
-
-func stop(s State, c codes.Code, detail, reason string) decision {
-	return decision{next: s, code: c, detail: detail, reason: reason}
-}
-
-// decide applies the policy to one failed attempt. It does not touch the
-// budget; the caller asks it last, so no token is spent on a retry that
-// could not run anyway.
-func (c *compiled) decide(n int, ev Evidence, left, prev time.Duration) decision {
-	switch {
-	case ev.Class == Permanent:
-		return stop(TerminalExhausted, codes.PermanentFailure, fmt.Sprintf("HTTP %d is permanent", ev.Status), deniedPermanent)
-	case !c.enforced:
-		end := TerminalExhausted
-		if ev.Dispatched && ev.Transport != "" {
-			end = UnknownOutcome
-		}
-		reason := "the policy is not published"
-		if c.payload != nil {
-			reason = fmt.Sprintf("the policy is NoRetry (%s)", c.payload.Enforcement.Reason)
-		}
-		return stop(end, codes.PolicyNotEnforced, reason+": one attempt, failed"+describe(ev), deniedExhausted)
-	case ev.Class == Ambiguous && !c.replaySafe:
-		return stop(UnknownOutcome, codes.UnknownOutcome,
-			ev.Transport+" after the request may have been applied, with no idempotency key and no idempotent method", deniedAmbiguous)
-	case ev.Class == Unrecognized && ev.Transport != "" && ev.Dispatched:
-		return stop(UnknownOutcome, codes.UnknownOutcome, ev.Transport+" (not listed for retry) after the request may have been applied", deniedAmbiguous)
-	case ev.Class == Unrecognized:
-		return stop(TerminalExhausted, codes.PermanentFailure, "evidence the policy does not list for retry"+describe(ev), deniedPermanent)
+// letterContext bounds a dead letter's write by the operation's remaining
+// deadline. It does not end when the caller cancels: an operation the
+// caller gave up on still owes its record to reconciliation.
+func (r *run) letterContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx = context.WithoutCancel(ctx)
+	if left := r.remaining(ctx, r.e.clock.Now()); left != time.Duration(math.MaxInt64) {
+		return context.WithTimeout(ctx, left)
 	}
-	last := TerminalExhausted
-	if ev.Class == Ambiguous {
-		last = UnknownOutcome // stopping after an ambiguous failure leaves the outcome unknown
-	}
-	d := decision{eligible: true}
-	switch {
-	case n >= c.maxAttempts:
-		d = stop(last, codes.AttemptsExhausted, fmt.Sprintf("all %d attempts failed", c.maxAttempts), deniedExhausted)
-	case ev.RetryAfter > c.payload.Policy.RetryAfterMax.D():
-		d = stop(last, codes.RetryAfterTooLong, fmt.Sprintf("Retry-After %s is beyond retryAfter.maxDelay %s", ev.RetryAfter, c.payload.Policy.RetryAfterMax.D()), deniedRetryAfter)
-	default:
-		sleep := max(c.strategy.Delay(n, prev), ev.RetryAfter)
-		cost, reserve := c.payload.Policy.PerAttemptTimeout.D(), c.payload.Policy.MinRemaining.D()
-		if left < sleep+cost || left <= reserve {
-			d = stop(last, codes.DeadlineExceeded, fmt.Sprintf("%s left cannot hold a %s wait and a %s attempt above the %s reserve", left.Round(time.Millisecond), sleep, cost, reserve), deniedDeadline)
-		} else {
-			d.next, d.sleep = BackoffWait, sleep
-		}
-	}
-	d.eligible = true
-	return d
-}
-
-func describe(ev Evidence) string {
-	switch {
-	case ev.Status != 0:
-		return fmt.Sprintf(" (HTTP %d)", ev.Status)
-	case ev.Transport != "":
-		return " (" + ev.Transport + ")"
-	}
-	return ""
+	return ctx, func() {}
 }
 
 // finish ends the operation in d's state, dead-lettering it when the state
 // calls for it.
-func (r *run) finish(d decision, last error) error {
-	r.to(d.next, len(r.records), d.code)
-	e := &Error{Code: d.code, State: d.next, Policy: r.c.name, Key: r.key, Attempts: len(r.records), Detail: d.detail, Err: last}
+func (r *run) finish(ctx context.Context, d Decision, last error) error {
+	r.to(d.Next, len(r.records), d.Code)
+	e := &Error{Code: d.Code, State: d.Next, Policy: r.c.name, Key: r.key, Attempts: len(r.records), Detail: d.Detail, Err: last}
 	if n := len(r.records); n > 0 {
 		e.Last = r.records[n-1].Evidence
 	}
-	if d.next.DeadLettered() && r.e.deadLetters != nil {
-		letter := DeadLetter{Operation: r.op, Policy: r.c.name, Key: r.key, State: d.next, Code: d.code, Attempts: r.records, At: r.e.clock.Now()}
+	if d.Next.DeadLettered() && r.e.deadLetters != nil {
+		letter := DeadLetter{Operation: r.op, Policy: r.c.name, Key: r.key, State: d.Next, Code: d.Code, Attempts: r.records, At: r.e.clock.Now()}
 		if p := r.c.payload; p != nil {
 			letter.Namespace = p.Policy.Namespace
 		}
-		if err := r.e.deadLetters.Write(letter); err != nil {
+		lctx, cancel := r.letterContext(ctx)
+		defer cancel()
+		if err := r.e.deadLetters.Write(lctx, letter); err != nil {
 			return errors.Join(e, fmt.Errorf("retryguard: the dead letter was not stored: %w", err))
 		}
 	}

@@ -18,8 +18,8 @@ var d = fixtures.D
 
 var smsVars = Vars{"user_id": "42", "login_session_id": "s-9"}
 
-// warm runs n successful operations: the budget's ratio allows retries only
-// as a share of primary traffic, so a cold process has none to give.
+// warm runs n successful operations, so that a test's retries rest on
+// primary traffic rather than on a new budget's start credit.
 func warm(ex *Executor, policy string, n int) {
 	for range n {
 		_ = ex.Do(context.Background(), policy, smsVars, func(context.Context, Attempt) error { return nil })
@@ -32,7 +32,7 @@ type memoryLetters struct {
 	letters []DeadLetter
 }
 
-func (m *memoryLetters) Write(l DeadLetter) error {
+func (m *memoryLetters) Write(_ context.Context, l DeadLetter) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.letters = append(m.letters, l)

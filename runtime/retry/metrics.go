@@ -16,6 +16,7 @@ type Metrics struct {
 	transitions *prometheus.CounterVec
 	perOp       *prometheus.HistogramVec
 	tokens      *prometheus.GaugeVec
+	conflicts   *prometheus.CounterVec
 	Dropped     prometheus.Counter
 }
 
@@ -27,17 +28,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "retryguard_attempts_total",
 			Help: "Attempts by classification of their outcome."}, []string{"policy", "class"}),
 		denied: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "retryguard_retries_denied_total",
-			Help: "Retries not made, by reason (budget, deadline, retry_after, permanent, ambiguous, exhausted)."}, []string{"policy", "reason"}),
+			Help: "Retries not made, by reason (budget, deadline, deadline_at_start, retry_after, retry_after_unparseable, permanent, ambiguous, not_replay_safe, exhausted, not_enforced, cancelled)."}, []string{"policy", "reason"}),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "retryguard_state_transitions_total",
 			Help: "Lifecycle transitions by the state entered."}, []string{"policy", "to"}),
 		perOp: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "retryguard_attempts_per_operation",
 			Help: "Attempts each logical operation made.", Buckets: []float64{1, 2, 3, 4, 5}}, []string{"policy"}),
 		tokens: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "retryguard_budget_tokens",
 			Help: "Tokens in each retry budget, sampled when a policy using it is compiled and on every retry decision."}, []string{"budget"}),
+		conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "retryguard_budget_conflicts_total",
+			Help: "Payloads whose budget figures were not applied: an older generation, or other figures under the same one."}, []string{"budget"}),
 		Dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "retryguard_events_dropped_total",
 			Help: "Lifecycle events dropped because a sink was full."}),
 	}
-	reg.MustRegister(m.operations, m.attempts, m.denied, m.transitions, m.perOp, m.tokens, m.Dropped)
+	reg.MustRegister(m.operations, m.attempts, m.denied, m.transitions, m.perOp, m.tokens, m.conflicts, m.Dropped)
 	return m
 }
 
@@ -79,6 +82,12 @@ func (m *Metrics) forBudget(key string, b *budget.Budget) prometheus.Gauge {
 	g := m.tokens.WithLabelValues(key)
 	g.Set(b.Tokens())
 	return g
+}
+
+func (m *Metrics) conflict(budget string) {
+	if m != nil {
+		m.conflicts.WithLabelValues(budget).Inc()
+	}
 }
 
 func (pm *policyMetrics) attempt(c Class) {

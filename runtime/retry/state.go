@@ -9,7 +9,13 @@ type State string
 //
 //	SUBMITTED → ATTEMPTING → DISPATCHED | BACKOFF_WAIT | BUDGET_EXHAUSTED |
 //	                         TERMINAL_EXHAUSTED | UNKNOWN_OUTCOME
-//	BACKOFF_WAIT → ATTEMPTING
+//	BACKOFF_WAIT → ATTEMPTING | TERMINAL_EXHAUSTED | UNKNOWN_OUTCOME
+//
+// BACKOFF_WAIT → ATTEMPTING needs the sleep over and more than minRemaining
+// of the deadline left. A wait that starts no attempt (the caller's context
+// ended, or the deadline no longer allows one) ends from BACKOFF_WAIT, in
+// UNKNOWN_OUTCOME after an ambiguous failure and TERMINAL_EXHAUSTED
+// otherwise: never an ATTEMPTING step with no attempt in it.
 const (
 	Submitted         State = "SUBMITTED"
 	Attempting        State = "ATTEMPTING"
@@ -37,8 +43,10 @@ func (s State) DeadLettered() bool {
 // CanTransition reports whether from → to is legal.
 func CanTransition(from, to State) bool {
 	switch from {
-	case Submitted, BackoffWait:
+	case Submitted:
 		return to == Attempting
+	case BackoffWait:
+		return to == Attempting || to == TerminalExhausted || to == UnknownOutcome
 	case Attempting:
 		switch to {
 		case Dispatched, BackoffWait, BudgetExhausted, TerminalExhausted, UnknownOutcome:

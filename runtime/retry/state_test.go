@@ -9,6 +9,7 @@ func TestLifecycle(t *testing.T) {
 	all := []State{Submitted, Attempting, BackoffWait, Dispatched, BudgetExhausted, TerminalExhausted, UnknownOutcome}
 	legal := map[[2]State]bool{
 		{Submitted, Attempting}: true, {BackoffWait, Attempting}: true,
+		{BackoffWait, TerminalExhausted}: true, {BackoffWait, UnknownOutcome}: true,
 		{Attempting, Dispatched}: true, {Attempting, BackoffWait}: true, {Attempting, BudgetExhausted}: true,
 		{Attempting, TerminalExhausted}: true, {Attempting, UnknownOutcome}: true,
 	}

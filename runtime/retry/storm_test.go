@@ -45,11 +45,13 @@ func splitmix(x uint64) uint64 {
 	return x ^ (x >> 31)
 }
 
-// traffic counts attempts and retries per virtual second.
+// traffic counts attempts, primaries and retries per virtual second.
 type traffic struct {
 	mu        sync.Mutex
 	start     time.Time
+	length    time.Duration // of the primary traffic; later seconds hold only its retries
 	attempts  map[int]int
+	firsts    map[int]int
 	retries   map[int]int
 	primaries int
 	total     int
@@ -66,6 +68,7 @@ func (tr *traffic) record(attempt int) time.Duration {
 	tr.total++
 	if attempt == 1 {
 		tr.primaries++
+		tr.firsts[sec]++
 	} else {
 		tr.retries[sec]++
 	}
@@ -80,11 +83,41 @@ func (tr *traffic) record(attempt int) time.Duration {
 
 type strategy func(ctx context.Context, op int, call func(attempt int) error) error
 
+// amplificationBound is the acceptance bound on outbound traffic: at most
+// 1.05× the primaries in every one-second bucket after the first.
+const amplificationBound = 1.05
+
+// overBound lists the seconds after the first, while primaries arrive,
+// whose outbound attempts pass amplificationBound× their primaries.
+func (tr *traffic) overBound() []string {
+	var over []string
+	for sec, n := range tr.attempts {
+		if sec > 0 && sec < int(tr.length/time.Second) && float64(n) > amplificationBound*float64(tr.firsts[sec]) {
+			over = append(over, fmt.Sprintf("second %d: %d attempts for %d primaries", sec, n, tr.firsts[sec]))
+		}
+	}
+	return over
+}
+
+// maxRatio is the largest attempts/primaries ratio of any second after the
+// first while primaries arrive.
+func (tr *traffic) maxRatio() float64 {
+	worst := 0.0
+	for sec, n := range tr.attempts {
+		if sec > 0 && sec < int(tr.length/time.Second) && tr.firsts[sec] > 0 {
+			worst = max(worst, float64(n)/float64(tr.firsts[sec]))
+		}
+	}
+	return worst
+}
+
 // storm drives 1,200 operations a second through run for the whole drill.
-func storm(run strategy) *traffic {
-	tr := &traffic{start: time.Now(), attempts: map[int]int{}, retries: map[int]int{}}
+func storm(run strategy) *traffic { return stormFor(stormFault+stormRecovery, run) }
+
+func stormFor(length time.Duration, run strategy) *traffic {
+	tr := &traffic{start: time.Now(), length: length, attempts: map[int]int{}, firsts: map[int]int{}, retries: map[int]int{}}
 	var wg sync.WaitGroup
-	total := int((stormFault + stormRecovery).Seconds() * stormRate)
+	total := int(length.Seconds() * stormRate)
 	for op := range total {
 		wg.Go(func() {
 			_ = run(context.Background(), op, func(attempt int) error {
@@ -169,18 +202,56 @@ func TestStormRecoveryDrill(t *testing.T) {
 			t.Errorf("second %d: %d attempts > 1,320 req/s", sec, n)
 		}
 	}
+	t.Logf("Retryguard: outbound/primary at most %.3f in any second after the first; %d operations did not complete, %d dead letters",
+		optionC.maxRatio(), incomplete, len(letters.all()))
+	for _, o := range optionC.overBound() {
+		t.Errorf("%s: above %.2f×", o, amplificationBound)
+	}
 	recovered := int((stormFault + 2500*time.Millisecond) / time.Second)
 	end := int((stormFault + stormRecovery) / time.Second)
+	worst := 0
 	for sec := recovered + 1; sec < end; sec++ {
+		worst = max(worst, optionC.retries[sec])
 		if r := optionC.retries[sec]; r >= 2 {
 			t.Errorf("second %d, %.1fs after recovery: %d retries/s, want < 2", sec, float64(sec)-stormFault.Seconds(), r)
 		}
 	}
+	t.Logf("Retryguard: at most %d retries/s from 2.5 s after recovery", worst)
 	if got := len(letters.all()); got != incomplete || incomplete == 0 {
 		t.Errorf("%d operations did not complete, %d dead letters", incomplete, got)
 	}
 	if results[0].amplification >= results[1].amplification || results[0].amplification >= results[2].amplification {
 		t.Errorf("Retryguard's amplification %.2f is not below A (%.2f) and B (%.2f)",
 			results[0].amplification, results[1].amplification, results[2].amplification)
+	}
+}
+
+// A storm that starts with the process: the executor, and so its budget, is
+// new when the vendor starts answering 429 to 60% of attempts. The start
+// credit lets the first failures retry, and outbound still stays within
+// amplificationBound× primary in every second, the first included.
+func TestColdStartStorm(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the storm simulates 12,000 operations")
+	}
+	var tr *traffic
+	synctest.Test(t, func(t *testing.T) {
+		p := smsPolicy()
+		ex := New(staticSource{p.Policy.Name: p}, WithClock(clock.Real{}))
+		tr = stormFor(10*time.Second, func(ctx context.Context, op int, call func(int) error) error {
+			return ex.Do(ctx, p.Policy.Name, Vars{"user_id": fmt.Sprint(op), "login_session_id": "s"},
+				func(_ context.Context, a Attempt) error { return call(a.Number) })
+		})
+	})
+	if tr.retries[0] == 0 {
+		t.Fatal("no retry in the first second of a new process")
+	}
+	first := float64(tr.attempts[0]) / float64(tr.firsts[0])
+	t.Logf("first second: %d primaries, %d retries (%.3f×); later seconds at most %.3f×", tr.firsts[0], tr.retries[0], first, tr.maxRatio())
+	if first > amplificationBound {
+		t.Errorf("first second: %d attempts for %d primaries", tr.attempts[0], tr.firsts[0])
+	}
+	for _, o := range tr.overBound() {
+		t.Errorf("%s: above %.2f×", o, amplificationBound)
 	}
 }
