@@ -6,6 +6,7 @@ package deadletter
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -62,7 +63,7 @@ func Open(path string) (*Journal, error) {
 }
 
 // Write appends one dead letter and fsyncs it.
-func (j *Journal) Write(l retry.DeadLetter) error {
+func (j *Journal) Write(_ context.Context, l retry.DeadLetter) error {
 	body, err := json.Marshal(l)
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package deadletter
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -26,7 +27,7 @@ func TestConcurrentWritesAreAllKept(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 200 {
 		wg.Go(func() {
-			if err := j.Write(letter(i)); err != nil {
+			if err := j.Write(context.Background(), letter(i)); err != nil {
 				t.Error(err)
 			}
 		})
@@ -55,7 +56,7 @@ func TestTornTailIsTruncated(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "dead.journal")
 	j, _ := Open(path)
 	for i := range 3 {
-		_ = j.Write(letter(i))
+		_ = j.Write(context.Background(), letter(i))
 	}
 	_ = j.Close()
 	f, _ := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
@@ -65,7 +66,7 @@ func TestTornTailIsTruncated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = j.Write(letter(3))
+	_ = j.Write(context.Background(), letter(3))
 	_ = j.Close()
 	got, _ := ReadAll(path)
 	if len(got) != 4 || got[3].Operation != 3 {
@@ -82,7 +83,7 @@ func TestSurvivesProcessRestart(t *testing.T) {
 			os.Exit(2)
 		}
 		for i := range 50 {
-			if err := j.Write(letter(i)); err != nil {
+			if err := j.Write(context.Background(), letter(i)); err != nil {
 				os.Exit(3)
 			}
 			fmt.Println("acked", i)

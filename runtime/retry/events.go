@@ -1,6 +1,7 @@
 package retry
 
 import (
+	"context"
 	"sync/atomic"
 	"time"
 
@@ -85,5 +86,5 @@ type DeadLetter struct {
 // DeadLetterSink stores dead letters durably. Write returns only once the
 // letter is safe (or with the error that says it is not).
 type DeadLetterSink interface {
-	Write(DeadLetter) error
+	Write(ctx context.Context, l DeadLetter) error
 }

@@ -264,7 +264,7 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 		if d.next != BackoffWait {
 			c.metrics.denied(d.reason)
 			c.metrics.finished(n)
-			return r.finish(d, err)
+			return r.finish(ctx, d, err)
 		}
 		r.to(BackoffWait, n, "")
 		if err := e.clock.Sleep(ctx, d.sleep); err != nil {
@@ -275,7 +275,7 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 			if ev.Class == Ambiguous {
 				end = UnknownOutcome
 			}
-			return r.finish(stop(end, codes.DeadlineExceeded, "the caller's context ended during backoff", deniedDeadline), err)
+			return r.finish(ctx, stop(end, codes.DeadlineExceeded, "the caller's context ended during backoff", deniedDeadline), err)
 		}
 		prevDelay = d.sleep
 	}
@@ -394,7 +394,7 @@ func describe(ev Evidence) string {
 
 // finish ends the operation in d's state, dead-lettering it when the state
 // calls for it.
-func (r *run) finish(d decision, last error) error {
+func (r *run) finish(ctx context.Context, d decision, last error) error {
 	r.to(d.next, len(r.records), d.code)
 	e := &Error{Code: d.code, State: d.next, Policy: r.c.name, Key: r.key, Attempts: len(r.records), Detail: d.detail, Err: last}
 	if n := len(r.records); n > 0 {
@@ -405,7 +405,7 @@ func (r *run) finish(d decision, last error) error {
 		if p := r.c.payload; p != nil {
 			letter.Namespace = p.Policy.Namespace
 		}
-		if err := r.e.deadLetters.Write(letter); err != nil {
+		if err := r.e.deadLetters.Write(ctx, letter); err != nil {
 			return errors.Join(e, fmt.Errorf("retryguard: the dead letter was not stored: %w", err))
 		}
 	}

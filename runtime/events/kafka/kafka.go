@@ -70,7 +70,7 @@ type DeadLetters struct {
 }
 
 // Write produces one dead letter synchronously.
-func (d *DeadLetters) Write(l retry.DeadLetter) error {
+func (d *DeadLetters) Write(_ context.Context, l retry.DeadLetter) error {
 	value, err := json.Marshal(l)
 	if err != nil {
 		return err
