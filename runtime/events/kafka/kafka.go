@@ -45,10 +45,15 @@ type outcomes struct {
 }
 
 // produce sends r with ctx and counts its outcome; done, if not nil, gets
-// the outcome too. It returns at once.
+// the outcome too. It blocks only while the client's buffer is full.
 func (o *outcomes) produce(ctx context.Context, client *kgo.Client, r *kgo.Record, done func(error)) {
 	o.pending.Add(1)
-	client.Produce(ctx, r, func(_ *kgo.Record, err error) {
+	client.Produce(ctx, r, o.promise(done))
+}
+
+// promise counts one pending record's outcome, then passes it to done.
+func (o *outcomes) promise(done func(error)) func(*kgo.Record, error) {
+	return func(_ *kgo.Record, err error) {
 		defer o.pending.Done()
 		if err != nil {
 			o.dropped.Add(1)
@@ -58,7 +63,7 @@ func (o *outcomes) produce(ctx context.Context, client *kgo.Client, r *kgo.Recor
 		if done != nil {
 			done(err)
 		}
-	})
+	}
 }
 
 // EventSink is a non-blocking retry.EventSink: Emit enqueues into a bounded
@@ -200,11 +205,14 @@ func (d *DeadLetters) Write(ctx context.Context, l retry.DeadLetter) error {
 		return errors.New("kafka: dead-letter sink closed")
 	}
 	d.counts.emitted.Add(1)
-	d.counts.produce(recordCtx, d.Client, &kgo.Record{Topic: d.Topic, Key: []byte(l.Key), Value: value}, func(err error) {
+	d.counts.pending.Add(1)
+	d.mu.RUnlock()
+	// Produce blocks while the client's buffer is full; the caller waits for
+	// that no longer than for the acknowledgement.
+	go d.Client.Produce(recordCtx, &kgo.Record{Topic: d.Topic, Key: []byte(l.Key), Value: value}, d.counts.promise(func(err error) {
 		cancel()
 		result <- err
-	})
-	d.mu.RUnlock()
+	}))
 	select {
 	case err := <-result:
 		return err
