@@ -19,7 +19,7 @@ type clean struct {
 
 var cleanJournals sync.Map // of int to clean; each is written once per process
 
-func cleanJournal(t *testing.T, n int) clean {
+func cleanJournal(t testing.TB, n int) clean {
 	if c, ok := cleanJournals.Load(n); ok {
 		return c.(clean)
 	}
@@ -65,56 +65,73 @@ func FuzzJournal(f *testing.F) {
 	fsync := syncFile
 	syncFile = func(*os.File) error { return nil }
 	f.Cleanup(func() { syncFile = fsync })
-	scratch := f.TempDir()
+	scratch := scratchDir(f)
 	f.Fuzz(func(t *testing.T, records uint8, at uint32, overwrite bool, garbage []byte) {
-		n := int(records % 16)
-		var file []byte
-		var want []uint64 // the operations the damage did not touch
-		if n == 0 {
-			file = garbage
-		} else {
-			c := cleanJournal(t, n)
-			p := int(at % uint32(len(c.data)+1))
-			from, to := p, p+len(garbage) // the damaged bytes of the clean journal
-			if overwrite {
-				file = append(append([]byte(nil), c.data[:p]...), garbage...)
-				if to < len(c.data) {
-					file = append(file, c.data[to:]...)
-				}
-			} else {
-				file = append(append(append([]byte(nil), c.data[:p]...), garbage...), c.data[p:]...)
-				to = p
-			}
-			for i := range n {
-				before := c.ends[i] <= from
-				after := c.starts[i] >= to
-				if len(garbage) == 0 || before || after {
-					want = append(want, uint64(i))
-				}
-			}
-		}
-		path := filepath.Join(scratch, "dead.journal") // one input at a time per process
-		if err := os.WriteFile(path, file, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		got, readErr := ReadAll(path)
-		if !subsequence(want, got) {
-			t.Fatalf("ReadAll returned %v, missing some of the intact %v (%v)", operations(got), want, readErr)
-		}
-		j, err := Open(path)
-		if err != nil {
-			return // refusing a journal is allowed; destroying one is not
-		}
-		const next = 1 << 20
-		if err := j.Write(context.Background(), letter(next)); err != nil {
-			t.Fatal(err)
-		}
-		_ = j.Close()
-		again, err := ReadAll(path)
-		if len(again) != len(got)+1 || !subsequence(operations(got), again[:len(got)]) || again[len(got)].Operation != next {
-			t.Fatalf("after Open and one append: %v, before %v (%v)", operations(again), operations(got), err)
-		}
+		checkDamaged(t, scratch, records, at, overwrite, garbage)
 	})
+}
+
+// scratchDir is a directory for one input's file at a time: in memory
+// (tmpfs) where the system has one, since rewriting a file on a disk-backed
+// file system can wait for writeback and starve the fuzzer.
+func scratchDir(f *testing.F) string {
+	if dir, err := os.MkdirTemp("/dev/shm", "deadletter-fuzz-"); err == nil {
+		f.Cleanup(func() { _ = os.RemoveAll(dir) })
+		return dir
+	}
+	return f.TempDir()
+}
+
+// checkDamaged is FuzzJournal's check of one input.
+func checkDamaged(t testing.TB, scratch string, records uint8, at uint32, overwrite bool, garbage []byte) {
+	t.Helper()
+	n := int(records % 16)
+	var file []byte
+	var want []uint64 // the operations the damage did not touch
+	if n == 0 {
+		file = garbage
+	} else {
+		c := cleanJournal(t, n)
+		p := int(at % uint32(len(c.data)+1))
+		from, to := p, p+len(garbage) // the damaged bytes of the clean journal
+		if overwrite {
+			file = append(append([]byte(nil), c.data[:p]...), garbage...)
+			if to < len(c.data) {
+				file = append(file, c.data[to:]...)
+			}
+		} else {
+			file = append(append(append([]byte(nil), c.data[:p]...), garbage...), c.data[p:]...)
+			to = p
+		}
+		for i := range n {
+			before := c.ends[i] <= from
+			after := c.starts[i] >= to
+			if len(garbage) == 0 || before || after {
+				want = append(want, uint64(i))
+			}
+		}
+	}
+	path := filepath.Join(scratch, "dead.journal") // one input at a time per process
+	if err := os.WriteFile(path, file, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, readErr := ReadAll(path)
+	if !subsequence(want, got) {
+		t.Fatalf("ReadAll returned %v, missing some of the intact %v (%v)", operations(got), want, readErr)
+	}
+	j, err := Open(path)
+	if err != nil {
+		return // refusing a journal is allowed; destroying one is not
+	}
+	const next = 1 << 20
+	if err := j.Write(context.Background(), letter(next)); err != nil {
+		t.Fatal(err)
+	}
+	_ = j.Close()
+	again, err := ReadAll(path)
+	if len(again) != len(got)+1 || !subsequence(operations(got), again[:len(got)]) || again[len(got)].Operation != next {
+		t.Fatalf("after Open and one append: %v, before %v (%v)", operations(again), operations(got), err)
+	}
 }
 
 // subsequence reports whether the operations want appear in got, in order.
