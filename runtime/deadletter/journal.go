@@ -125,7 +125,7 @@ var _ retry.DeadLetterSink = (*Journal)(nil)
 // format version, no journal header, or a format 1 journal damaged before
 // its end.
 func Open(path string) (*Journal, error) {
-	for {
+	for range 2 { // the second time, after a conversion, the file is in the current format
 		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 		if err != nil {
 			return nil, err
@@ -140,6 +140,7 @@ func Open(path string) (*Journal, error) {
 		}
 		return j, nil
 	}
+	return nil, fmt.Errorf("deadletter: %s changed while it was being converted", path)
 }
 
 // errConverted says that the file was converted to the current format and
@@ -395,7 +396,10 @@ func read(r io.ReaderAt, size int64, path string) ([]retry.DeadLetter, error) {
 	if h.rest.torn >= 0 {
 		regions = append(regions, Region{Offset: h.rest.torn, Length: size - h.rest.torn})
 	}
-	missing := fmt.Errorf("deadletter: %s has no journal header at offset 0, and no format 1 frame from offset %d", path, h.format1.stop)
+	missing := fmt.Errorf("deadletter: %s has no journal header at offset 0 (damaged, or not a journal)", path)
+	if h.format1.frames > 0 {
+		missing = fmt.Errorf("deadletter: format 1 journal %s is damaged at offset %d; the records before it were read", path, h.format1.stop)
+	}
 	if len(regions) == 0 {
 		return out, missing
 	}
