@@ -2,10 +2,45 @@
 // (BUDGET_EXHAUSTED, TERMINAL_EXHAUSTED, UNKNOWN_OUTCOME) for
 // reconciliation. The default is a durable append-only journal on local
 // disk; runtime/events/kafka offers a topic instead.
+//
+// # On-disk format
+//
+// The journal is written in format 2 (FormatVersion). A file starts with an
+// 8-byte header, 0xFF "RGDLJ" 0x00 and the version byte, followed by frames:
+//
+//	offset  size  field
+//	0       4     marker 0xFE 'D' 'L' 0xFF
+//	4       4     body length, big-endian, at most MaxRecord
+//	8       4     CRC-32C (Castagnoli) of the body
+//	12      4     CRC-32C of bytes 0–11 of the frame
+//	16      n     body: one retry.DeadLetter as JSON
+//
+// The marker contains 0xFE and 0xFF, which never occur in UTF-8 and so never
+// in a body; the header's own CRC makes a frame's length trustworthy. A
+// reader that meets a bad frame therefore searches for the next marker
+// whose header checks out, and every intact record after a damaged region
+// is still read: ReadAll returns them all, with a *CorruptError naming
+// where each damaged region starts and how long it is.
+//
+// Open cuts only a torn tail: a prefix of one frame at the end of the file,
+// recognisable by an intact header whose frame would end past the end of the
+// file (or fewer bytes than a header that begin like a marker). That is
+// what a crash during a write leaves, and such a frame was never
+// acknowledged. Any other damage stays on disk, as evidence, and new frames
+// are appended after it.
+//
+// Format 1 (before format 2 existed) had no file header and no marker: each
+// frame was a 4-byte length, the body's CRC-32C and the body. ReadAll reads
+// it, and Open converts it to format 2, atomically (a new file renamed over
+// the old), keeping every record. A format 1 journal damaged before its end
+// cannot be resynchronised, so Open refuses it with the offset and leaves it
+// untouched; ReadAll still returns the records before the damage. A file
+// with another format version, or with no recognisable header, is refused
+// by Open, never appended to or rewritten.
 package deadletter
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -14,73 +49,293 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/retryguard/retryguard/runtime/retry"
 )
 
-// Each record is framed as: 4-byte big-endian length, 4-byte CRC-32C of the
-// body, then the body (one JSON dead letter). A crash mid-write leaves at
-// most a torn last frame, which Open cuts off.
-const frameHeader = 8
+// FormatVersion is the on-disk format this package writes.
+const FormatVersion = 2
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+// MaxRecord bounds one record's body, so that a damaged length can never
+// ask for gigabytes; Write refuses a larger letter.
+const MaxRecord = 16 << 20
 
-// maxRecord bounds one record, so a corrupt length cannot ask for gigabytes.
-const maxRecord = 16 << 20
+var (
+	fileHeader  = [8]byte{0xFF, 'R', 'G', 'D', 'L', 'J', 0x00, FormatVersion}
+	frameMarker = [4]byte{0xFE, 'D', 'L', 0xFF}
+	castagnoli  = crc32.MakeTable(crc32.Castagnoli)
+)
+
+const frameHeader = 16
+
+// syncFile is fsync. FuzzJournal, which checks what is read rather than
+// what survives a power cut, replaces it so that a busy disk does not slow
+// it down.
+var syncFile = (*os.File).Sync
+
+// Region is a run of damaged bytes in a journal.
+type Region struct {
+	Offset, Length int64
+}
+
+// CorruptError reports the damaged regions of a journal. The records
+// outside them were read.
+type CorruptError struct {
+	Path    string
+	Regions []Region
+}
+
+func (e *CorruptError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "deadletter: journal %s is damaged:", e.Path)
+	for i, r := range e.Regions {
+		if i == 3 {
+			fmt.Fprintf(&b, " and %d more regions", len(e.Regions)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, " %d bytes at offset %d", r.Length, r.Offset)
+	}
+	b.WriteString("; every intact record outside them was read")
+	return b.String()
+}
 
 // Journal is an append-only dead-letter file. Write returns once the record
-// is fsynced. It is safe for concurrent use.
+// is fsynced. It is safe for concurrent use; one journal file must be open
+// in one process at a time.
 type Journal struct {
-	mu   sync.Mutex
-	f    *os.File
-	path string
+	mu     sync.Mutex
+	f      *os.File
+	path   string
+	end    int64 // where the next frame goes: everything before it is durable
+	dirty  bool  // a failed write may have left bytes after end
+	damage *CorruptError
 }
 
 var _ retry.DeadLetterSink = (*Journal)(nil)
 
 // Open opens (or creates) the journal at path. A torn last frame from a
-// crash is truncated; every complete record before it is kept.
+// crash is cut; every other byte is kept, and damage is reported by Damage
+// and ReadAll. Open refuses a file it cannot append to safely: another
+// format version, no journal header, or a format 1 journal damaged before
+// its end.
 func Open(path string) (*Journal, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, err
+	for range 2 { // the second time, after a conversion, the file is in the current format
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		j, err := open(f, path)
+		if err != nil {
+			_ = f.Close()
+			if errors.Is(err, errConverted) {
+				continue // open the new file that replaced f
+			}
+			return nil, err
+		}
+		return j, nil
 	}
-	good, err := scan(f, nil)
-	if err != nil {
-		_ = f.Close()
-		return nil, err
-	}
-	if err := f.Truncate(good); err != nil {
-		_ = f.Close()
-		return nil, err
-	}
-	if _, err := f.Seek(good, io.SeekStart); err != nil {
-		_ = f.Close()
-		return nil, err
-	}
-	return &Journal{f: f, path: path}, nil
+	return nil, fmt.Errorf("deadletter: %s changed while it was being converted", path)
 }
 
-// Write appends one dead letter and fsyncs it.
-func (j *Journal) Write(_ context.Context, l retry.DeadLetter) error {
-	body, err := json.Marshal(l)
+// errConverted says that the file was converted to the current format and
+// replaced by a new one, which must be opened again.
+var errConverted = errors.New("deadletter: converted")
+
+func open(f *os.File, path string) (*Journal, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	size := fi.Size()
+	var head [len(fileHeader)]byte
+	n, err := f.ReadAt(head[:], 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	switch {
+	case bytes.HasPrefix(fileHeader[:], head[:n]) && n < len(fileHeader):
+		// New, or a crash while the header was being written.
+		if err := f.Truncate(0); err != nil {
+			return nil, err
+		}
+		if _, err := f.WriteAt(fileHeader[:], 0); err != nil {
+			return nil, err
+		}
+		if err := syncFileAndDir(f, path); err != nil {
+			return nil, err
+		}
+		return &Journal{f: f, path: path, end: int64(len(fileHeader))}, nil
+	case head == fileHeader:
+		s, err := scanFrames(f, int64(len(fileHeader)), size, nil)
+		if err != nil {
+			return nil, err
+		}
+		end := size
+		if s.torn >= 0 {
+			if err := f.Truncate(s.torn); err != nil {
+				return nil, err
+			}
+			if err := syncFile(f); err != nil {
+				return nil, err
+			}
+			end = s.torn
+		}
+		j := &Journal{f: f, path: path, end: end}
+		if len(s.damage) > 0 {
+			j.damage = &CorruptError{Path: path, Regions: s.damage}
+		}
+		return j, nil
+	case bytes.Equal(head[:len(head)-1], fileHeader[:len(fileHeader)-1]):
+		return nil, fmt.Errorf("deadletter: journal %s is in format version %d; this build writes version %d and reads versions 1 and %d", path, head[len(head)-1], FormatVersion, FormatVersion)
+	}
+	h, err := headless(f, size, nil)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case h.legacy():
+		if err := convertLegacy(f, path); err != nil {
+			return nil, err
+		}
+		return nil, errConverted
+	case h.format1.frames > 0 && h.format2 == 0:
+		return nil, fmt.Errorf("deadletter: format 1 journal %s is damaged at offset %d; refusing to convert or append to it, ReadAll returns the records before the damage", path, h.format1.stop)
+	}
+	return nil, fmt.Errorf("deadletter: %s has no journal header at offset 0 (damaged, or not a journal); refusing to append to it, ReadAll recovers its intact records", path)
+}
+
+// convertLegacy rewrites the format 1 journal in f as format 2 at path,
+// atomically: readers see the old file or the new one, never a mixture.
+func convertLegacy(f *os.File, path string) error {
+	fi, err := f.Stat()
 	if err != nil {
 		return err
 	}
+	tmp := path + ".converting"
+	out, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp) // a no-op once renamed
+	defer out.Close()
+	buf := append([]byte(nil), fileHeader[:]...)
+	_, err = scanLegacy(f, fi.Size(), func(l retry.DeadLetter) {
+		if frame, ferr := encodeFrame(l); ferr == nil {
+			buf = append(buf, frame...)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := out.Write(buf); err != nil {
+		return err
+	}
+	if err := syncFile(out); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	return syncDir(path)
+}
+
+func syncFileAndDir(f *os.File, path string) error {
+	if err := syncFile(f); err != nil {
+		return err
+	}
+	return syncDir(path)
+}
+
+// syncDir makes a file's creation or rename durable.
+func syncDir(path string) error {
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return syncFile(d)
+}
+
+// Damage reports the damaged regions Open found, or nil.
+func (j *Journal) Damage() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.damage == nil {
+		return nil
+	}
+	return j.damage
+}
+
+func encodeFrame(l retry.DeadLetter) ([]byte, error) {
+	body, err := json.Marshal(l)
+	if err != nil {
+		return nil, err
+	}
+	if len(body) > MaxRecord {
+		return nil, fmt.Errorf("deadletter: a letter of %d bytes is over the %d-byte limit", len(body), MaxRecord)
+	}
 	frame := make([]byte, frameHeader+len(body))
-	binary.BigEndian.PutUint32(frame[0:4], uint32(len(body)))
-	binary.BigEndian.PutUint32(frame[4:8], crc32.Checksum(body, castagnoli))
+	copy(frame[0:4], frameMarker[:])
+	binary.BigEndian.PutUint32(frame[4:8], uint32(len(body)))
+	binary.BigEndian.PutUint32(frame[8:12], crc32.Checksum(body, castagnoli))
+	binary.BigEndian.PutUint32(frame[12:16], crc32.Checksum(frame[0:12], castagnoli))
 	copy(frame[frameHeader:], body)
+	return frame, nil
+}
+
+// Write appends one dead letter and fsyncs it. A local fsync is short and
+// bounded, and a letter dropped because its operation's deadline has passed
+// would be lost, so Write completes whatever the state of ctx.
+//
+// When a write or fsync fails (ENOSPC, EFBIG, EIO), the partial frame is cut
+// before Write returns; if even that fails, every later Write first retries
+// the cut and refuses to append until it succeeds, so a half-written frame
+// never sits in front of acknowledged ones.
+func (j *Journal) Write(_ context.Context, l retry.DeadLetter) error {
+	frame, err := encodeFrame(l)
+	if err != nil {
+		return err
+	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.f == nil {
 		return errors.New("deadletter: journal closed")
 	}
-	if _, err := j.f.Write(frame); err != nil {
+	if j.dirty {
+		if err := j.rollback(); err != nil {
+			return fmt.Errorf("deadletter: refusing to append until a failed write is cut from the journal: %w", err)
+		}
+	}
+	if _, err = j.f.WriteAt(frame, j.end); err == nil {
+		err = syncFile(j.f)
+	}
+	if err != nil {
+		j.dirty = true
+		if rerr := j.rollback(); rerr != nil {
+			return errors.Join(err, fmt.Errorf("deadletter: cutting the failed write: %w", rerr))
+		}
 		return err
 	}
-	return j.f.Sync()
+	j.end += int64(len(frame))
+	return nil
+}
+
+// rollback cuts everything after the last acknowledged frame.
+func (j *Journal) rollback() error {
+	if err := j.f.Truncate(j.end); err != nil {
+		return err
+	}
+	if err := syncFile(j.f); err != nil {
+		return err
+	}
+	j.dirty = false
+	return nil
 }
 
 // Close closes the file.
@@ -95,49 +350,263 @@ func (j *Journal) Close() error {
 	return err
 }
 
-// ReadAll returns every complete record of the journal at path, in order.
+// ReadAll returns every intact record of the journal at path, in order. When
+// the journal is damaged, it still returns every intact record, with a
+// *CorruptError (or, for a format 1 journal, an error naming the offset
+// where reading had to stop).
 func ReadAll(path string) ([]retry.DeadLetter, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	var out []retry.DeadLetter
-	_, err = scan(f, func(l retry.DeadLetter) { out = append(out, l) })
-	return out, err
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	return read(f, fi.Size(), path)
 }
 
-// scan reads frames from the start of f, calling each for every complete
-// record, and returns the offset after the last complete one.
-func scan(f *os.File, each func(retry.DeadLetter)) (int64, error) {
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return 0, err
+func read(r io.ReaderAt, size int64, path string) ([]retry.DeadLetter, error) {
+	var out []retry.DeadLetter
+	each := func(l retry.DeadLetter) { out = append(out, l) }
+	var head [len(fileHeader)]byte
+	n, err := r.ReadAt(head[:], 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
 	}
-	r := bufio.NewReader(f)
-	var good int64
-	header := make([]byte, frameHeader)
-	for {
-		if _, err := io.ReadFull(r, header); err != nil {
-			return good, nil // end of file, or a torn header
+	if n < len(head) && bytes.HasPrefix(fileHeader[:], head[:n]) {
+		return nil, nil // empty, or a crash while the header was being written
+	}
+	if head == fileHeader {
+		s, err := scanFrames(r, int64(len(fileHeader)), size, each)
+		if err != nil {
+			return out, err
 		}
-		n := binary.BigEndian.Uint32(header[0:4])
-		if n > maxRecord {
-			return good, nil
+		if len(s.damage) > 0 {
+			return out, &CorruptError{Path: path, Regions: s.damage}
 		}
-		body := make([]byte, n)
-		if _, err := io.ReadFull(r, body); err != nil {
-			return good, nil // a torn body
+		return out, nil
+	}
+	h, err := headless(r, size, each)
+	if err != nil || h.legacy() {
+		return out, err
+	}
+	regions := h.rest.damage
+	if h.rest.torn >= 0 {
+		regions = append(regions, Region{Offset: h.rest.torn, Length: size - h.rest.torn})
+	}
+	missing := fmt.Errorf("deadletter: %s has no journal header at offset 0 (damaged, or not a journal)", path)
+	if h.format1.frames > 0 {
+		missing = fmt.Errorf("deadletter: format 1 journal %s is damaged at offset %d; the records before it were read", path, h.format1.stop)
+	}
+	if len(regions) == 0 {
+		return out, missing
+	}
+	return out, errors.Join(missing, &CorruptError{Path: path, Regions: regions})
+}
+
+// headlessScan is what headless found in a file without a format 2 header.
+type headlessScan struct {
+	format1 legacyScan
+	rest    frames // format 2 frames after the format 1 ones
+	format2 int    // intact format 2 frames among them
+	size    int64
+}
+
+// legacy reports whether the file is an intact format 1 journal, perhaps
+// with a torn tail.
+func (h headlessScan) legacy() bool {
+	return h.format2 == 0 && (h.format1.stop == h.size || h.format1.tornAtEnd)
+}
+
+// headless reads a file without a format 2 header: the format 1 frames it
+// starts with, then any format 2 frames after them (a format 2 journal whose
+// header was damaged).
+func headless(r io.ReaderAt, size int64, each func(retry.DeadLetter)) (headlessScan, error) {
+	h := headlessScan{size: size}
+	var err error
+	if h.format1, err = scanLegacy(r, size, each); err != nil || h.format1.stop == size {
+		return h, err
+	}
+	h.rest, err = scanFrames(r, h.format1.stop, size, func(l retry.DeadLetter) {
+		h.format2++
+		if each != nil {
+			each(l)
 		}
-		if crc32.Checksum(body, castagnoli) != binary.BigEndian.Uint32(header[4:8]) {
-			return good, nil
+	})
+	return h, err
+}
+
+// frames is what scanFrames found.
+type frames struct {
+	damage []Region
+	torn   int64 // where a torn last frame starts, or -1
+}
+
+// scanFrames reads format 2 frames from start to size, calling each for
+// every intact record, and resynchronises on the next marker after damage.
+func scanFrames(r io.ReaderAt, start, size int64, each func(retry.DeadLetter)) (frames, error) {
+	out := frames{torn: -1}
+	off, bad := start, int64(-1)
+	tornAt := int64(-1)
+	for off < size {
+		n, st, err := frameAt(r, off, size, each)
+		if err != nil {
+			return out, err
+		}
+		if st == frameIntact {
+			if bad >= 0 {
+				out.damage = append(out.damage, Region{Offset: bad, Length: off - bad})
+				bad, tornAt = -1, -1
+			}
+			off += n
+			continue
+		}
+		if bad < 0 {
+			bad = off
+			if st == frameTorn {
+				tornAt = off
+			}
+		}
+		next, err := nextMarker(r, off+1, size)
+		if err != nil {
+			return out, err
+		}
+		if next < 0 {
+			break
+		}
+		off = next
+	}
+	switch {
+	case bad < 0:
+	case tornAt == bad:
+		// The frame that starts the damage runs past the end of the file,
+		// and no intact frame follows: a write cut short.
+		out.torn = bad
+	default:
+		out.damage = append(out.damage, Region{Offset: bad, Length: size - bad})
+	}
+	return out, nil
+}
+
+type frameState int
+
+const (
+	frameBad frameState = iota
+	frameTorn
+	frameIntact
+)
+
+// frameAt checks the frame at off: intact (of length n, its record passed
+// to each), torn (a prefix of a frame cut by the end of the file), or bad.
+func frameAt(r io.ReaderAt, off, size int64, each func(retry.DeadLetter)) (int64, frameState, error) {
+	var h [frameHeader]byte
+	if size-off < frameHeader {
+		n, err := r.ReadAt(h[:size-off], off)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return 0, frameBad, err
+		}
+		if bytes.HasPrefix(h[:n], frameMarker[:min(n, len(frameMarker))]) {
+			return 0, frameTorn, nil
+		}
+		return 0, frameBad, nil
+	}
+	if _, err := r.ReadAt(h[:], off); err != nil {
+		return 0, frameBad, err
+	}
+	if [4]byte(h[0:4]) != frameMarker || crc32.Checksum(h[0:12], castagnoli) != binary.BigEndian.Uint32(h[12:16]) {
+		return 0, frameBad, nil
+	}
+	length := int64(binary.BigEndian.Uint32(h[4:8]))
+	if length > MaxRecord {
+		return 0, frameBad, nil
+	}
+	if off+frameHeader+length > size {
+		return 0, frameTorn, nil
+	}
+	body := make([]byte, length)
+	if _, err := r.ReadAt(body, off+frameHeader); err != nil {
+		return 0, frameBad, err
+	}
+	if crc32.Checksum(body, castagnoli) != binary.BigEndian.Uint32(h[8:12]) {
+		return 0, frameBad, nil
+	}
+	var l retry.DeadLetter
+	if err := json.Unmarshal(body, &l); err != nil {
+		return 0, frameBad, nil // a checksum cannot vouch for what wrote it
+	}
+	if each != nil {
+		each(l)
+	}
+	return frameHeader + length, frameIntact, nil
+}
+
+// nextMarker returns the offset of the first frame marker at or after from,
+// or -1.
+func nextMarker(r io.ReaderAt, from, size int64) (int64, error) {
+	const chunk = 64 << 10
+	buf := make([]byte, chunk+len(frameMarker)-1)
+	for off := from; off < size; off += chunk {
+		n, err := r.ReadAt(buf[:min(int64(len(buf)), size-off)], off)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return -1, err
+		}
+		if i := bytes.Index(buf[:n], frameMarker[:]); i >= 0 {
+			return off + int64(i), nil
+		}
+	}
+	return -1, nil
+}
+
+// legacyScan is what scanLegacy found.
+type legacyScan struct {
+	frames    int   // intact format 1 frames read
+	stop      int64 // offset after the last of them
+	tornAtEnd bool  // the rest of the file is a prefix of one frame
+}
+
+// scanLegacy reads format 1 frames from offset 0 until the first that is
+// not intact.
+func scanLegacy(r io.ReaderAt, size int64, each func(retry.DeadLetter)) (legacyScan, error) {
+	const legacyHeader = 8
+	var s legacyScan
+	var h [legacyHeader]byte
+	for s.stop < size {
+		if size-s.stop < legacyHeader {
+			// Torn only if what is there can begin a frame's length.
+			n, err := r.ReadAt(h[:size-s.stop], s.stop)
+			if err != nil && !errors.Is(err, io.EOF) {
+				return s, err
+			}
+			clear(h[n:])
+			s.tornAtEnd = binary.BigEndian.Uint32(h[0:4]) <= MaxRecord
+			return s, nil
+		}
+		if _, err := r.ReadAt(h[:], s.stop); err != nil {
+			return s, err
+		}
+		length := int64(binary.BigEndian.Uint32(h[0:4]))
+		if length > MaxRecord {
+			return s, nil
+		}
+		if s.stop+legacyHeader+length > size {
+			s.tornAtEnd = true
+			return s, nil
+		}
+		body := make([]byte, length)
+		if _, err := r.ReadAt(body, s.stop+legacyHeader); err != nil {
+			return s, err
 		}
 		var l retry.DeadLetter
-		if err := json.Unmarshal(body, &l); err != nil {
-			return good, fmt.Errorf("deadletter: record at %d: %w", good, err)
+		if crc32.Checksum(body, castagnoli) != binary.BigEndian.Uint32(h[4:8]) || json.Unmarshal(body, &l) != nil {
+			return s, nil
 		}
 		if each != nil {
 			each(l)
 		}
-		good += int64(frameHeader) + int64(n)
+		s.frames++
+		s.stop += legacyHeader + length
 	}
+	return s, nil
 }

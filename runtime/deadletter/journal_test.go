@@ -50,30 +50,6 @@ func TestConcurrentWritesAreAllKept(t *testing.T) {
 	}
 }
 
-// A torn frame from a crash is cut off on reopen; every complete record
-// stays, and writing goes on after them.
-func TestTornTailIsTruncated(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "dead.journal")
-	j, _ := Open(path)
-	for i := range 3 {
-		_ = j.Write(context.Background(), letter(i))
-	}
-	_ = j.Close()
-	f, _ := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
-	_, _ = f.Write([]byte{0, 0, 0, 40, 1, 2, 3, 4, '{', '"'}) // half a frame
-	_ = f.Close()
-	j, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = j.Write(context.Background(), letter(3))
-	_ = j.Close()
-	got, _ := ReadAll(path)
-	if len(got) != 4 || got[3].Operation != 3 {
-		t.Fatalf("%d records after repair", len(got))
-	}
-}
-
 // The journal survives a process restart: a child process writes and is
 // killed, and every record it saw acknowledged is read back.
 func TestSurvivesProcessRestart(t *testing.T) {

@@ -2,15 +2,26 @@
 // repeats of one idempotency key get 429 with Retry-After and an RFC 9457
 // problem, so an upstream that retries immediately (INC-2901) is slowed down
 // instead of amplified.
+//
+// The guard's memory is bounded in keys (MaxKeys) and in bytes (MaxBytes),
+// the oldest windows going first. A key longer than MaxKeyBytes is kept as
+// its SHA-256 digest rather than refused: a caller with long keys keeps
+// working, repeats of a long key are still counted apart from every other
+// key, and no caller can make one entry large. A refusal names the key by
+// its first few bytes only, since a key may be a secret or an attacker's
+// payload.
 package inbound
 
 import (
 	"container/list"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/retryguard/retryguard/api/codes"
 	"github.com/retryguard/retryguard/runtime/clock"
@@ -24,7 +35,21 @@ const (
 	DefaultMaxRepeats = 3 // the platform's three-attempt ceiling
 	DefaultRetryAfter = 30 * time.Second
 	DefaultMaxKeys    = 100_000
+	DefaultMaxBytes   = 16 << 20
+	// DefaultMaxKeyBytes is the longest key kept as it is; a UUID or a
+	// templated key such as SMS-2FA-{user_id}-{session} fits many times.
+	DefaultMaxKeyBytes = 128
 )
+
+// echoedKeyBytes is how much of a key a refusal shows.
+const echoedKeyBytes = 16
+
+// entryOverhead estimates what one key costs besides its bytes: its map
+// entry, list element and burst.
+const entryOverhead = 160
+
+// digestPrefix marks a stored key that is the digest of a long one.
+const digestPrefix = "sha256:"
 
 // Guard is HTTP middleware. Its zero value uses the defaults. It is safe for
 // concurrent use.
@@ -37,13 +62,19 @@ type Guard struct {
 	MaxRepeats int
 	// RetryAfter is what a refused caller is told to wait.
 	RetryAfter time.Duration
-	// MaxKeys bounds memory; the oldest windows are forgotten first.
-	MaxKeys int
-	Clock   clock.Clock
+	// MaxKeys and MaxBytes bound memory, in keys and in bytes (each key's
+	// length and entryOverhead); the oldest windows are forgotten first.
+	MaxKeys  int
+	MaxBytes int
+	// MaxKeyBytes is the longest key kept as it is; longer ones are kept as
+	// their SHA-256 digest.
+	MaxKeyBytes int
+	Clock       clock.Clock
 
 	mu    sync.Mutex
 	seen  map[string]*list.Element // of *burst, oldest window first in order
 	order list.List
+	bytes int // what seen holds, as entryCost counts it
 }
 
 type burst struct {
@@ -68,6 +99,12 @@ func (g *Guard) defaults() {
 	if g.MaxKeys <= 0 {
 		g.MaxKeys = DefaultMaxKeys
 	}
+	if g.MaxBytes <= 0 {
+		g.MaxBytes = DefaultMaxBytes
+	}
+	if g.MaxKeyBytes <= 0 {
+		g.MaxKeyBytes = DefaultMaxKeyBytes
+	}
 	if g.Clock == nil {
 		g.Clock = clock.Real{}
 	}
@@ -81,6 +118,10 @@ func (g *Guard) Allow(key string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.defaults()
+	if len(key) > g.MaxKeyBytes {
+		sum := sha256.Sum256([]byte(key))
+		key = digestPrefix + hex.EncodeToString(sum[:])
+	}
 	now := g.Clock.Now()
 	if e, ok := g.seen[key]; ok {
 		b := e.Value.(*burst)
@@ -93,18 +134,39 @@ func (g *Guard) Allow(key string) bool {
 		g.order.MoveToBack(e)
 		return true
 	}
+	cost := entryCost(key)
 	// The list is ordered by window start, so expired keys and, when the
-	// table is full, the oldest key are at the front: O(1) per request.
+	// table is full, the oldest keys are at the front: O(1) per request.
 	for front := g.order.Front(); front != nil; front = g.order.Front() {
 		b := front.Value.(*burst)
-		if now.Sub(b.start) < g.Window && len(g.seen) < g.MaxKeys {
+		if now.Sub(b.start) < g.Window && len(g.seen) < g.MaxKeys && g.bytes+cost <= g.MaxBytes {
 			break
 		}
 		delete(g.seen, b.key)
 		g.order.Remove(front)
+		g.bytes -= entryCost(b.key)
+	}
+	if cost > g.MaxBytes {
+		return true // a bound too small for one key: nothing is remembered
 	}
 	g.seen[key] = g.order.PushBack(&burst{key: key, start: now, count: 1})
+	g.bytes += cost
 	return true
+}
+
+func entryCost(key string) int { return len(key) + entryOverhead }
+
+// echo is how a refusal names key: its first few bytes, cut on a rune
+// boundary.
+func echo(key string) string {
+	if len(key) <= echoedKeyBytes {
+		return key
+	}
+	cut := echoedKeyBytes
+	for cut > 0 && !utf8.RuneStart(key[cut]) {
+		cut--
+	}
+	return key[:cut] + "…"
 }
 
 // Middleware refuses rapid repeats before they reach next. Requests without
@@ -126,7 +188,7 @@ func (g *Guard) Middleware(next http.Handler) http.Handler {
 			Title:    "Too many attempts for one operation",
 			Status:   http.StatusTooManyRequests,
 			Code:     string(codes.RetryLimitExceeded),
-			Detail:   fmt.Sprintf("more than %d requests with %s %q within %s; retry after %s", max, header, key, window, after),
+			Detail:   fmt.Sprintf("more than %d requests with %s %q within %s; retry after %s", max, header, echo(key), window, after),
 			Instance: r.URL.Path,
 		})
 	})

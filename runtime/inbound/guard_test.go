@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,5 +70,88 @@ func TestMemoryIsBoundedAndTheOldestGoesFirst(t *testing.T) {
 	g.Allow("fresh")
 	if n := len(g.seen); n != 1 {
 		t.Fatalf("%d keys after every window expired", n)
+	}
+}
+
+func refusedProblem(t *testing.T, g *Guard, key string) (*httptest.ResponseRecorder, retry.Problem) {
+	t.Helper()
+	h := g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusCreated) }))
+	for range g.MaxRepeats + 1 {
+		r := httptest.NewRequest(http.MethodPost, "/v1/messages", nil)
+		r.Header.Set(DefaultHeader, key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code == http.StatusTooManyRequests {
+			var p retry.Problem
+			if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
+				t.Fatal(err)
+			}
+			return w, p
+		}
+	}
+	t.Fatal("the repeats were not refused")
+	return nil, retry.Problem{}
+}
+
+// The 429 problem names the key by a short prefix only: a caller's key can
+// be a secret, or an attacker's payload.
+func TestRefusalEchoesOnlyAShortPrefixOfTheKey(t *testing.T) {
+	key := strings.Repeat("0123456789", 10) // 100 bytes, stored as it is
+	w, p := refusedProblem(t, &Guard{MaxRepeats: 1}, key)
+	if strings.Contains(w.Body.String(), key[:echoedKeyBytes+1]) || !strings.Contains(p.Detail, key[:echoedKeyBytes]) {
+		t.Fatalf("the problem echoes more or less than %d bytes of the key: %s", echoedKeyBytes, w.Body)
+	}
+}
+
+// A key over MaxKeyBytes is kept as its SHA-256 digest: repeats of it are
+// still counted, two long keys that differ only at their end stay apart, and
+// neither the table nor the problem holds the key.
+func TestLongKeysAreKeptAsDigests(t *testing.T) {
+	clk := clock.NewFake(time.Now())
+	g := &Guard{Clock: clk}
+	long := strings.Repeat("k", 100_000)
+	for i := range 3 {
+		if !g.Allow(long+"a") || !g.Allow(long+"b") {
+			t.Fatalf("repeat %d of two distinct long keys refused", i+1)
+		}
+	}
+	if g.Allow(long+"a") || g.Allow(long+"b") {
+		t.Fatal("the 4th repeat of a long key was allowed")
+	}
+	for stored := range g.seen {
+		if len(stored) > DefaultMaxKeyBytes {
+			t.Fatalf("a key of %d bytes is stored; the bound is %d", len(stored), DefaultMaxKeyBytes)
+		}
+	}
+	w, _ := refusedProblem(t, g, long+"a")
+	if w.Body.Len() > 1024 {
+		t.Fatalf("a %d-byte problem for a long key", w.Body.Len())
+	}
+}
+
+// Memory is bounded in bytes as well as in keys: many long keys evict the
+// oldest before the table outgrows MaxBytes.
+func TestMemoryIsBoundedInBytes(t *testing.T) {
+	clk := clock.NewFake(time.Now())
+	const bound = 64 << 10
+	g := &Guard{MaxBytes: bound, Clock: clk}
+	last := ""
+	for i := range 10_000 {
+		last = fmt.Sprintf("%0100d", i)
+		g.Allow(last)
+		clk.Advance(time.Millisecond)
+	}
+	held := 0
+	for stored := range g.seen {
+		held += len(stored) + entryOverhead
+	}
+	if held > bound || held != g.bytes {
+		t.Fatalf("%d bytes held (%d accounted), bound %d", held, g.bytes, bound)
+	}
+	if _, ok := g.seen[last]; !ok {
+		t.Fatal("the newest key was evicted")
+	}
+	if len(g.seen) < bound/(2*(100+entryOverhead)) {
+		t.Fatalf("only %d keys held under a %d-byte bound", len(g.seen), bound)
 	}
 }

@@ -2,12 +2,21 @@
 // Kafka with franz-go. Events go to each policy's events.topic as JSON,
 // keyed by operation, so one operation's transitions land on one partition
 // in order.
+//
+// Both sinks count what they are given (emitted), what Kafka acknowledged
+// (delivered) and what was lost on the way (dropped): a full buffer, a
+// record the client failed, a record that timed out. Each produced record's
+// outcome is counted by its produce callback, so once Close has returned,
+// emitted = delivered + dropped.
 package kafka
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -15,16 +24,60 @@ import (
 	"github.com/retryguard/retryguard/runtime/retry"
 )
 
-// DefaultBuffer is the events EventSink buffers before it drops.
-const DefaultBuffer = 4096
+// Defaults of the sinks.
+const (
+	// DefaultBuffer is the events EventSink buffers before it drops.
+	DefaultBuffer = 4096
+	// DefaultFlushTimeout bounds how long EventSink.Close waits for Kafka to
+	// take the buffered events; what is left then is dropped.
+	DefaultFlushTimeout = 10 * time.Second
+	// DefaultDeadLetterTimeout bounds how long a dead letter may take to be
+	// acknowledged; a caller's earlier deadline ends its wait sooner.
+	DefaultDeadLetterTimeout = 10 * time.Second
+)
+
+// outcomes counts records produced through a client: each is emitted once
+// and then, in its produce callback, delivered or dropped. It is safe for
+// concurrent use.
+type outcomes struct {
+	emitted, delivered, dropped atomic.Uint64
+	pending                     sync.WaitGroup
+}
+
+// produce sends r with ctx and counts its outcome; done, if not nil, gets
+// the outcome too. It blocks only while the client's buffer is full.
+func (o *outcomes) produce(ctx context.Context, client *kgo.Client, r *kgo.Record, done func(error)) {
+	o.pending.Add(1)
+	client.Produce(ctx, r, o.promise(done))
+}
+
+// promise counts one pending record's outcome, then passes it to done.
+func (o *outcomes) promise(done func(error)) func(*kgo.Record, error) {
+	return func(_ *kgo.Record, err error) {
+		defer o.pending.Done()
+		if err != nil {
+			o.dropped.Add(1)
+		} else {
+			o.delivered.Add(1)
+		}
+		if done != nil {
+			done(err)
+		}
+	}
+}
 
 // EventSink is a non-blocking retry.EventSink: Emit enqueues into a bounded
 // buffer (dropping and counting when full) and Run produces from it. It is
 // safe for concurrent use.
 type EventSink struct {
 	*retry.ChannelSink
+	// FlushTimeout bounds Close (DefaultFlushTimeout). Set it before Run.
+	FlushTimeout time.Duration
+
 	client *kgo.Client
 	done   chan struct{}
+	counts outcomes
+	onDrop func()
 }
 
 // NewEventSink buffers up to buffer events for client.
@@ -32,26 +85,75 @@ func NewEventSink(client *kgo.Client, buffer int) *EventSink {
 	if buffer <= 0 {
 		buffer = DefaultBuffer
 	}
-	return &EventSink{ChannelSink: retry.NewChannelSink(buffer), client: client, done: make(chan struct{})}
+	s := &EventSink{ChannelSink: retry.NewChannelSink(buffer), client: client, done: make(chan struct{})}
+	s.ChannelSink.OnDrop(s.dropped)
+	return s
 }
 
-// Run produces buffered events until Close, then flushes. Events of a
-// policy without an events topic are dropped here, never produced.
+// Emit enqueues ev, or drops it when the buffer is full. Events of a policy
+// without an events topic are not for Kafka: they are neither buffered nor
+// counted.
+func (s *EventSink) Emit(ev retry.Event) {
+	if ev.Topic == "" {
+		return
+	}
+	s.counts.emitted.Add(1)
+	s.ChannelSink.Emit(ev)
+}
+
+// OnDrop calls f for every dropped event, for example a metric's Inc. Call
+// it before the sink is in use.
+func (s *EventSink) OnDrop(f func()) { s.onDrop = f }
+
+func (s *EventSink) dropped() {
+	s.counts.dropped.Add(1)
+	if s.onDrop != nil {
+		s.onDrop()
+	}
+}
+
+// Emitted counts the events given to the sink with an events topic.
+func (s *EventSink) Emitted() uint64 { return s.counts.emitted.Load() }
+
+// Delivered counts the events Kafka acknowledged.
+func (s *EventSink) Delivered() uint64 { return s.counts.delivered.Load() }
+
+// Dropped counts the events lost: a full buffer, or the Kafka client failed
+// them.
+func (s *EventSink) Dropped() uint64 { return s.counts.dropped.Load() }
+
+// Run produces buffered events until Close, then flushes for at most
+// FlushTimeout; the events still unsent then are failed, and counted as
+// dropped. Cancelling ctx fails the events not yet sent.
 func (s *EventSink) Run(ctx context.Context) {
 	defer close(s.done)
+	produceCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	for ev := range s.C {
-		if ev.Topic == "" {
-			continue
-		}
 		value, err := json.Marshal(ev)
 		if err != nil {
+			s.dropped()
 			continue
 		}
-		s.client.Produce(ctx, &kgo.Record{Topic: ev.Topic, Key: []byte(strconv.FormatUint(ev.Operation, 10)), Value: value}, nil)
+		r := &kgo.Record{Topic: ev.Topic, Key: []byte(strconv.FormatUint(ev.Operation, 10)), Value: value}
+		s.counts.produce(produceCtx, s.client, r, func(err error) {
+			if err != nil && s.onDrop != nil {
+				s.onDrop()
+			}
+		})
 	}
-	flushCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	timeout := s.FlushTimeout
+	if timeout <= 0 {
+		timeout = DefaultFlushTimeout
+	}
+	flushCtx, stop := context.WithTimeout(ctx, timeout)
+	defer stop()
 	_ = s.client.Flush(flushCtx)
+	// Fail what Kafka has not taken, and wait for every callback, so that the
+	// counters add up when Close returns. A request already sent is failed
+	// only once the client gives up on it (its request timeout).
+	cancel()
+	s.counts.pending.Wait()
 }
 
 // Close stops accepting events, and returns once Run has flushed the rest.
@@ -63,23 +165,78 @@ func (s *EventSink) Close() {
 
 // DeadLetters is a retry.DeadLetterSink on a Kafka topic: Write returns once
 // the letter is acknowledged by all in-sync replicas (the client's default).
+// Its zero value with Client and Topic set is ready; it is safe for
+// concurrent use.
 type DeadLetters struct {
-	Client  *kgo.Client
-	Topic   string
+	Client *kgo.Client
+	Topic  string
+	// Timeout bounds how long a letter may take to be acknowledged
+	// (DefaultDeadLetterTimeout); Kafka fails it, unsent, after that.
 	Timeout time.Duration
+
+	counts outcomes
+	mu     sync.RWMutex // Close against Write's start
+	closed bool
 }
 
-// Write produces one dead letter synchronously.
-func (d *DeadLetters) Write(_ context.Context, l retry.DeadLetter) error {
+var _ retry.DeadLetterSink = (*DeadLetters)(nil)
+
+// Write produces one dead letter, and waits for Kafka to acknowledge it for
+// at most Timeout, and never past ctx's end. When ctx ends first, Write
+// returns ctx's error but the letter stays in flight until Timeout: a
+// letter of an operation that ran out of time is exactly the kind worth
+// keeping, and it is counted as delivered or dropped when Kafka decides.
+func (d *DeadLetters) Write(ctx context.Context, l retry.DeadLetter) error {
 	value, err := json.Marshal(l)
 	if err != nil {
 		return err
 	}
 	timeout := d.Timeout
 	if timeout <= 0 {
-		timeout = 10 * time.Second
+		timeout = DefaultDeadLetterTimeout
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	return d.Client.ProduceSync(ctx, &kgo.Record{Topic: d.Topic, Key: []byte(l.Key), Value: value}).FirstErr()
+	// The record lives for Timeout whatever the caller's deadline.
+	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	result := make(chan error, 1)
+	d.mu.RLock()
+	if d.closed {
+		d.mu.RUnlock()
+		cancel()
+		return errors.New("kafka: dead-letter sink closed")
+	}
+	d.counts.emitted.Add(1)
+	d.counts.pending.Add(1)
+	d.mu.RUnlock()
+	// Produce blocks while the client's buffer is full; the caller waits for
+	// that no longer than for the acknowledgement.
+	go d.Client.Produce(recordCtx, &kgo.Record{Topic: d.Topic, Key: []byte(l.Key), Value: value}, d.counts.promise(func(err error) {
+		cancel()
+		result <- err
+	}))
+	select {
+	case err := <-result:
+		return err
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// Emitted counts the letters given to Write.
+func (d *DeadLetters) Emitted() uint64 { return d.counts.emitted.Load() }
+
+// Delivered counts the letters Kafka acknowledged, including those whose
+// Write had already returned at the caller's deadline.
+func (d *DeadLetters) Delivered() uint64 { return d.counts.delivered.Load() }
+
+// Dropped counts the letters that never reached Kafka.
+func (d *DeadLetters) Dropped() uint64 { return d.counts.dropped.Load() }
+
+// Close refuses further writes and returns once every letter in flight is
+// delivered or dropped (within Timeout, or the client's request timeout for
+// a request already sent). It does not close the client.
+func (d *DeadLetters) Close() {
+	d.mu.Lock()
+	d.closed = true
+	d.mu.Unlock()
+	d.counts.pending.Wait()
 }

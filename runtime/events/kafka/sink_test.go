@@ -1,0 +1,135 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/retryguard/retryguard/runtime/retry"
+)
+
+// watchdog bounds how long a test waits for a call that must not block; it
+// is far above every timeout the tests configure.
+const watchdog = 10 * time.Second
+
+func cluster(t *testing.T, opts ...kgo.Opt) (*kfake.Cluster, *kgo.Client) {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic, dlq))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	client, err := kgo.NewClient(append(opts, kgo.SeedBrokers(c.ListenAddrs()...))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	return c, client
+}
+
+// downCluster is a client whose only broker has gone away.
+func downCluster(t *testing.T) *kgo.Client {
+	c, client := cluster(t)
+	c.Close()
+	return client
+}
+
+// within runs f and fails the test if it has not returned within watchdog.
+func within(t *testing.T, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { defer close(done); f() }()
+	select {
+	case <-done:
+	case <-time.After(watchdog):
+		t.Fatalf("%s still blocked after %s", what, watchdog)
+	}
+}
+
+var deadLetter = retry.DeadLetter{Operation: 7, Policy: "sms-2fa-dispatch", Key: "SMS-2FA-7", State: retry.UnknownOutcome, Code: "ERR_UNKNOWN_OUTCOME"}
+
+// A broker that does not answer holds Write only until the caller's
+// deadline, not for the sink's own (here very long) timeout, whether the
+// letter is in flight or waiting for room in the client's buffer (of one
+// record here); the letters are still delivered when the broker answers,
+// and counted so.
+func TestDeadLetterWriteHonoursTheCallersDeadline(t *testing.T) {
+	c, client := cluster(t, kgo.MaxBufferedRecords(1))
+	release := make(chan struct{})
+	c.ControlKey(kmsg.Produce.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.SleepControl(func() { <-release })
+		return nil, nil, false
+	})
+	d := &DeadLetters{Client: client, Topic: dlq, Timeout: time.Hour}
+	for i := range 2 {
+		var err error
+		within(t, "Write with a 200 ms deadline", func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			err = d.Write(ctx, deadLetter)
+		})
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Write %d: %v", i+1, err)
+		}
+	}
+	close(release)
+	within(t, "Close", d.Close)
+	if d.Emitted() != 2 || d.Delivered() != 2 || d.Dropped() != 0 {
+		t.Fatalf("emitted %d, delivered %d, dropped %d", d.Emitted(), d.Delivered(), d.Dropped())
+	}
+}
+
+// With the broker down, Write gives up after the sink's timeout (or sooner,
+// the caller's), and every letter that never reached Kafka is dropped.
+func TestDeadLettersToADownBrokerAreDropped(t *testing.T) {
+	d := &DeadLetters{Client: downCluster(t), Topic: dlq, Timeout: 300 * time.Millisecond}
+	within(t, "Write to a down broker", func() {
+		if err := d.Write(context.Background(), deadLetter); err == nil {
+			t.Error("a letter to a down broker was acknowledged")
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := d.Write(ctx, deadLetter); !errors.Is(err, context.Canceled) {
+			t.Errorf("Write with a cancelled context: %v", err)
+		}
+	})
+	within(t, "Close", d.Close)
+	if d.Emitted() != 2 || d.Delivered() != 0 || d.Dropped() != 2 {
+		t.Fatalf("emitted %d, delivered %d, dropped %d", d.Emitted(), d.Delivered(), d.Dropped())
+	}
+}
+
+// Events the Kafka client could not deliver are counted as dropped, and
+// Close is bounded: after it, emitted = delivered + dropped.
+func TestEventsLostInTheClientAreDropped(t *testing.T) {
+	sink := NewEventSink(downCluster(t), 64)
+	sink.FlushTimeout = 300 * time.Millisecond
+	go sink.Run(context.Background())
+	for i := range 10 {
+		sink.Emit(retry.Event{Operation: uint64(i), Topic: topic, To: retry.Attempting})
+	}
+	sink.Emit(retry.Event{Operation: 99, To: retry.Attempting}) // no events topic: not emitted at all
+	within(t, "Close", sink.Close)
+	if sink.Emitted() != 10 || sink.Delivered() != 0 || sink.Dropped() != 10 {
+		t.Fatalf("emitted %d, delivered %d, dropped %d", sink.Emitted(), sink.Delivered(), sink.Dropped())
+	}
+}
+
+// A full buffer drops too, and the sum still holds.
+func TestEventCountersAddUpWhenTheBufferOverflows(t *testing.T) {
+	_, client := cluster(t)
+	sink := NewEventSink(client, 4)
+	for i := range 10 { // before Run: only 4 fit
+		sink.Emit(retry.Event{Operation: uint64(i), Topic: topic, To: retry.Attempting})
+	}
+	go sink.Run(context.Background())
+	within(t, "Close", sink.Close)
+	if sink.Emitted() != 10 || sink.Delivered() != 4 || sink.Dropped() != 6 {
+		t.Fatalf("emitted %d, delivered %d, dropped %d", sink.Emitted(), sink.Delivered(), sink.Dropped())
+	}
+}
