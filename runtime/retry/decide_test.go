@@ -92,7 +92,8 @@ func TestDecideFailureModeMatrix(t *testing.T) {
 		}, want: want{retry.TerminalExhausted, codes.PolicyNotEnforced, false}},
 		// BACKOFF_WAIT → ATTEMPTING only with more than 500 ms left once the
 		// wait is over (ADV-IR-01: no retry with <= 500 ms left).
-		"650 ms left, 150 ms wait: 500 at the start": {ev: status(503), in: left(650 * ms), want: want{retry.TerminalExhausted, codes.DeadlineExceeded, true}},
+		"650 ms left, 150 ms wait: 500 at the start": {ev: status(503), in: left(650 * ms), want: want{retry.BackoffWait, "", true}},
+		"649 ms left, 150 ms wait: 499 at the start": {ev: status(503), in: left(649 * ms), want: want{retry.TerminalExhausted, codes.DeadlineExceeded, true}},
 		"651 ms left, 150 ms wait: 501 at the start": {ev: status(503), in: left(651 * ms), want: retrying},
 		"the wait alone overruns the deadline":       {ev: status(503), in: left(100 * ms), want: want{retry.TerminalExhausted, codes.DeadlineExceeded, true}},
 		"the deadline stops an ambiguous failure":    {ev: reset, in: left(600 * ms), want: want{retry.UnknownOutcome, codes.DeadlineExceeded, true}},
@@ -174,9 +175,10 @@ func TestCanStartBoundaries(t *testing.T) {
 	}{
 		{500 * ms, 500 * ms, 0, true},         // seed 003: exactly the attempt's cost
 		{499 * ms, 500 * ms, 0, false},        //
-		{500 * ms, 0, 500 * ms, false},        // seed 000: at the reserve
-		{501 * ms, 0, 500 * ms, true},         //
-		{500 * ms, 500 * ms, 500 * ms, false}, // both: the reserve is strict
+		{499 * ms, 0, 500 * ms, false},        // below the reserve (seed 000's 500 ms)
+		{500 * ms, 0, 500 * ms, true},         // seed 003's boundary: exactly the reserve
+		{500 * ms, 500 * ms, 500 * ms, true},  // both at once: seed 003's 1,500/1,000/500 fixture
+		{499 * ms, 500 * ms, 500 * ms, false}, // and its 1,499 ms countermodel
 	} {
 		if got := retry.CanStart(tc.left, tc.cost, tc.reserve); got != tc.ok {
 			t.Errorf("CanStart(%v, %v, %v) = %v", tc.left, tc.cost, tc.reserve, got)

@@ -318,7 +318,7 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 			// attempt would start, not only when the wait was chosen.
 			c.metrics.denied(deniedDeadlineAtStart)
 			c.metrics.finished(n)
-			return r.finish(ctx, stop(end, codes.DeadlineExceeded, fmt.Sprintf("%s left when the backoff ended, at or below the %s reserve or short of a %s attempt",
+			return r.finish(ctx, stop(end, codes.DeadlineExceeded, fmt.Sprintf("%s left when the backoff ended, below the %s reserve or short of a %s attempt",
 				left.Round(time.Millisecond), c.reserve, c.cost), deniedDeadlineAtStart), err)
 		}
 		prevDelay = d.Sleep

@@ -76,15 +76,17 @@ func run(t *testing.T, ex *retry.Executor, clk *clock.Virtual, p *policyconfig.P
 }
 
 // Seed 000 MC-ST-01: BACKOFF_WAIT → ATTEMPTING only when the sleep has
-// elapsed and the deadline remaining is above 500 ms. The wait is pinned
-// by Retry-After: 1 and a backoff draw of its minimum.
+// elapsed and the deadline remaining holds minRemaining (500 ms); seed 003
+// fixes the boundary: exactly 500 ms left after the wait is allowed, 499 ms
+// is not. The wait is pinned by Retry-After: 1 and a backoff draw of its
+// minimum.
 func TestARetryStartsOnlyAboveMinRemaining(t *testing.T) {
 	for _, tc := range []struct {
 		spent time.Duration // by the first attempt, of the 4 s deadline
 		retry bool
 	}{
-		{spent: 2500 * time.Millisecond, retry: false}, // 1,500 left, 500 after the wait: not above 500
-		{spent: 2499 * time.Millisecond, retry: true},  // 501 after the wait
+		{spent: 2500 * time.Millisecond, retry: true},  // 1,500 left, 500 after the wait: seed 003's boundary
+		{spent: 2501 * time.Millisecond, retry: false}, // 1,499 left, 499 after the wait
 		{spent: 2900 * time.Millisecond, retry: false}, // 100 after the wait: the old check let it start
 	} {
 		p := fixtures.SMS()
@@ -104,7 +106,7 @@ func TestARetryStartsOnlyAboveMinRemaining(t *testing.T) {
 		if got := calls == 2; got != tc.retry {
 			t.Errorf("%v spent: retried %v, want %v (%v)", tc.spent, got, tc.retry, re)
 		}
-		if len(started) > 1 && started[1] <= p.Policy.MinRemaining.D() {
+		if len(started) > 1 && started[1] < p.Policy.MinRemaining.D() {
 			t.Errorf("%v spent: a retry started with %v left", tc.spent, started[1])
 		}
 		if !tc.retry && (re == nil || re.Code != codes.DeadlineExceeded) {
@@ -114,16 +116,15 @@ func TestARetryStartsOnlyAboveMinRemaining(t *testing.T) {
 }
 
 // Seed 003's fixture: 1,500 ms left, a 1,000 ms wait and a 500 ms attempt
-// is allowed; at 1,499 ms it is denied. Its model has no reserve beyond the
-// attempt itself, so the policy's minRemaining is set below 500 ms here
-// (with seed 000's 500 ms reserve the first case is refused, above).
+// is allowed; at 1,499 ms it is denied. The attempt's cost is the policy's
+// perAttemptTimeout, and the sample's 500 ms minRemaining is kept.
 func TestSeed003DeadlineBoundary(t *testing.T) {
 	for _, tc := range []struct {
 		left  time.Duration
 		retry bool
 	}{{1500 * time.Millisecond, true}, {1499 * time.Millisecond, false}} {
 		p := fixtures.SMS()
-		p.Policy.PerAttemptTimeout, p.Policy.MinRemaining = fixtures.D("500ms"), fixtures.D("100ms")
+		p.Policy.PerAttemptTimeout = fixtures.D("500ms")
 		clk := clock.NewVirtual(time.Now())
 		ex := retry.New(source{p.Policy.Name: p}, retry.WithClock(clk), retry.WithRand(func(int64) int64 { return 0 }))
 		warm(t, ex, p)
@@ -561,7 +562,7 @@ func TestTheDeadLetterContextEndsWithTheOperation(t *testing.T) {
 
 // minRemaining holds when the next attempt would start, on the clock: a
 // backoff that overran what the decision foresaw (here the clock jumps
-// 3.5 s during a wait of at most 200 ms) starts no attempt, and the
+// 3.6 s during a wait of at most 200 ms) starts no attempt, and the
 // operation ends from BACKOFF_WAIT.
 func TestAWaitThatOverrunsStartsNoAttempt(t *testing.T) {
 	p := fixtures.SMS()
@@ -587,7 +588,7 @@ func TestAWaitThatOverrunsStartsNoAttempt(t *testing.T) {
 		case <-time.After(time.Millisecond):
 		}
 	}
-	clk.Advance(3500 * time.Millisecond)
+	clk.Advance(3600 * time.Millisecond)
 	err := <-done
 	close(sink.C)
 	var last retry.Event
