@@ -149,7 +149,7 @@ var (
 // stores it for the documents after it. An error means the store failed,
 // not that the document was refused.
 func (l *Linter) Admit(ctx context.Context, d manifest.Document) (Result, error) {
-	r := Result{Doc: d}
+	r := Result{Doc: d, Namespace: d.Namespace, Name: d.Name}
 	if d.Err != nil {
 		return r.refuse(d.Err), nil
 	}
@@ -158,6 +158,9 @@ func (l *Linter) Admit(ctx context.Context, d manifest.Document) (Result, error)
 		return r.refuse(fmt.Errorf("apiVersion %q: %w", d.APIVersion, err)), nil
 	}
 	gvk := gv.WithKind(d.Kind)
+	if r.Namespace == "" && gvk != namespaceGVK {
+		r.Namespace = l.opts.Namespace // where kubectl would put it
+	}
 	switch {
 	case gvk == policyGVK:
 		return l.admitPolicy(ctx, r)
@@ -186,7 +189,7 @@ func (r Result) refuse(err error) Result {
 // duplicate fields under kubectl's default --validate=strict.
 func (r *Result) decode(into client.Object, ns string) error {
 	if err := yaml.UnmarshalStrict(r.Doc.JSON, into); err != nil {
-		return fmt.Errorf("%s: %w", r.Doc.Kind, err)
+		return fmt.Errorf("strict decoding error: %w", err)
 	}
 	if into.GetNamespace() == "" && ns != "" {
 		into.SetNamespace(ns)

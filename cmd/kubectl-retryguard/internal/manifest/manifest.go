@@ -39,6 +39,8 @@ type Document struct {
 	// APIVersion and Kind identify the object; both are empty when the
 	// document does not parse.
 	APIVersion, Kind string
+	// Namespace and Name are metadata's, as written (either may be empty).
+	Namespace, Name string
 	// JSON is the document converted to JSON, ready to decode.
 	JSON []byte
 	// Err says why the document could not be read as an object.
@@ -150,12 +152,17 @@ func parse(source string, line int, raw []byte) (Document, bool) {
 	var meta struct {
 		APIVersion string `json:"apiVersion"`
 		Kind       string `json:"kind"`
+		Metadata   struct {
+			Namespace string `json:"namespace"`
+			Name      string `json:"name"`
+		} `json:"metadata"`
 	}
 	if err := json.Unmarshal(js, &meta); err != nil {
 		d.Err = fmt.Errorf("not an object: %w", err)
 		return d, true
 	}
 	d.APIVersion, d.Kind, d.JSON = meta.APIVersion, meta.Kind, js
+	d.Namespace, d.Name = meta.Metadata.Namespace, meta.Metadata.Name
 	if d.APIVersion == "" || d.Kind == "" {
 		d.Err = fmt.Errorf("apiVersion and kind are required")
 	}

@@ -1,0 +1,79 @@
+package manifest_test
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/manifest"
+)
+
+func TestSplitKeepsOrderAndLines(t *testing.T) {
+	raw := `# a leading comment
+apiVersion: v1
+kind: Namespace
+metadata: {name: a}
+---
+# only a comment: dropped
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: b}
+--- 
+{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "c"}}
+---
+kind: [unclosed
+`
+	docs := manifest.Split("f.yaml", []byte(raw))
+	var got []string
+	for _, d := range docs {
+		got = append(got, d.Where()+" "+d.Kind)
+	}
+	want := []string{"f.yaml:1 Namespace", "f.yaml:8 Namespace", "f.yaml:12 Namespace", "f.yaml:14 "}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	if docs[3].Err == nil || docs[2].Err != nil {
+		t.Errorf("errors: %v, %v", docs[2].Err, docs[3].Err)
+	}
+	if missing := manifest.Split("g.yaml", []byte("metadata: {name: x}\n")); len(missing) != 1 || missing[0].Err == nil {
+		t.Errorf("a document without apiVersion and kind must carry an error: %+v", missing)
+	}
+}
+
+func TestLoadWalksDirectoriesInLexicalOrder(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, kind string) {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("apiVersion: v1\nkind: "+kind+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("b.yaml", "B")
+	write("a.yml", "A")
+	write("sub/c.json", "C")
+	write("notes.txt", "Ignored")
+	write("kustomization.yaml", "Kustomization")
+	write("z.YAML", "Z")
+	docs, err := manifest.Load([]string{dir, filepath.Join(dir, "notes.txt"), "-"}, strings.NewReader("apiVersion: v1\nkind: Stdin\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, d := range docs {
+		kinds = append(kinds, d.Kind)
+	}
+	// The directory in lexical order (kustomization and .txt left out), then
+	// the file named explicitly whatever its extension, then standard input.
+	if want := []string{"A", "B", "C", "Z", "Ignored", "Stdin"}; !slices.Equal(kinds, want) {
+		t.Fatalf("got %q, want %q", kinds, want)
+	}
+	if _, err := manifest.Load([]string{filepath.Join(dir, "absent.yaml")}, nil); err == nil {
+		t.Error("a missing path must be an error")
+	}
+}
