@@ -52,7 +52,7 @@ func TestGraphShowsWhereThe27ComesFrom(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	for _, want := range []string{
+	assertContains(t, out,
 		"Namespace checkout",
 		"  workflow  layer workflow ×3  product 3  budget telephony  Ready=True (Published)",
 		"  └─ job  layer job ×3  product 9 > 3",
@@ -60,11 +60,7 @@ func TestGraphShowsWhereThe27ComesFrom(t *testing.T) {
 		"= workflow(3) × job(3) × connector(3) = 27",
 		"checkout/telephony: 10% of primaries over 1m0s",
 		"used by connector, job, workflow",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("graph lacks %q:\n%s", want, out)
-		}
-	}
+	)
 	if strings.Contains(out, "gateway") {
 		t.Errorf("graph without -A shows another namespace:\n%s", out)
 	}
@@ -84,15 +80,11 @@ func TestGraphDot(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	for _, want := range []string{
+	assertContains(t, out,
 		"digraph retryguard {", `subgraph "cluster_checkout"`,
 		`"checkout/workflow" -> "checkout/job";`, `"checkout/job" -> "checkout/connector";`,
 		`product 27`, `"checkout/connector" -> "budget:checkout/telephony" [style=dashed`,
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("dot lacks %q:\n%s", want, out)
-		}
-	}
+	)
 	if !strings.Contains(out, `"checkout/connector" [label="connector\nlayer connector ×3\nproduct 27\nReady=False (AmplificationExceeded)", color=red]`) {
 		t.Errorf("the 27 is not red:\n%s", out)
 	}
@@ -111,17 +103,13 @@ func TestExplainANotReadyPolicy(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	for _, want := range []string{
+	assertContains(t, out,
 		"RetryPolicy checkout/connector: layer connector, 3 total attempts, calling telephony-api (POST /v1/messages)",
 		"no: Ready=False, reason AmplificationExceeded: workflow(3) × job(3) × connector(3) = 27 > 3",
 		"calls per top-level operation through this policy: workflow(3) × job(3) × connector(3) = 27 (limit 3)",
 		"policies: workflow → job → connector",
 		"shared by 3 policies: connector, job, workflow",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("explain lacks %q:\n%s", want, out)
-		}
-	}
+	)
 	_, top, _ := runCLI(t, "", "explain", "workflow")
 	if !strings.Contains(top, "worst path through it, down to its deepest layer: workflow(3) × job(3) × connector(3) = 27 (ABOVE the limit of 3)") {
 		t.Errorf("explain workflow:\n%s", top)
@@ -148,7 +136,7 @@ func TestExplainTheWorstCaseSchedule(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	for _, want := range []string{
+	assertContains(t, out,
 		"yes: Ready=True, reason Published",
 		"Worst-case schedule: deadline 4s, minRemaining 500ms, each attempt 1s (perAttemptTimeout), jitter Full",
 		"ATTEMPT  SLEEP BEFORE  REMAINING BEFORE SLEEP  STARTS AT  ENDS BY  RUNS",
@@ -158,21 +146,23 @@ func TestExplainTheWorstCaseSchedule(t *testing.T) {
 		"worst case: 3 of 3 attempts run, 3.6s of the 4s deadline",
 		"split over 4 partition(s): each pod holds 3 token(s)",
 		"shared by 2 policies: slow, sms",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("explain lacks %q:\n%s", want, out)
-		}
-	}
+	)
 	// 1.5 + 0.2 + 1.5 = 3.2s, then 0.8s left cannot hold 0.4s + 1.5s.
 	_, slowOut, _ := runCLI(t, "", "explain", "rp/slow", "-n", "auth")
-	for _, want := range []string{
+	assertContains(t, slowOut,
 		"3        1ms..400ms    800ms                   -          -        no",
 		"worst case: 2 of 3 attempts run",
 		"only 2 of 3 attempts can run in the worst case",
 		"unknown: no Ready condition yet",
-	} {
-		if !strings.Contains(slowOut, want) {
-			t.Errorf("explain slow lacks %q:\n%s", want, slowOut)
+	)
+}
+
+// assertContains reports each wanted substring that out lacks.
+func assertContains(t *testing.T, out string, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q:\n%s", w, out)
 		}
 	}
 }

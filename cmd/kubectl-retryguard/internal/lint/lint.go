@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	"sigs.k8s.io/yaml"
 
 	"github.com/retryguard/retryguard/api/policygraph"
@@ -202,58 +203,50 @@ func (r *Result) decode(into client.Object, ns string) error {
 }
 
 func (l *Linter) admitPolicy(ctx context.Context, r Result) (Result, error) {
-	p := &v1.RetryPolicy{}
-	if err := r.decode(p, l.opts.Namespace); err != nil {
+	return admit(ctx, l, r, &v1.RetryPolicy{}, &v1.RetryPolicy{}, policyGVK.GroupKind(), l.policies,
+		func(p *v1.RetryPolicy) field.ErrorList {
+			p.Spec = p.Spec.WithDefaults()
+			p.Status = v1.RetryPolicyStatus{}
+			return v1.ValidateRetryPolicySpec(&p.Spec, field.NewPath("spec"))
+		})
+}
+
+func (l *Linter) admitBudget(ctx context.Context, r Result) (Result, error) {
+	return admit(ctx, l, r, &v1.RetryBudget{}, &v1.RetryBudget{}, budgetGVK.GroupKind(), l.budgets,
+		func(b *v1.RetryBudget) field.ErrorList {
+			b.Spec = b.Spec.WithDefaults()
+			b.Status = v1.RetryBudgetStatus{}
+			return v1.ValidateRetryBudgetSpec(&b.Spec, field.NewPath("spec"))
+		})
+}
+
+// admit takes one object through the API server's steps: decode strictly,
+// default and check the schema's rules (prepare), and only if they pass,
+// call the admission webhook's validator as a create or an update.
+func admit[T client.Object](ctx context.Context, l *Linter, r Result, obj, old T, gk schema.GroupKind,
+	v admission.Validator[T], prepare func(T) field.ErrorList) (Result, error) {
+	if err := r.decode(obj, l.opts.Namespace); err != nil {
 		return r.refuse(err), nil
 	}
 	// The API server defaults before it validates, ignores status on a
 	// resource with a status subresource, and stops at the CRD's rules:
 	// a webhook never sees an object its schema refused.
-	p.Spec = p.Spec.WithDefaults()
-	p.Status = v1.RetryPolicyStatus{}
-	if errs := v1.ValidateRetryPolicySpec(&p.Spec, field.NewPath("spec")); len(errs) > 0 {
-		return r.refuse(apierrors.NewInvalid(policyGVK.GroupKind(), p.Name, errs)), nil
+	if errs := prepare(obj); len(errs) > 0 {
+		return r.refuse(apierrors.NewInvalid(gk, obj.GetName(), errs)), nil
 	}
-	old := &v1.RetryPolicy{}
-	exists, err := l.get(ctx, p, old)
+	exists, err := l.get(ctx, obj, old)
 	if err != nil {
 		return r, err
 	}
 	if exists {
-		r.Warnings, err = l.policies.ValidateUpdate(ctx, old, p)
+		r.Warnings, err = v.ValidateUpdate(ctx, old, obj)
 	} else {
-		r.Warnings, err = l.policies.ValidateCreate(ctx, p)
+		r.Warnings, err = v.ValidateCreate(ctx, obj)
 	}
 	if err != nil {
 		return r.refuse(err), nil
 	}
-	return l.keep(ctx, r, p, old, exists)
-}
-
-func (l *Linter) admitBudget(ctx context.Context, r Result) (Result, error) {
-	b := &v1.RetryBudget{}
-	if err := r.decode(b, l.opts.Namespace); err != nil {
-		return r.refuse(err), nil
-	}
-	b.Spec = b.Spec.WithDefaults()
-	b.Status = v1.RetryBudgetStatus{}
-	if errs := v1.ValidateRetryBudgetSpec(&b.Spec, field.NewPath("spec")); len(errs) > 0 {
-		return r.refuse(apierrors.NewInvalid(budgetGVK.GroupKind(), b.Name, errs)), nil
-	}
-	old := &v1.RetryBudget{}
-	exists, err := l.get(ctx, b, old)
-	if err != nil {
-		return r, err
-	}
-	if exists {
-		r.Warnings, err = l.budgets.ValidateUpdate(ctx, old, b)
-	} else {
-		r.Warnings, err = l.budgets.ValidateCreate(ctx, b)
-	}
-	if err != nil {
-		return r.refuse(err), nil
-	}
-	return l.keep(ctx, r, b, old, exists)
+	return l.keep(ctx, r, obj, old, exists)
 }
 
 // admitNamespace keeps namespaces (and their labels) for the rules that
