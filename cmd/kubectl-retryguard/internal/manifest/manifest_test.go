@@ -1,6 +1,7 @@
 package manifest_test
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -76,4 +77,23 @@ func TestLoadWalksDirectoriesInLexicalOrder(t *testing.T) {
 	if _, err := manifest.Load([]string{filepath.Join(dir, "absent.yaml")}, nil); err == nil {
 		t.Error("a missing path must be an error")
 	}
+}
+
+// FuzzSplit: any bytes split into documents in ascending line order, each
+// either an object with apiVersion, kind and valid JSON, or an error.
+func FuzzSplit(f *testing.F) {
+	f.Add([]byte("apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\n# c\n---\nkind: [\n"))
+	f.Add([]byte("--- \n{\"apiVersion\": \"v1\", \"kind\": \"X\"}\n---\r\n"))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		last := 0
+		for _, d := range manifest.Split("f", raw) {
+			if d.Line <= last {
+				t.Fatalf("line %d after %d", d.Line, last)
+			}
+			last = d.Line
+			if d.Err == nil && (d.APIVersion == "" || d.Kind == "" || !json.Valid(d.JSON)) {
+				t.Fatalf("document at line %d: %q %q %q", d.Line, d.APIVersion, d.Kind, d.JSON)
+			}
+		}
+	})
 }
