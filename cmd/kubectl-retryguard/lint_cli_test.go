@@ -67,6 +67,7 @@ func TestLintExitCodesAndFiles(t *testing.T) {
 	writeFile(t, dir, "ok/policy.yaml", docs(policyYAML("connector", 1, "")+"\n",
 		"apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: app}\n"))
 	unknownField := writeFile(t, dir, "unknown.yaml", policyYAML("connector", 1, "", "  maxRetries: 5"))
+	raise := writeFile(t, dir, "raise.yaml", "apiVersion: policy.retryguard.io/v1alpha1\nkind: RetryBudget\nmetadata: {name: b, namespace: x}\nspec: {retryPercent: 25}\n")
 	orphan := writeFile(t, dir, "orphan.yaml", policyYAML("connector", 3, "job"))
 
 	for name, tc := range map[string]struct {
@@ -118,6 +119,18 @@ func TestLintExitCodesAndFiles(t *testing.T) {
 		"an unknown version of our group is refused": {
 			stdin: "apiVersion: policy.retryguard.io/v9\nkind: RetryPolicy\nmetadata: {name: x}\n",
 			args:  []string{"lint", "-f", "-"}, code: 1, want: []string{`no matches for kind "RetryPolicy"`},
+		},
+		"objects read back from a cluster, as a List": {
+			stdin: `apiVersion: v1
+kind: List
+items:
+- apiVersion: policy.retryguard.io/v1alpha1
+  kind: RetryBudget
+  metadata: {name: b, namespace: x, resourceVersion: "123", uid: abc, generation: 2}
+  spec: {retryPercent: 10}
+  status: {policyCount: 3}
+`, args: []string{"lint", "-f", "-", "-f", raise}, code: 1,
+			want: []string{"-:1: RetryBudget x/b: created", "raise.yaml:1: RetryBudget x/b: refused", "ERR_BUDGET_ABOVE_PLATFORM_CAP"},
 		},
 		"a path that does not exist fails": {args: []string{"lint", "-f", filepath.Join(dir, "absent")}, code: 1},
 		"no -f is a usage error":           {args: []string{"lint"}, code: 2},

@@ -273,6 +273,11 @@ func (l *Linter) get(ctx context.Context, obj, into client.Object) (bool, error)
 }
 
 func (l *Linter) keep(ctx context.Context, r Result, obj, old client.Object, exists bool) (Result, error) {
+	// What the server sets itself (as in objects read back with
+	// `kubectl get -o yaml`) says nothing about the change; drop it.
+	obj.SetResourceVersion("")
+	obj.SetUID("")
+	obj.SetManagedFields(nil)
 	if exists {
 		obj.SetResourceVersion(old.GetResourceVersion())
 		r.Verdict = Updated

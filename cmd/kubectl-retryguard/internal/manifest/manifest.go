@@ -111,7 +111,7 @@ func Split(source string, raw []byte) []Document {
 	start, line := 1, 0
 	flush := func() {
 		if d, ok := parse(source, start, cur.Bytes()); ok {
-			docs = append(docs, d)
+			docs = append(docs, expandList(d)...)
 		}
 		cur.Reset()
 	}
@@ -167,4 +167,26 @@ func parse(source string, line int, raw []byte) (Document, bool) {
 		d.Err = fmt.Errorf("apiVersion and kind are required")
 	}
 	return d, true
+}
+
+// expandList turns a v1 List (what `kubectl get -o yaml` prints) into its
+// items, in order, each placed at the List's line.
+func expandList(d Document) []Document {
+	if d.Err != nil || d.APIVersion != "v1" || d.Kind != "List" {
+		return []Document{d}
+	}
+	var list struct {
+		Items []json.RawMessage `json:"items"`
+	}
+	if err := json.Unmarshal(d.JSON, &list); err != nil {
+		d.Err = fmt.Errorf("v1 List: %w", err)
+		return []Document{d}
+	}
+	out := make([]Document, 0, len(list.Items))
+	for _, item := range list.Items {
+		if i, ok := parse(d.Source, d.Line, item); ok {
+			out = append(out, i)
+		}
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package manifest_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -44,6 +45,28 @@ kind: [unclosed
 	}
 }
 
+// `kubectl get rp -o yaml` prints a v1 List; its items are the documents.
+func TestSplitExpandsLists(t *testing.T) {
+	raw := `apiVersion: v1
+kind: List
+items:
+- {apiVersion: v1, kind: Namespace, metadata: {name: a}}
+- {apiVersion: v1, kind: ConfigMap, metadata: {name: b, namespace: a}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: c}
+`
+	var got []string
+	for _, d := range manifest.Split("f.yaml", []byte(raw)) {
+		got = append(got, fmt.Sprintf("%s %s %s/%s", d.Where(), d.Kind, d.Namespace, d.Name))
+	}
+	want := []string{"f.yaml:1 Namespace /a", "f.yaml:1 ConfigMap a/b", "f.yaml:7 Namespace /c"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}
+
 func TestLoadWalksDirectoriesInLexicalOrder(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, kind string) {
@@ -79,7 +102,8 @@ func TestLoadWalksDirectoriesInLexicalOrder(t *testing.T) {
 	}
 }
 
-// FuzzSplit: any bytes split into documents in ascending line order, each
+// FuzzSplit: any bytes split into documents in line order (a List's items
+// share its line), each
 // either an object with apiVersion, kind and valid JSON, or an error.
 func FuzzSplit(f *testing.F) {
 	f.Add([]byte("apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\n# c\n---\nkind: [\n"))
@@ -87,7 +111,7 @@ func FuzzSplit(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		last := 0
 		for _, d := range manifest.Split("f", raw) {
-			if d.Line <= last {
+			if d.Line < last || d.Line < 1 {
 				t.Fatalf("line %d after %d", d.Line, last)
 			}
 			last = d.Line
