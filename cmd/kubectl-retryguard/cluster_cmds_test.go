@@ -1,0 +1,168 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
+	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/kube"
+)
+
+// withCluster points the cluster commands at a fake cluster holding objs,
+// whose kubeconfig context namespace is ns (unless -n says otherwise).
+func withCluster(t *testing.T, ns string, objs ...client.Object) {
+	t.Helper()
+	c := fake.NewClientBuilder().WithScheme(kube.Scheme()).WithObjects(objs...).Build()
+	orig := connect
+	connect = func(f kube.ConfigFlags) (client.Client, string, error) {
+		if f.Namespace != "" {
+			return c, f.Namespace, nil
+		}
+		return c, ns, nil
+	}
+	t.Cleanup(func() { connect = orig })
+}
+
+func ready(status metav1.ConditionStatus, reason, msg string) fixtures.Option {
+	return func(p *v1.RetryPolicy) {
+		p.Status.Conditions = []metav1.Condition{{Type: v1.ConditionReady, Status: status, Reason: reason, Message: msg}}
+	}
+}
+
+func seedChain(ns string) []client.Object {
+	return []client.Object{
+		fixtures.Policy(ns, "workflow", "workflow", 3, ready(metav1.ConditionTrue, "Published", "")),
+		fixtures.Policy(ns, "job", "job", 3, fixtures.Parent("workflow"), ready(metav1.ConditionFalse, "AmplificationExceeded", "")),
+		fixtures.Policy(ns, "connector", "connector", 3, fixtures.Parent("job"),
+			ready(metav1.ConditionFalse, "AmplificationExceeded", "workflow(3) × job(3) × connector(3) = 27 > 3")),
+		fixtures.Budget(ns, fixtures.DefaultBudget, 10),
+	}
+}
+
+func TestGraphShowsWhereThe27ComesFrom(t *testing.T) {
+	withCluster(t, "checkout", append(seedChain("checkout"), seedChain("gateway")...)...)
+	code, out, errOut := runCLI(t, "", "graph")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	assertContains(t, out,
+		"Namespace checkout",
+		"  workflow  layer workflow ×3  product 3  budget telephony  Ready=True (Published)",
+		"  └─ job  layer job ×3  product 9 > 3",
+		"     └─ connector  layer connector ×3  product 27 > 3  budget telephony  Ready=False (AmplificationExceeded)",
+		"= workflow(3) × job(3) × connector(3) = 27",
+		"checkout/telephony: 10% of primaries over 1m0s",
+		"used by connector, job, workflow",
+	)
+	if strings.Contains(out, "gateway") {
+		t.Errorf("graph without -A shows another namespace:\n%s", out)
+	}
+	_, all, _ := runCLI(t, "", "graph", "-A")
+	if !strings.Contains(all, "Namespace checkout") || !strings.Contains(all, "Namespace gateway") {
+		t.Errorf("graph -A:\n%s", all)
+	}
+	_, raised, _ := runCLI(t, "", "graph", "--max-leaf-attempts", "27")
+	if strings.Contains(raised, "> 27") || !strings.Contains(raised, "product 27  budget") {
+		t.Errorf("with a limit of 27 nothing is over it:\n%s", raised)
+	}
+}
+
+func TestGraphDot(t *testing.T) {
+	withCluster(t, "checkout", seedChain("checkout")...)
+	code, out, errOut := runCLI(t, "", "graph", "-o", "dot", "-n", "checkout")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	assertContains(t, out,
+		"digraph retryguard {", `subgraph "cluster_checkout"`,
+		`"checkout/workflow" -> "checkout/job";`, `"checkout/job" -> "checkout/connector";`,
+		`product 27`, `"checkout/connector" -> "budget:checkout/telephony" [style=dashed`,
+	)
+	if !strings.Contains(out, `"checkout/connector" [label="connector\nlayer connector ×3\nproduct 27\nReady=False (AmplificationExceeded)", color=red]`) {
+		t.Errorf("the 27 is not red:\n%s", out)
+	}
+	if code, _, _ := runCLI(t, "", "graph", "-o", "yaml"); code != 2 {
+		t.Errorf("-o yaml: exit %d, want 2", code)
+	}
+	if code, _, _ := runCLI(t, "", "graph", "-A", "-n", "x"); code != 2 {
+		t.Errorf("-A with -n: exit %d, want 2", code)
+	}
+}
+
+func TestExplainANotReadyPolicy(t *testing.T) {
+	objs := seedChain("checkout")
+	withCluster(t, "checkout", objs...)
+	code, out, errOut := runCLI(t, "", "explain", "rp/connector")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	assertContains(t, out,
+		"RetryPolicy checkout/connector: layer connector, 3 total attempts, calling telephony-api (POST /v1/messages)",
+		"no: Ready=False, reason AmplificationExceeded: workflow(3) × job(3) × connector(3) = 27 > 3",
+		"calls per top-level operation through this policy: workflow(3) × job(3) × connector(3) = 27 (limit 3)",
+		"policies: workflow → job → connector",
+		"shared by 3 policies: connector, job, workflow",
+	)
+	_, top, _ := runCLI(t, "", "explain", "workflow")
+	if !strings.Contains(top, "worst path through it, down to its deepest layer: workflow(3) × job(3) × connector(3) = 27 (ABOVE the limit of 3)") {
+		t.Errorf("explain workflow:\n%s", top)
+	}
+	if code, _, errOut := runCLI(t, "", "explain", "rp/absent"); code != 1 || !strings.Contains(errOut, "checkout/absent not found") {
+		t.Errorf("absent: exit %d %s", code, errOut)
+	}
+	if code, _, _ := runCLI(t, "", "explain", "rb/telephony"); code != 2 {
+		t.Errorf("rb/: exit %d, want 2", code)
+	}
+}
+
+// The sample 2FA schedule: three attempts of up to 1s, waits of up to 200ms
+// and 400ms (at least the runtime's 1ms floor under Full jitter), deadline 4s.
+func TestExplainTheWorstCaseSchedule(t *testing.T) {
+	sms := fixtures.Policy("auth", "sms", "connector", 3, fixtures.Deadline(4*time.Second), fixtures.PerAttempt(time.Second),
+		ready(metav1.ConditionTrue, "Published", "published in retryguard-sms"))
+	budget := fixtures.Budget("auth", fixtures.DefaultBudget, 10)
+	budget.Spec.MaxTokens = ptr.To[int32](10)
+	budget.Spec.Partitions = ptr.To[int32](4)
+	slow := fixtures.Policy("auth", "slow", "connector", 3, fixtures.Deadline(4*time.Second), fixtures.PerAttempt(1500*time.Millisecond))
+	withCluster(t, "default", sms, slow, budget)
+	code, out, errOut := runCLI(t, "", "explain", "-n", "auth", "rp/sms")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	assertContains(t, out,
+		"yes: Ready=True, reason Published",
+		"Worst-case schedule: deadline 4s, minRemaining 500ms, each attempt 1s (perAttemptTimeout), jitter Full",
+		"ATTEMPT  SLEEP BEFORE  REMAINING BEFORE SLEEP  STARTS AT  ENDS BY  RUNS",
+		"1        -             -                       0s         1s       yes",
+		"2        1ms..200ms    3s                      1.2s       2.2s     yes",
+		"3        1ms..400ms    1.8s                    2.6s       3.6s     yes",
+		"worst case: 3 of 3 attempts run, 3.6s of the 4s deadline",
+		"split over 4 partition(s): each pod holds 3 token(s)",
+		"shared by 2 policies: slow, sms",
+	)
+	// 1.5 + 0.2 + 1.5 = 3.2s, then 0.8s left cannot hold 0.4s + 1.5s.
+	_, slowOut, _ := runCLI(t, "", "explain", "rp/slow", "-n", "auth")
+	assertContains(t, slowOut,
+		"3        1ms..400ms    800ms                   -          -        no",
+		"worst case: 2 of 3 attempts run",
+		"only 2 of 3 attempts can run in the worst case",
+		"unknown: no Ready condition yet",
+	)
+}
+
+// assertContains reports each wanted substring that out lacks.
+func assertContains(t *testing.T, out string, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q:\n%s", w, out)
+		}
+	}
+}

@@ -1,0 +1,226 @@
+// Package explain tells why one RetryPolicy is or is not in force: its Ready
+// condition, its place in the layer product, its worst-case schedule against
+// its deadline, and its share of its budget.
+package explain
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/retryguard/retryguard/api/policygraph"
+	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/graph"
+	"github.com/retryguard/retryguard/runtime/backoff"
+)
+
+// Input is what an explanation reads: the policy, the policies and budgets
+// of the namespaces its chain may cross, and the platform limits.
+type Input struct {
+	Policy   *v1.RetryPolicy
+	Policies []v1.RetryPolicy
+	Budgets  []v1.RetryBudget
+	Limits   policygraph.Limits
+}
+
+// Write renders the explanation.
+func Write(ctx context.Context, w io.Writer, in Input) error {
+	p := in.Policy
+	fmt.Fprintf(w, "RetryPolicy %s/%s: layer %s, %d total attempts, calling %s", p.Namespace, p.Name, p.Spec.Layer.Name, p.Spec.MaxAttempts, p.Spec.Target.Service)
+	if op := p.Spec.Target.Operation; op != nil {
+		fmt.Fprintf(w, " (%s)", *op)
+	}
+	fmt.Fprintln(w)
+	writeReady(w, p)
+	if err := writeLayers(ctx, w, in); err != nil {
+		return err
+	}
+	writeSchedule(w, &p.Spec)
+	writeBudget(w, in)
+	return nil
+}
+
+func writeReady(w io.Writer, p *v1.RetryPolicy) {
+	r := graph.ReadyOf(p.Status.Conditions, p.Generation)
+	fmt.Fprintln(w, "\nIn force")
+	switch {
+	case !r.Reported:
+		fmt.Fprintln(w, "  unknown: no Ready condition yet; the controller has not reconciled this policy, so its pods do not retry")
+	case r.Status == "True":
+		fmt.Fprintf(w, "  yes: Ready=True, reason %s: %s\n", r.Reason, r.Message)
+	default:
+		fmt.Fprintf(w, "  no: Ready=%s, reason %s: %s\n", r.Status, r.Reason, r.Message)
+		fmt.Fprintln(w, "  Its pods do not retry while it is not Ready.")
+	}
+	if r.Stale {
+		fmt.Fprintf(w, "  (the condition describes an older generation than %d: the controller has not caught up)\n", p.Generation)
+	}
+	if p.Status.ConfigMapName != "" {
+		fmt.Fprintf(w, "  published in ConfigMap %s\n", p.Status.ConfigMapName)
+	}
+}
+
+func writeLayers(ctx context.Context, w io.Writer, in Input) error {
+	p := in.Policy
+	fmt.Fprintln(w, "\nLayers")
+	forest := graph.Build(in.Policies, in.Budgets)
+	node := forest.Nodes[graph.Key{Namespace: p.Namespace, Name: p.Name}]
+	if node == nil { // not listed with the others: explain it alone
+		node = graph.Build([]v1.RetryPolicy{*p}, nil).Nodes[graph.Key{Namespace: p.Namespace, Name: p.Name}]
+	}
+	up := node.Chain()
+	fmt.Fprintf(w, "  calls per top-level operation through this policy: %s (limit %d)\n", up, in.Limits.MaxLeafAttempts)
+	fmt.Fprintf(w, "  policies: %s\n", up.Policies())
+	if node.MissingParent != nil {
+		fmt.Fprintf(w, "  parent %s does not exist: the policy stays not Ready until it does\n", node.MissingParent)
+	}
+	// The worst path through the policy, as the webhook computes it.
+	a, err := policygraph.Analyze(ctx, policygraph.NewStaticLookup(sameNamespace(in.Policies, p.Namespace)...), p)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(a.Cycle) > 0:
+		fmt.Fprintf(w, "  parentRef cycle: %s\n", strings.Join(a.Cycle, " → "))
+	case a.TooDeep:
+		fmt.Fprintf(w, "  the chain is deeper than %d layers\n", policygraph.MaxDepth)
+	case len(a.Descendants) > 0:
+		worst := a.Worst()
+		verdict := "within"
+		if worst.Product() > in.Limits.MaxLeafAttempts {
+			verdict = "ABOVE"
+		}
+		fmt.Fprintf(w, "  worst path through it, down to its deepest layer: %s (%s the limit of %d)\n", worst, verdict, in.Limits.MaxLeafAttempts)
+	}
+	return nil
+}
+
+func sameNamespace(policies []v1.RetryPolicy, ns string) []v1.RetryPolicy {
+	var out []v1.RetryPolicy
+	for _, q := range policies {
+		if q.Namespace == ns {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// sleepBounds returns the shortest and the longest wait before each retry.
+// The longest is policygraph's worst case; the shortest is what the runtime's
+// own strategy draws when its random source always answers 0.
+func sleepBounds(spec *v1.RetryPolicySpec, s policygraph.Schedule) (lo, hi []time.Duration) {
+	d := spec.WithDefaults()
+	strategy := backoff.Strategy{
+		Jitter: backoff.Jitter(d.Backoff.Jitter), Base: d.Backoff.Base.Duration, Cap: d.Backoff.Cap.Duration,
+		Multiplier: *d.Backoff.Multiplier, Rand: func(int64) int64 { return 0 },
+	}
+	var prev time.Duration
+	for i := range s.Backoffs {
+		prev = strategy.Delay(i+1, prev)
+		lo = append(lo, prev)
+	}
+	return lo, s.Backoffs
+}
+
+func writeSchedule(w io.Writer, spec *v1.RetryPolicySpec) {
+	s := policygraph.WorstCase(spec)
+	lo, hi := sleepBounds(spec, s)
+	cost := "unbounded (no perAttemptTimeout: one attempt may use the whole deadline)"
+	if s.AttemptCost > 0 {
+		cost = s.AttemptCost.String() + " (perAttemptTimeout)"
+	}
+	fmt.Fprintf(w, "\nWorst-case schedule: deadline %s, minRemaining %s, each attempt %s, jitter %s\n",
+		s.Deadline, s.MinRemaining, cost, spec.Backoff.Jitter)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  ATTEMPT\tSLEEP BEFORE\tREMAINING BEFORE SLEEP\tSTARTS AT\tENDS BY\tRUNS")
+	var elapsed time.Duration
+	for k := int32(1); k <= spec.MaxAttempts; k++ {
+		sleep := "-"
+		remaining := s.Deadline - elapsed
+		if k > 1 {
+			sleep = fmt.Sprintf("%s..%s", lo[k-2], hi[k-2])
+		}
+		runs := k <= s.FeasibleAttempts
+		if !runs {
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t-\t-\tno\n", k, sleep, remaining)
+			continue
+		}
+		if k > 1 {
+			elapsed += hi[k-2]
+		}
+		start := elapsed.String()
+		elapsed += s.AttemptCost
+		end := elapsed.String()
+		rem := remainingText(k, remaining)
+		if s.AttemptCost == 0 {
+			// Attempts of unbounded cost: only the sleeps are known.
+			start, end = "≥ "+start, "deadline "+s.Deadline.String()
+			if k > 1 {
+				rem = "≤ " + rem
+			}
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\tyes\n", k, sleep, rem, start, end)
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(w, "  worst case: %d of %d attempts run, %s of the %s deadline\n", s.FeasibleAttempts, spec.MaxAttempts, s.Duration, s.Deadline)
+	if s.FeasibleAttempts < spec.MaxAttempts {
+		fmt.Fprintf(w, "  %s\n", s.Warning(spec.MaxAttempts))
+	}
+}
+
+func remainingText(k int32, remaining time.Duration) string {
+	if k == 1 {
+		return "-"
+	}
+	return remaining.String()
+}
+
+func writeBudget(w io.Writer, in Input) {
+	p := in.Policy
+	fmt.Fprintln(w, "\nBudget")
+	if p.Spec.BudgetRef == nil {
+		fmt.Fprintln(w, "  none: the policy never retries (maxAttempts 1 needs no budget)")
+		return
+	}
+	forest := graph.Build(in.Policies, in.Budgets)
+	var b *graph.Budget
+	for _, fb := range forest.Budgets {
+		if fb.Key == (graph.Key{Namespace: p.Namespace, Name: p.Spec.BudgetRef.Name}) {
+			b = fb
+		}
+	}
+	if b == nil || b.Budget == nil {
+		fmt.Fprintf(w, "  RetryBudget %s/%s does not exist: the policy is not Ready and its pods do not retry\n", p.Namespace, p.Spec.BudgetRef.Name)
+		return
+	}
+	s := b.Budget.Spec.WithDefaults()
+	fmt.Fprintf(w, "  RetryBudget %s: retries at most %d%% of primary attempts over %s; bucket of %d tokens, floor %d retries/s\n",
+		b.Key, s.RetryPercent, s.Window.Duration, *s.MaxTokens, *s.MinRetriesPerSecond)
+	parts := *s.Partitions
+	fmt.Fprintf(w, "  split over %d partition(s): each pod holds %d token(s) and a floor of %d retries/s (rounded up); the %d%% ratio needs no split\n",
+		parts, ceilDiv(*s.MaxTokens, parts), ceilDiv(*s.MinRetriesPerSecond, parts), s.RetryPercent)
+	names := make([]string, len(b.Users))
+	for i, u := range b.Users {
+		names[i] = u.Name
+	}
+	fmt.Fprintf(w, "  shared by %d policies: %s\n", len(b.Users), strings.Join(names, ", "))
+	fmt.Fprintf(w, "  %s\n", readyLine(b.Budget))
+}
+
+func readyLine(b *v1.RetryBudget) string {
+	r := graph.ReadyOf(b.Status.Conditions, b.Generation)
+	if !r.Reported {
+		return "budget Ready: not reconciled yet"
+	}
+	return fmt.Sprintf("budget Ready=%s (%s)", r.Status, r.Reason)
+}
+
+// ceilDiv is a pod's share of an absolute budget figure, rounded up as the
+// runtime's budget rounds it.
+func ceilDiv(a, parts int32) int32 {
+	parts = max(parts, 1)
+	return (max(a, 0) + parts - 1) / parts
+}

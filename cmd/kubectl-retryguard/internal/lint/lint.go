@@ -1,0 +1,308 @@
+// Package lint admits manifests offline as the API server would: each
+// RetryPolicy and RetryBudget meets the single-object rules (the Go mirror of
+// the CRD's CEL, which the API server checks before any webhook), then, if it
+// passes, Retryguard's own admission webhook validators, reading the objects
+// admitted before it from an in-memory store with the same field indexes as
+// the manager's cache. Documents are admitted in order; a document naming
+// the kind, namespace and name of an earlier admitted one is an update of it.
+//
+// The files are the whole world: lint knows nothing of the cluster, so a
+// parent or a pool user kept elsewhere is not seen.
+package lint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+	"sigs.k8s.io/yaml"
+
+	"github.com/retryguard/retryguard/api/policygraph"
+	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/kube"
+	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/manifest"
+	"github.com/retryguard/retryguard/webhooks"
+)
+
+// DefaultNamespace is where an object without metadata.namespace lands, as
+// with kubectl and a context that names no namespace.
+const DefaultNamespace = "default"
+
+// Options configure a lint run.
+type Options struct {
+	// Limits are the platform limits the manager runs with (its
+	// --max-leaf-attempts and --max-retry-percent flags).
+	Limits policygraph.Limits
+	// Namespace is given to objects without one.
+	Namespace string
+}
+
+// DefaultOptions are the manager's defaults.
+func DefaultOptions() Options {
+	return Options{Limits: policygraph.DefaultLimits(), Namespace: DefaultNamespace}
+}
+
+// Verdict is the outcome of one document.
+type Verdict string
+
+const (
+	// Created: the object is new and would be admitted.
+	Created Verdict = "created"
+	// Updated: the object replaces an earlier one and would be admitted.
+	Updated Verdict = "updated"
+	// Refused: the API server would refuse the object.
+	Refused Verdict = "refused"
+	// Skipped: not a kind lint checks; kept out of the verdict.
+	Skipped Verdict = "skipped"
+)
+
+// Result is what the API server would answer to one document.
+type Result struct {
+	Doc manifest.Document
+	// Namespace and Name identify the object (after defaulting the namespace).
+	Namespace, Name string
+	Verdict         Verdict
+	// Err is the refusal, as the API server words it. Causes lists its
+	// field errors when it is an Invalid answer.
+	Err    error
+	Causes []metav1.StatusCause
+	// Warnings are the admission warnings the API server would relay.
+	Warnings []string
+}
+
+// Object renders the result's object as Kind namespace/name.
+func (r Result) Object() string {
+	if r.Name == "" {
+		return r.Doc.Kind
+	}
+	if r.Namespace == "" {
+		return fmt.Sprintf("%s %s", r.Doc.Kind, r.Name)
+	}
+	return fmt.Sprintf("%s %s/%s", r.Doc.Kind, r.Namespace, r.Name)
+}
+
+// AnyRefused reports whether any result is a refusal.
+func AnyRefused(results []Result) bool {
+	for _, r := range results {
+		if r.Verdict == Refused {
+			return true
+		}
+	}
+	return false
+}
+
+// Linter admits documents one after another. It is not safe for concurrent use.
+type Linter struct {
+	opts     Options
+	store    client.Client
+	policies *webhooks.RetryPolicyValidator
+	budgets  *webhooks.RetryBudgetValidator
+}
+
+// New returns a Linter with an empty store.
+func New(opts Options) *Linter {
+	if opts.Namespace == "" {
+		opts.Namespace = DefaultNamespace
+	}
+	b := fake.NewClientBuilder().WithScheme(kube.Scheme())
+	for f, fn := range policygraph.IndexFuncs() {
+		b = b.WithIndex(&v1.RetryPolicy{}, f, fn)
+	}
+	store := b.Build()
+	return &Linter{
+		opts:     opts,
+		store:    store,
+		policies: &webhooks.RetryPolicyValidator{Reader: store, Limits: opts.Limits},
+		budgets:  &webhooks.RetryBudgetValidator{Limits: opts.Limits},
+	}
+}
+
+// Run admits every document in order.
+func Run(ctx context.Context, docs []manifest.Document, opts Options) ([]Result, error) {
+	l := New(opts)
+	out := make([]Result, 0, len(docs))
+	for _, d := range docs {
+		r, err := l.Admit(ctx, d)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+var (
+	policyGVK    = v1.GroupVersion.WithKind("RetryPolicy")
+	budgetGVK    = v1.GroupVersion.WithKind("RetryBudget")
+	namespaceGVK = corev1.SchemeGroupVersion.WithKind("Namespace")
+)
+
+// Admit answers one document as the API server would and, when admitted,
+// stores it for the documents after it. An error means the store failed,
+// not that the document was refused.
+func (l *Linter) Admit(ctx context.Context, d manifest.Document) (Result, error) {
+	r := Result{Doc: d, Namespace: d.Namespace, Name: d.Name}
+	if d.Err != nil {
+		return r.refuse(d.Err), nil
+	}
+	gv, err := schema.ParseGroupVersion(d.APIVersion)
+	if err != nil {
+		return r.refuse(fmt.Errorf("apiVersion %q: %w", d.APIVersion, err)), nil
+	}
+	gvk := gv.WithKind(d.Kind)
+	if r.Namespace == "" && gvk != namespaceGVK {
+		r.Namespace = l.opts.Namespace // where kubectl would put it
+	}
+	switch {
+	case gvk == policyGVK:
+		return l.admitPolicy(ctx, r)
+	case gvk == budgetGVK:
+		return l.admitBudget(ctx, r)
+	case gvk == namespaceGVK:
+		return l.admitNamespace(ctx, r)
+	case gv.Group == v1.GroupVersion.Group:
+		return r.refuse(fmt.Errorf("no matches for kind %q in version %q", d.Kind, d.APIVersion)), nil
+	default:
+		r.Verdict = Skipped
+		return r, nil
+	}
+}
+
+func (r Result) refuse(err error) Result {
+	r.Verdict, r.Err = Refused, err
+	var status apierrors.APIStatus
+	if errors.As(err, &status) && status.Status().Details != nil {
+		r.Causes = status.Status().Details.Causes
+	}
+	return r
+}
+
+// decode reads the document strictly: the API server refuses unknown and
+// duplicate fields under kubectl's default --validate=strict.
+func (r *Result) decode(into client.Object, ns string) error {
+	if err := yaml.UnmarshalStrict(r.Doc.JSON, into); err != nil {
+		return fmt.Errorf("strict decoding error: %w", err)
+	}
+	if into.GetNamespace() == "" && ns != "" {
+		into.SetNamespace(ns)
+	}
+	r.Namespace, r.Name = into.GetNamespace(), into.GetName()
+	if r.Name == "" {
+		return fmt.Errorf("%s: metadata.name: Required value: name is required", r.Doc.Kind)
+	}
+	return nil
+}
+
+func (l *Linter) admitPolicy(ctx context.Context, r Result) (Result, error) {
+	return admit(ctx, l, r, &v1.RetryPolicy{}, &v1.RetryPolicy{}, policyGVK.GroupKind(), l.policies,
+		func(p *v1.RetryPolicy) field.ErrorList {
+			p.Spec = p.Spec.WithDefaults()
+			p.Status = v1.RetryPolicyStatus{}
+			return v1.ValidateRetryPolicySpec(&p.Spec, field.NewPath("spec"))
+		})
+}
+
+func (l *Linter) admitBudget(ctx context.Context, r Result) (Result, error) {
+	return admit(ctx, l, r, &v1.RetryBudget{}, &v1.RetryBudget{}, budgetGVK.GroupKind(), l.budgets,
+		func(b *v1.RetryBudget) field.ErrorList {
+			b.Spec = b.Spec.WithDefaults()
+			b.Status = v1.RetryBudgetStatus{}
+			return v1.ValidateRetryBudgetSpec(&b.Spec, field.NewPath("spec"))
+		})
+}
+
+// admit takes one object through the API server's steps: decode strictly,
+// default and check the schema's rules (prepare), and only if they pass,
+// call the admission webhook's validator as a create or an update.
+func admit[T client.Object](ctx context.Context, l *Linter, r Result, obj, old T, gk schema.GroupKind,
+	v admission.Validator[T], prepare func(T) field.ErrorList) (Result, error) {
+	if err := r.decode(obj, l.opts.Namespace); err != nil {
+		return r.refuse(err), nil
+	}
+	// The API server defaults before it validates, ignores status on a
+	// resource with a status subresource, and stops at the CRD's rules:
+	// a webhook never sees an object its schema refused.
+	if errs := prepare(obj); len(errs) > 0 {
+		return r.refuse(apierrors.NewInvalid(gk, obj.GetName(), errs)), nil
+	}
+	exists, err := l.get(ctx, obj, old)
+	if err != nil {
+		return r, err
+	}
+	if exists {
+		r.Warnings, err = v.ValidateUpdate(ctx, old, obj)
+	} else {
+		r.Warnings, err = v.ValidateCreate(ctx, obj)
+	}
+	if err != nil {
+		return r.refuse(err), nil
+	}
+	return l.keep(ctx, r, obj, old, exists)
+}
+
+// admitNamespace keeps namespaces (and their labels) for the rules that
+// read them.
+func (l *Linter) admitNamespace(ctx context.Context, r Result) (Result, error) {
+	n := &corev1.Namespace{}
+	if err := r.decode(n, ""); err != nil {
+		return r.refuse(err), nil
+	}
+	old := &corev1.Namespace{}
+	exists, err := l.get(ctx, n, old)
+	if err != nil {
+		return r, err
+	}
+	return l.keep(ctx, r, n, old, exists)
+}
+
+func (l *Linter) get(ctx context.Context, obj, into client.Object) (bool, error) {
+	err := l.store.Get(ctx, client.ObjectKeyFromObject(obj), into)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (l *Linter) keep(ctx context.Context, r Result, obj, old client.Object, exists bool) (Result, error) {
+	// What the server sets itself (as in objects read back with
+	// `kubectl get -o yaml`) says nothing about the change; drop it.
+	obj.SetResourceVersion("")
+	obj.SetUID("")
+	obj.SetManagedFields(nil)
+	if exists {
+		obj.SetResourceVersion(old.GetResourceVersion())
+		r.Verdict = Updated
+		return r, l.store.Update(ctx, obj)
+	}
+	r.Verdict = Created
+	return r, l.store.Create(ctx, obj)
+}
+
+// Codes lists "field code" for each cause of a refusal, in order; a cause
+// without a code keeps its message.
+func (r Result) Codes() []string {
+	var out []string
+	for _, c := range r.Causes {
+		out = append(out, c.Field+" "+CodeOf(c.Message))
+	}
+	return out
+}
+
+// CodeOf returns the ERR_ code in an error message, or "" when it has none.
+func CodeOf(msg string) string {
+	for _, word := range strings.FieldsFunc(msg, func(r rune) bool { return !(r == '_' || r >= 'A' && r <= 'Z') }) {
+		if strings.HasPrefix(word, "ERR_") {
+			return word
+		}
+	}
+	return ""
+}

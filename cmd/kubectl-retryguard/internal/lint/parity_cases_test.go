@@ -1,0 +1,209 @@
+package lint_test
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
+	"github.com/retryguard/retryguard/hack/devenv"
+)
+
+// The admission tests live in test packages (api/v1alpha1's cases_test.go
+// for the CRD's CEL, webhooks' webhook_rules_test.go for the webhook), which
+// nothing else can import. Their inputs are restated here under the same
+// names, and TestParityTableCoversTheAdmissionTables fails when a case is
+// added there and not here.
+
+// parityCase is a sequence of objects applied in order; an object with the
+// name of an earlier one is an update of it.
+type parityCase struct {
+	name string
+	objs func(tb testing.TB) []client.Object
+}
+
+func dur(s string) *metav1.Duration {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		panic(err)
+	}
+	return &metav1.Duration{Duration: d}
+}
+
+func loadSample[T any](tb testing.TB, file string) *T {
+	tb.Helper()
+	raw, err := os.ReadFile(devenv.Path("config", "samples", file))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	obj := new(T)
+	if err := yaml.UnmarshalStrict(raw, obj); err != nil {
+		tb.Fatalf("%s: %v", file, err)
+	}
+	return obj
+}
+
+// samplePolicy is cases_test.go's policyFor: the sample 2FA policy, changed.
+func samplePolicy(mutate func(*v1.RetryPolicySpec)) func(testing.TB) []client.Object {
+	return func(tb testing.TB) []client.Object {
+		p := loadSample[v1.RetryPolicy](tb, "policy_v1alpha1_retrypolicy.yaml")
+		mutate(&p.Spec)
+		p.Name = "parity"
+		return []client.Object{p}
+	}
+}
+
+func sampleBudget(mutate func(*v1.RetryBudgetSpec)) func(testing.TB) []client.Object {
+	return func(tb testing.TB) []client.Object {
+		b := loadSample[v1.RetryBudget](tb, "policy_v1alpha1_retrybudget.yaml")
+		mutate(&b.Spec)
+		b.Name = "parity"
+		return []client.Object{b}
+	}
+}
+
+func seq(objs ...client.Object) func(testing.TB) []client.Object {
+	return func(testing.TB) []client.Object { return objs }
+}
+
+// The namespace is set when a case runs; fixtures get an empty one.
+var (
+	policy = func(name, layer string, attempts int32, opts ...fixtures.Option) *v1.RetryPolicy {
+		return fixtures.Policy("", name, layer, attempts, opts...)
+	}
+	budget   = func(name string, percent int32) *v1.RetryBudget { return fixtures.Budget("", name, percent) }
+	parent   = fixtures.Parent
+	onPool   = fixtures.Pool
+	onBudget = fixtures.BudgetRef
+	critical = fixtures.Critical
+)
+
+// celCases restates api/v1alpha1/cases_test.go's policyCases and budgetCases.
+var celCases = []parityCase{
+	{"sample sms-2fa-dispatch is accepted", samplePolicy(func(*v1.RetryPolicySpec) {})},
+	{"one attempt needs no budget", samplePolicy(func(s *v1.RetryPolicySpec) { s.MaxAttempts = 1; s.BudgetRef = nil })},
+	{"one attempt may have a deadline at minRemaining", samplePolicy(func(s *v1.RetryPolicySpec) { s.MaxAttempts = 1; s.Deadline = *dur("500ms") })},
+	{"zero attempts", samplePolicy(func(s *v1.RetryPolicySpec) { s.MaxAttempts = 0 })},
+	{"five attempts", samplePolicy(func(s *v1.RetryPolicySpec) { s.MaxAttempts = 5 })},
+	{"jitter None", samplePolicy(func(s *v1.RetryPolicySpec) { s.Backoff.Jitter = v1.JitterNone })},
+	{"Equal and Decorrelated jitter are accepted", samplePolicy(func(s *v1.RetryPolicySpec) { s.Backoff.Jitter = v1.JitterDecorrelated })},
+	{"base 0s is an immediate retry", samplePolicy(func(s *v1.RetryPolicySpec) { s.Backoff.Base = dur("0s") })},
+	{"cap below base", samplePolicy(func(s *v1.RetryPolicySpec) { s.Backoff.Base = dur("2s"); s.Backoff.Cap = dur("1s") })},
+	{"cap equal to base is accepted", samplePolicy(func(s *v1.RetryPolicySpec) { s.Backoff.Base = dur("1s"); s.Backoff.Cap = dur("1s") })},
+	{"multiplier 11", samplePolicy(func(s *v1.RetryPolicySpec) { s.Backoff.Multiplier = ptr.To[int32](11) })},
+	{"retry on 400", samplePolicy(func(s *v1.RetryPolicySpec) { s.RetryOn.StatusCodes = []int32{429, 400} })},
+	{"retry on 404", samplePolicy(func(s *v1.RetryPolicySpec) { s.RetryOn.StatusCodes = []int32{404} })},
+	{"retry on 302", samplePolicy(func(s *v1.RetryPolicySpec) { s.RetryOn.StatusCodes = []int32{302} })},
+	{"retry on 501", samplePolicy(func(s *v1.RetryPolicySpec) { s.RetryOn.StatusCodes = []int32{503, 501} })},
+	{"retry on 505", samplePolicy(func(s *v1.RetryPolicySpec) { s.RetryOn.StatusCodes = []int32{505} })},
+	{"retry on 500 and 502 is accepted", samplePolicy(func(s *v1.RetryPolicySpec) { s.RetryOn.StatusCodes = []int32{500, 502} })},
+	{"retries without a budget", samplePolicy(func(s *v1.RetryPolicySpec) { s.BudgetRef = nil })},
+	{"POST timeout retry without a key", samplePolicy(func(s *v1.RetryPolicySpec) { s.Idempotency.KeyTemplate = nil })},
+	{"no operation and ambiguous errors without a key", samplePolicy(func(s *v1.RetryPolicySpec) {
+		s.Idempotency.KeyTemplate = nil
+		s.Target.Operation = nil
+	})},
+	{"lower-case put is not a method", samplePolicy(func(s *v1.RetryPolicySpec) {
+		s.Idempotency.KeyTemplate = nil
+		s.Target.Operation = ptr.To("put /v1/messages")
+	})},
+	{"PUT timeout retry without a key is accepted", samplePolicy(func(s *v1.RetryPolicySpec) {
+		s.Idempotency.KeyTemplate = nil
+		s.Target.Operation = ptr.To("PUT /v1/messages/42")
+	})},
+	{"bare GET is accepted", samplePolicy(func(s *v1.RetryPolicySpec) {
+		s.Idempotency.KeyTemplate = nil
+		s.Target.Operation = ptr.To("GET")
+	})},
+	{"safe errors only need no key", samplePolicy(func(s *v1.RetryPolicySpec) {
+		s.Idempotency.KeyTemplate = nil
+		s.RetryOn.Errors = []v1.TransportError{v1.ConnectionRefused, v1.DNSFailure}
+	})},
+	{"key without placeholder", samplePolicy(func(s *v1.RetryPolicySpec) { s.Idempotency.KeyTemplate = ptr.To("SMS-2FA-static") })},
+	{"key with {attempt}", samplePolicy(func(s *v1.RetryPolicySpec) { s.Idempotency.KeyTemplate = ptr.To("SMS-{user_id}-{attempt}") })},
+	{"key with {UUID} in capitals", samplePolicy(func(s *v1.RetryPolicySpec) { s.Idempotency.KeyTemplate = ptr.To("{UUID}") })},
+	{"key with unbalanced brace", samplePolicy(func(s *v1.RetryPolicySpec) { s.Idempotency.KeyTemplate = ptr.To("SMS-{user_id") })},
+	{"deadline at minRemaining", samplePolicy(func(s *v1.RetryPolicySpec) {
+		s.Deadline = *dur("500ms")
+		s.RetryAfter.MaxDelay = dur("100ms")
+	})},
+	{"retry-after max equal to deadline", samplePolicy(func(s *v1.RetryPolicySpec) { s.RetryAfter.MaxDelay = dur("4s") })},
+	{"per-attempt timeout above deadline", samplePolicy(func(s *v1.RetryPolicySpec) { s.PerAttemptTimeout = dur("5s") })},
+	{"zero deadline breaks three rules", samplePolicy(func(s *v1.RetryPolicySpec) { s.Deadline = *dur("0s") })},
+	{"http fallback", samplePolicy(func(s *v1.RetryPolicySpec) { s.Fallback.Channels[0].Endpoint = "http://push.auth.internal/v1" })},
+	{"fallback that is not a URL", samplePolicy(func(s *v1.RetryPolicySpec) { s.Fallback.Channels[0].Endpoint = "push.auth.internal/v1" })},
+	{"unverified fallback", samplePolicy(func(s *v1.RetryPolicySpec) { s.Fallback.Channels[0].Verified = ptr.To(false) })},
+	{"fallback without verified", samplePolicy(func(s *v1.RetryPolicySpec) {
+		s.Fallback.Channels = append(s.Fallback.Channels, v1.FallbackChannel{Name: "email", Endpoint: "https://mail.internal/send"})
+	})},
+	{"pool of zero connections", samplePolicy(func(s *v1.RetryPolicySpec) { s.ConnectionPool.MaxConnections = 0 })},
+	{"INC-2901 as written: five immediate unbudgeted retries", samplePolicy(func(s *v1.RetryPolicySpec) {
+		s.MaxAttempts = 5
+		s.Backoff.Jitter = v1.JitterNone
+		s.Backoff.Base = dur("0s")
+		s.BudgetRef = nil
+	})},
+
+	{"sample telephony-provider is accepted", sampleBudget(func(*v1.RetryBudgetSpec) {})},
+	{"every bound at its edge is accepted", sampleBudget(func(s *v1.RetryBudgetSpec) {
+		s.RetryPercent = 100
+		s.Window = dur("1h")
+		s.MaxTokens = ptr.To[int32](1000)
+		s.Partitions = ptr.To[int32](1000)
+		s.MinRetriesPerSecond = ptr.To[int32](10000)
+	})},
+	{"retryPercent 0", sampleBudget(func(s *v1.RetryBudgetSpec) { s.RetryPercent = 0 })},
+	{"retryPercent 101", sampleBudget(func(s *v1.RetryBudgetSpec) { s.RetryPercent = 101 })},
+	{"window 500ms", sampleBudget(func(s *v1.RetryBudgetSpec) { s.Window = dur("500ms") })},
+	{"window 2h", sampleBudget(func(s *v1.RetryBudgetSpec) { s.Window = dur("2h") })},
+	{"maxTokens 0", sampleBudget(func(s *v1.RetryBudgetSpec) { s.MaxTokens = ptr.To[int32](0) })},
+	{"maxTokens 1001", sampleBudget(func(s *v1.RetryBudgetSpec) { s.MaxTokens = ptr.To[int32](1001) })},
+	{"negative floor", sampleBudget(func(s *v1.RetryBudgetSpec) { s.MinRetriesPerSecond = ptr.To[int32](-1) })},
+	{"zero partitions", sampleBudget(func(s *v1.RetryBudgetSpec) { s.Partitions = ptr.To[int32](0) })},
+}
+
+func raised[T client.Object](obj T, change func(T)) T {
+	c := obj.DeepCopyObject().(T)
+	change(c)
+	return c
+}
+
+// webhookCases restates webhooks/webhook_rules_test.go: the objects each
+// spec creates or updates, in its order.
+var webhookCases = []parityCase{
+	{"refuses the seed's [3,3,3] chain: 27 calls at the bottom", seq(
+		policy("workflow", "workflow", 3), policy("connector", "connector", 3, parent("job")),
+		policy("job", "job", 3, parent("workflow")))},
+	{"accepts the seed's [1,3,1] chain: 3 calls at the bottom", seq(
+		policy("workflow", "workflow", 1), policy("job", "job", 3, parent("workflow")),
+		policy("connector", "connector", 1, parent("job")))},
+	{"refuses an update that raises a parent above the limit for an existing child", seq(
+		policy("job", "job", 1), policy("connector", "connector", 3, parent("job")),
+		raised(policy("job", "job", 1), func(p *v1.RetryPolicy) { p.Spec.MaxAttempts = 2 }))},
+	{"accepts a parentRef to a policy that does not exist yet, with a warning", seq(
+		policy("connector", "connector", 3, parent("job")))},
+	{"refuses a parentRef cycle", seq(policy("a", "a", 1, parent("b")), policy("b", "b", 1, parent("a")))},
+	{"refuses a Standard caller on a Critical caller's pool", seq(
+		policy("sms-2fa", "connector", 3, onPool("pool-sms-auth"), critical),
+		policy("marketing", "connector", 3, onPool("pool-sms-auth"), onBudget("marketing")))},
+	{"accepts a pool shared by the same criticality and service", seq(
+		policy("sms-2fa", "connector", 3, onPool("pool-sms-auth"), critical),
+		policy("sms-2fa-resend", "connector", 2, onPool("pool-sms-auth"), critical))},
+	{"refuses a Critical and a Standard caller sharing one budget", seq(
+		policy("sms-2fa", "connector", 3, critical), policy("marketing", "connector", 3))},
+	{"refuses a budget above 10%", seq(budget("greedy", 25))},
+	{"accepts 10%, and warns when a floor weakens the ratio", seq(
+		budget("telephony", 10),
+		raised(budget("floor", 10), func(b *v1.RetryBudget) { b.Spec.MinRetriesPerSecond = ptr.To[int32](2) }))},
+	{"refuses an update that raises a budget above the cap", seq(
+		budget("telephony", 10), raised(budget("telephony", 10), func(b *v1.RetryBudget) { b.Spec.RetryPercent = 50 }))},
+	{"accepts a schedule that cannot fit its deadline, warning how many attempts can run", seq(
+		policy("slow", "connector", 3, fixtures.Deadline(4*time.Second), fixtures.PerAttempt(2*time.Second)))},
+	{"still meet CEL first, so one request gets both kinds of answer in order", seq(policy("five", "connector", 5))},
+}
