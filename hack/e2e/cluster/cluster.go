@@ -200,6 +200,9 @@ func (c *Cluster) up(ctx context.Context) error {
 func (c *Cluster) recoverPrevious() error {
 	data, err := os.ReadFile(c.path("host-state.json"))
 	if errors.Is(err, os.ErrNotExist) {
+		if err := unmountUnder(c.opts.WorkDir); err != nil {
+			return err
+		}
 		return os.RemoveAll(c.opts.WorkDir)
 	}
 	if err != nil {
@@ -231,6 +234,10 @@ func (c *Cluster) network(ctx context.Context) error {
 		{"link", "add", BridgeName, "type", "bridge"},
 		{"addr", "add", NodeIP + "/24", "dev", BridgeName},
 		{"link", "set", BridgeName, "up"},
+		// ClusterIPs route to the bridge, so that a packet kube-proxy has
+		// not (yet) translated stays on this machine instead of taking the
+		// default route. The route goes with the bridge.
+		{"route", "add", ServiceCIDR, "dev", BridgeName, "src", NodeIP},
 	} {
 		if err := run(ctx, "ip", args...); err != nil {
 			return err
