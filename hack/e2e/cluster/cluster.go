@@ -421,7 +421,7 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 		"--service-account-private-key-file="+pki("sa.key"),
 		"--root-ca-file="+pki("ca.crt"),
 		"--cluster-signing-cert-file="+pki("ca.crt"), "--cluster-signing-key-file="+pki("ca.key"),
-		"--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller"); err != nil {
+		"--controllers=*"); err != nil {
 		return err
 	}
 	if _, err := c.start("kube-scheduler", filepath.Join(c.opts.NodeAssets, "kube-scheduler"),

@@ -23,6 +23,7 @@ var debianPackages = []struct{ path, pkg string }{
 	{"/usr/sbin/iptables", "iptables"},
 	{"/usr/sbin/conntrack", "conntrack"},
 	{"/usr/sbin/ip", "iproute2"},
+	{"/usr/sbin/nft", "nftables"},
 }
 
 // CNIBinDir is where Debian's containernetworking-plugins puts the plugins.
@@ -106,6 +107,7 @@ var sysctls = []string{
 type hostState struct {
 	Sysctls   map[string]string `json:"sysctls"`
 	Iptables  map[string]string `json:"iptables"` // "iptables"/"ip6tables" → *-save output
+	NftTables []string          `json:"nftTables"` // "family name", when nft is installed
 	Netns     []string          `json:"netns"`
 	Cgroups   []string          `json:"cgroups"`
 	CreatedBr bool              `json:"createdBridge"`
@@ -125,6 +127,7 @@ func snapshotHost() (*hostState, error) {
 		}
 		s.Iptables[fam] = string(out)
 	}
+	s.NftTables = nftTables()
 	s.Netns = listDir("/var/run/netns")
 	s.Cgroups = kubepodsCgroups()
 	return s, nil
@@ -141,6 +144,21 @@ func (s *hostState) restore(logf func(string, ...any)) error {
 	for _, fam := range []string{"iptables", "ip6tables"} {
 		if err := restoreIptables(fam, s.Iptables[fam]); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	// iptables-nft leaves the tables it created (empty) behind, and
+	// kube-proxy may add an nftables table of its own: drop every table
+	// that did not exist before.
+	hadTable := map[string]bool{}
+	for _, t := range s.NftTables {
+		hadTable[t] = true
+	}
+	for _, t := range nftTables() {
+		if !hadTable[t] {
+			args := append([]string{"delete", "table"}, strings.Fields(t)...)
+			if out, err := exec.Command("nft", args...).CombinedOutput(); err != nil {
+				errs = append(errs, fmt.Errorf("nft delete table %s: %v: %s", t, err, out))
+			}
 		}
 	}
 	keys := make([]string, 0, len(s.Sysctls))
@@ -219,6 +237,21 @@ func restoreIptables(fam, saved string) error {
 		_ = exec.Command(fam, "-t", t, "-X").Run()
 	}
 	return errors.Join(errs...)
+}
+
+// nftTables lists nftables tables as "family name"; nil without nft.
+func nftTables() []string {
+	out, err := exec.Command("nft", "list", "tables").Output()
+	if err != nil {
+		return nil
+	}
+	var tables []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if t, ok := strings.CutPrefix(strings.TrimSpace(line), "table "); ok {
+			tables = append(tables, t)
+		}
+	}
+	return tables
 }
 
 func listDir(dir string) []string {
