@@ -89,6 +89,11 @@ var _ = Describe("Retryguard installed from its chart", Ordered, Label("e2e"), f
 			g.Expect(managerPodNames(ctx, g)).To(ContainElement(holder))
 		}).WithContext(ctx).WithTimeout(leaseDuration + 2*retryPeriod).Should(Succeed())
 		Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: appNamespace}})).To(Succeed())
+		// Ready pods are not yet a reachable Service: kube-proxy programs
+		// the endpoints up to a second later. The webhook answers then.
+		Eventually(admissionRefusal).WithContext(ctx).WithPolling(200 * time.Millisecond).WithTimeout(time.Minute).
+			Should(MatchError(ContainSubstring("ERR_BUDGET_ABOVE_PLATFORM_CAP")))
+		record("helm install to admission answering", time.Since(start))
 	}, NodeTimeout(6*time.Minute))
 
 	It("refuses INC-2901 in the CRD and unsafe cross-object policies through the webhook Service", func(ctx SpecContext) {
@@ -177,6 +182,13 @@ var _ = Describe("Retryguard installed from its chart", Ordered, Label("e2e"), f
 				g.Expect(d.Status.ReadyReplicas).To(BeEquivalentTo(1), name)
 			}).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Succeed())
 		}
+		// kube-proxy programs a Service's endpoints up to a second after
+		// they change: wait until each answers through its ClusterIP.
+		for _, svc := range []*corev1.Service{vendorSvc, informerSvc, volumeSvc} {
+			Eventually(func() error {
+				return call(ctx, "GET", svcURL(svc)+"/healthz", nil, nil)
+			}).WithContext(ctx).WithPolling(200 * time.Millisecond).WithTimeout(time.Minute).Should(Succeed(), svc.Name)
+		}
 		record("application pods Ready", time.Since(start))
 	}, NodeTimeout(3*time.Minute))
 
@@ -189,7 +201,11 @@ var _ = Describe("Retryguard installed from its chart", Ordered, Label("e2e"), f
 		for i := range 30 {
 			var r SendResult
 			Expect(call(ctx, "POST", fmt.Sprintf("%s/send?user=warm%d&session=w", svcURL(app), i), nil, &r)).To(Succeed())
-			Expect(r.Status).To(Equal(201), "%+v", r)
+			if r.Status != 201 {
+				var seen []Attempt
+				_ = call(ctx, "GET", svcURL(vendorSvc)+"/attempts", nil, &seen)
+				Fail(fmt.Sprintf("warm-up call %d: %+v; the vendor saw %+v", i, r, seen))
+			}
 		}
 		Expect(call(ctx, "PUT", svcURL(vendorSvc)+"/script", script, nil)).To(Succeed())
 		var r SendResult

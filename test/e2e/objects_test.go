@@ -187,6 +187,7 @@ type SendResult struct {
 	Code     string `json:"code"`
 	Attempts int    `json:"attempts"`
 	Error    string `json:"error"`
+	Last     any    `json:"last"`
 }
 
 // PolicyView mirrors smsapp's /policy answer.

@@ -47,6 +47,8 @@ type Result struct {
 	Code     string `json:"code,omitempty"`
 	Attempts int    `json:"attempts,omitempty"`
 	Error    string `json:"error,omitempty"`
+	// Last is the evidence of the last attempt of a failed operation.
+	Last *retry.Evidence `json:"last,omitempty"`
 }
 
 func main() {
@@ -112,7 +114,7 @@ func run(ctx context.Context) error {
 		var re *retry.Error
 		switch {
 		case errors.As(err, &re):
-			res = Result{Code: string(re.Code), Attempts: re.Attempts, Error: re.Detail}
+			res = Result{Code: string(re.Code), Attempts: re.Attempts, Error: re.Detail, Last: &re.Last}
 		case err != nil:
 			res = Result{Error: err.Error()}
 		default:
