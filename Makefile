@@ -83,7 +83,7 @@ E2E_FLAGS ?= -timeout 80m
 .PHONY: e2e
 e2e: manifests ## Install the chart into a real single-node cluster and run the story with real pods (root).
 	cd test/e2e && RETRYGUARD_E2E_TIMINGS=$${RETRYGUARD_E2E_TIMINGS:-/var/tmp/retryguard-e2e-timings.tsv} \
-		$(GO) test -count=1 $(E2E_FLAGS) . -args -ginkgo.v -ginkgo.label-filter=e2e
+		$(GO) test -v -count=1 $(E2E_FLAGS) . -args -ginkgo.v -ginkgo.label-filter=e2e
 
 .PHONY: bench
 bench: envtest ## Run the benchmarks recorded in docs/benchmarks.md.

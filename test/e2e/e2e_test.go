@@ -197,7 +197,9 @@ var _ = Describe("Retryguard installed from its chart", Ordered, Label("e2e"), f
 	storm := func(ctx context.Context, app *corev1.Service, user string, script []int) (SendResult, []Attempt) {
 		GinkgoHelper()
 		// Ordinary traffic first: the budget allows retries as a share of
-		// recent primaries.
+		// recent primaries. An empty script also drops what a previous
+		// storm left unused.
+		Expect(call(ctx, "PUT", svcURL(vendorSvc)+"/script", []int{}, nil)).To(Succeed())
 		for i := range 30 {
 			var r SendResult
 			Expect(call(ctx, "POST", fmt.Sprintf("%s/send?user=warm%d&session=w", svcURL(app), i), nil, &r)).To(Succeed())
