@@ -106,7 +106,7 @@ var sysctls = []string{
 // hostState is what the cluster changes on the host, as it was before.
 type hostState struct {
 	Sysctls   map[string]string `json:"sysctls"`
-	Iptables  map[string]string `json:"iptables"` // "iptables"/"ip6tables" → *-save output
+	Iptables  map[string]string `json:"iptables"`  // "iptables"/"ip6tables" → *-save output
 	NftTables []string          `json:"nftTables"` // "family name", when nft is installed
 	Netns     []string          `json:"netns"`
 	Cgroups   []string          `json:"cgroups"`
@@ -204,23 +204,7 @@ func (s *hostState) restore(logf func(string, ...any)) error {
 // restored from its saved rules; one that did not is emptied of rules and
 // chains, since everything in it was added by the cluster.
 func restoreIptables(fam, saved string) error {
-	tables := map[string]string{}
-	var cur string
-	var b strings.Builder
-	for _, line := range strings.SplitAfter(saved, "\n") {
-		switch {
-		case strings.HasPrefix(line, "*"):
-			cur = strings.TrimSpace(line[1:])
-			b.Reset()
-			b.WriteString(line)
-		case cur != "":
-			b.WriteString(line)
-			if strings.TrimSpace(line) == "COMMIT" {
-				tables[cur] = b.String()
-				cur = ""
-			}
-		}
-	}
+	tables := splitTables(saved)
 	var errs []error
 	for _, t := range []string{"filter", "nat", "mangle", "raw"} {
 		if rules, ok := tables[t]; ok {
@@ -249,6 +233,29 @@ func nftTables() []string {
 	for _, line := range strings.Split(string(out), "\n") {
 		if t, ok := strings.CutPrefix(strings.TrimSpace(line), "table "); ok {
 			tables = append(tables, t)
+		}
+	}
+	return tables
+}
+
+// splitTables splits iptables-save output into each table's restorable
+// section, from its "*table" line to its COMMIT.
+func splitTables(saved string) map[string]string {
+	tables := map[string]string{}
+	var cur string
+	var b strings.Builder
+	for _, line := range strings.SplitAfter(saved, "\n") {
+		switch {
+		case strings.HasPrefix(line, "*"):
+			cur = strings.TrimSpace(line[1:])
+			b.Reset()
+			b.WriteString(line)
+		case cur != "":
+			b.WriteString(line)
+			if strings.TrimSpace(line) == "COMMIT" {
+				tables[cur] = b.String()
+				cur = ""
+			}
 		}
 	}
 	return tables
