@@ -93,8 +93,9 @@ func postRenderer(ctx context.Context, ch *chart.Chart) postrender.PostRenderer 
 var standIn *certManagerStandIn
 
 type certManagerStandIn struct {
-	ctx context.Context
-	ca  []byte
+	ctx        context.Context
+	ca         []byte
+	secretName string
 }
 
 func (s *certManagerStandIn) Run(in *bytes.Buffer) (*bytes.Buffer, error) {
@@ -169,6 +170,7 @@ func (s *certManagerStandIn) issue(cert *unstructured.Unstructured) error {
 	}
 	keyDER, _ := x509.MarshalECPrivateKey(key)
 	s.ca = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+	s.secretName = secretName
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: releaseNamespace}}
 	if _, err := cs.CoreV1().Namespaces().Create(s.ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
