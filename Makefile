@@ -75,6 +75,16 @@ chart-check: manifests ## Render the Helm chart with Helm's engine and hold it t
 fuzz: ## Run every native fuzz test for FUZZTIME each (default 60s).
 	hack/fuzz.sh $(FUZZTIME)
 
+.PHONY: e2e-cluster
+e2e-cluster: ## Run a real single-node cluster (root; Ctrl-C tears it down and restores the host).
+	cd hack/e2e && $(GO) run ./cmd/e2e-cluster
+
+E2E_FLAGS ?= -timeout 80m
+.PHONY: e2e
+e2e: manifests ## Install the chart into a real single-node cluster and run the story with real pods (root).
+	cd test/e2e && RETRYGUARD_E2E_TIMINGS=$${RETRYGUARD_E2E_TIMINGS:-/var/tmp/retryguard-e2e-timings.tsv} \
+		$(GO) test -v -count=1 $(E2E_FLAGS) . -args -ginkgo.v -ginkgo.label-filter=e2e
+
 .PHONY: bench
 bench: envtest ## Run the benchmarks recorded in docs/benchmarks.md.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test -run '^$$' -bench . -benchmem ./...

@@ -1,0 +1,79 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/retryguard/retryguard/hack/e2e/image"
+)
+
+// Assets finds (building on first use) everything Up needs, given the
+// repository's root: the control-plane and node binaries from their cache
+// scripts, and the pause image. Progress goes to logf with elapsed times.
+func Assets(ctx context.Context, repoRoot string, logf func(string, ...any)) (Options, error) {
+	var o Options
+	var err error
+	step := func(what string, f func() error) error {
+		start := time.Now()
+		if err := f(); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		logf("%s (%s)", what, time.Since(start).Round(100*time.Millisecond))
+		return nil
+	}
+	if err = step("control-plane binaries", func() error {
+		o.ControlPlaneAssets, err = script(ctx, filepath.Join(repoRoot, "hack", "envtest-assets.sh"))
+		return err
+	}); err != nil {
+		return o, err
+	}
+	if err = step("node binaries", func() error {
+		o.NodeAssets, err = script(ctx, filepath.Join(repoRoot, "hack", "e2e", "node-assets.sh"))
+		return err
+	}); err != nil {
+		return o, err
+	}
+	o.PauseImageTarball = filepath.Join(DefaultImageDir, "pause.tar")
+	err = step("pause image", func() error {
+		return image.BinaryImage(ctx, filepath.Join(repoRoot, "hack", "e2e"), "./pause", o.PauseImageTarball, PauseImage, image.Config{})
+	})
+	o.Logf = logf
+	return o, err
+}
+
+// script runs an asset script, passing its progress through to stderr, and
+// returns the directory it prints.
+func script(ctx context.Context, path string) (string, error) {
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, path)
+	cmd.Stdout, cmd.Stderr = &out, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", err
+	}
+	dir := strings.TrimSpace(out.String())
+	if i := strings.LastIndexByte(dir, '\n'); i >= 0 {
+		dir = dir[i+1:]
+	}
+	return dir, nil
+}
+
+// RepoRoot walks up from dir to the directory holding the root module's
+// go.mod (the one with main.go beside it).
+func RepoRoot(dir string) (string, error) {
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "main.go")); err == nil {
+			if _, err := os.Stat(filepath.Join(d, "hack", "envtest-assets.sh")); err == nil {
+				return d, nil
+			}
+		}
+		if d == filepath.Dir(d) {
+			return "", fmt.Errorf("no retryguard checkout above %s", dir)
+		}
+	}
+}

@@ -1,0 +1,104 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"golang.org/x/sync/errgroup"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	policyv1alpha1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/hack/e2e/cluster"
+	"github.com/retryguard/retryguard/hack/e2e/image"
+)
+
+// The images the suite builds and imports. Pods use imagePullPolicy Never:
+// there is no registry.
+const (
+	managerRepository = "retryguard/manager"
+	managerTag        = "e2e"
+	vendorImage       = "retryguard.local/e2e/vendor:1"
+	smsappImage       = "retryguard.local/e2e/smsapp:1"
+)
+
+var (
+	repoRoot string
+	node     *cluster.Cluster
+	cs       kubernetes.Interface
+	k8s      client.Client
+	scheme   = runtime.NewScheme()
+)
+
+func TestE2E(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Retryguard end to end on a single-node cluster", Label("e2e"))
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(GinkgoWriter, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
+}
+
+var _ = BeforeSuite(func(ctx SpecContext) {
+	Expect(policyv1alpha1.AddToScheme(scheme)).To(Succeed())
+	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
+	Expect(apiextensionsv1.AddToScheme(scheme)).To(Succeed())
+	wd, err := os.Getwd()
+	Expect(err).NotTo(HaveOccurred())
+	repoRoot, err = cluster.RepoRoot(wd)
+	Expect(err).NotTo(HaveOccurred())
+
+	start := time.Now()
+	opts, err := cluster.Assets(ctx, repoRoot, logf)
+	Expect(err).NotTo(HaveOccurred())
+	AddReportEntry("assets", time.Since(start).Round(time.Second).String())
+
+	// The cluster comes up while the images build.
+	managerTar := os.Getenv("RETRYGUARD_E2E_MANAGER_IMAGE")
+	vendorTar := filepath.Join(cluster.DefaultImageDir, "vendor.tar")
+	smsappTar := filepath.Join(cluster.DefaultImageDir, "smsapp.tar")
+	var g errgroup.Group
+	if managerTar == "" {
+		// Until `make image` exists: a static build of main.go packed the
+		// same way (user 65532, no shell, /manager).
+		managerTar = filepath.Join(cluster.DefaultImageDir, "manager.tar")
+		g.Go(func() error {
+			return image.BinaryImage(ctx, repoRoot, ".", managerTar, managerRepository+":"+managerTag,
+				image.Config{Entrypoint: []string{"/manager"}})
+		})
+	}
+	g.Go(func() error {
+		return image.BinaryImage(ctx, wd, "./apps/vendor", vendorTar, vendorImage, image.Config{})
+	})
+	g.Go(func() error {
+		return image.BinaryImage(ctx, wd, "./apps/smsapp", smsappTar, smsappImage, image.Config{})
+	})
+	up := time.Now()
+	node, err = cluster.Up(ctx, opts)
+	Expect(err).NotTo(HaveOccurred())
+	AddReportEntry("cluster up", time.Since(up).Round(100*time.Millisecond).String())
+	DeferCleanup(func() {
+		down := time.Now()
+		Expect(node.Down()).To(Succeed())
+		AddReportEntry("cluster down", time.Since(down).Round(100*time.Millisecond).String())
+	})
+	Expect(g.Wait()).To(Succeed())
+	for _, tar := range []string{managerTar, vendorTar, smsappTar} {
+		logf("importing %s", tar)
+		Expect(node.ImportImage(ctx, tar)).To(Succeed())
+	}
+	AddReportEntry("ready to install", time.Since(start).Round(time.Second).String())
+
+	cs, err = kubernetes.NewForConfig(node.Config)
+	Expect(err).NotTo(HaveOccurred())
+	k8s, err = client.New(node.Config, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+}, NodeTimeout(40*time.Minute))
