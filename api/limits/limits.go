@@ -1,5 +1,5 @@
-// Package limits holds the bounds of Retryguard's API: the CRD's markers and
-// CEL rules state them, and the Go validators and the payload parser import
+// Package limits holds the bounds and name shapes of Retryguard's API: the
+// CRD's markers and CEL rules state them, and the Go validators and the payload parser import
 // them from here, so that admission and the pods refuse the same values. It
 // imports nothing.
 package limits
@@ -45,4 +45,14 @@ const (
 	MaxBudgetTokens              = int32(1000)
 	MaxBudgetMinRetriesPerSecond = int32(10000)
 	MaxBudgetPartitions          = int32(1000)
+)
+
+// Name shapes the CRD's patterns and the API server enforce.
+const (
+	// DNS1123LabelPattern: service, pool and namespace names.
+	DNS1123LabelPattern = `^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// DNS1123SubdomainPattern: object names such as a RetryPolicy's.
+	DNS1123SubdomainPattern = `^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// EventsTopicPattern: a Kafka topic name.
+	EventsTopicPattern = `^[A-Za-z0-9._-]+$`
 )

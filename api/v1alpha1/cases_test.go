@@ -203,6 +203,10 @@ var budgetCases = []budgetCase{
 		want: []string{fe("spec.minRetriesPerSecond", codes.OutOfRange)}},
 	{name: "zero partitions", mutate: func(s *v1.RetryBudgetSpec) { s.Partitions = ptr.To[int32](0) },
 		want: []string{fe("spec.partitions", codes.OutOfRange)}},
+	{name: "1001 partitions", mutate: func(s *v1.RetryBudgetSpec) { s.Partitions = ptr.To[int32](1001) },
+		want: []string{fe("spec.partitions", codes.OutOfRange)}},
+	{name: "floor of 10001 retries per second", mutate: func(s *v1.RetryBudgetSpec) { s.MinRetriesPerSecond = ptr.To[int32](10001) },
+		want: []string{fe("spec.minRetriesPerSecond", codes.OutOfRange)}},
 }
 
 // loadSample decodes one file of config/samples.
