@@ -49,6 +49,10 @@ func attemptsUnder(t *testing.T, p *policyconfig.Payload) int {
 // attempts. A pod that cannot trust a payload keeps its last good policy or
 // makes one attempt; a payload it accepts must never stop an operation
 // before its first call.
+//
+// Do arms a real per-attempt timer (context.WithTimeout), so coverage is
+// not fully deterministic and minimizing an input can spend the whole
+// default minute; run with -fuzzminimizetime 10x (docs/benchmarks.md).
 func FuzzPayloadThenDo(f *testing.F) {
 	for _, p := range seedPayloads() {
 		raw, err := json.Marshal(p)
