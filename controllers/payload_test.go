@@ -98,7 +98,11 @@ func TestEverySampleRoundTrips(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := p.Spec.WithDefaults(); !equality.Semantic.DeepEqual(specOf(&got.Policy), want) {
+			want := p.Spec.WithDefaults()
+			if want.RetryAfter.MaxDelay == nil { // published as derived from the deadline
+				want.RetryAfter.MaxDelay = &metav1.Duration{Duration: want.RetryAfterMaxDelay()}
+			}
+			if !equality.Semantic.DeepEqual(specOf(&got.Policy), want) {
 				t.Errorf("the payload lost part of the policy:\n got %+v\nwant %+v", specOf(&got.Policy), want)
 			}
 			if got.Policy.Namespace != "auth" || got.Policy.Name != p.Name || got.Policy.Generation != 2 || got.Policy.LeafAttempts != 3 {
@@ -111,5 +115,28 @@ func TestEverySampleRoundTrips(t *testing.T) {
 				t.Errorf("budget %+v, want %+v", got.Budget, bs)
 			}
 		})
+	}
+}
+
+// A NoRetry verdict must reach the pods even for a spec whose key template
+// cannot render (one that escaped CEL): the payload carries no template
+// rather than one that Parse refuses, so the pods do not keep an older,
+// Enforced payload.
+func TestNoRetryPayloadDropsATemplateThatCannotRender(t *testing.T) {
+	p := load[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
+	p.Namespace, p.Generation = "auth", 2
+	p.Spec.Idempotency.KeyTemplate = ptr.To("SMS-{user_id")
+	noRetry := policyconfig.Enforcement{Mode: policyconfig.NoRetry, Reason: controllers.ReasonInvalidSpec, Message: "bad template"}
+	raw, err := policyconfig.Marshal(controllers.BuildPayload(p, nil, 3, noRetry))
+	if err != nil {
+		t.Fatalf("a NoRetry verdict could not be published: %v", err)
+	}
+	got, err := policyconfig.Parse(raw)
+	if err != nil || got.Policy.KeyTemplate != "" || got.Enforcement.Mode != policyconfig.NoRetry {
+		t.Fatalf("%+v %v", got, err)
+	}
+	// An Enforced payload keeps what the spec says, and Marshal refuses it.
+	if _, err := policyconfig.Marshal(controllers.BuildPayload(p, nil, 3, policyconfig.Enforcement{Mode: policyconfig.Enforced})); err == nil {
+		t.Fatal("an Enforced payload with a bad template was published")
 	}
 }

@@ -9,8 +9,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"maps"
 	"math"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -19,10 +19,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/retryguard/retryguard/api/policygraph"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
@@ -32,7 +35,17 @@ import (
 // +kubebuilder:rbac:groups=policy.retryguard.io,resources=retrypolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups=policy.retryguard.io,resources=retrypolicies/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=policy.retryguard.io,resources=retrybudgets,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;delete
+// ConfigMaps, least privilege: list and watch feed the label-filtered
+// cache; get reads one by name past that cache (a ConfigMap whose label was
+// removed); patch is server-side apply; create because the API server
+// authorizes an apply that creates the object as a create. No update (apply
+// replaces it) and no delete (the owner reference lets the garbage
+// collector delete a policy's ConfigMap with it).
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch
+// Setting blockOwnerDeletion on the owner reference needs update on the
+// owner's finalizers where the OwnerReferencesPermissionEnforcement admission
+// plugin is enabled (OpenShift, hardened clusters).
+// +kubebuilder:rbac:groups=policy.retryguard.io,resources=retrypolicies/finalizers,verbs=update
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // RetryPolicyReconciler publishes each RetryPolicy to a ConfigMap named
@@ -40,10 +53,26 @@ import (
 // and keeps its status. It is safe for concurrent reconciles.
 type RetryPolicyReconciler struct {
 	client.Client
-	Scheme   *runtime.Scheme
-	Recorder events.EventRecorder
-	Limits   policygraph.Limits
+	// APIReader reads a ConfigMap by name past the label-filtered cache; nil
+	// uses Client.
+	APIReader client.Reader
+	Scheme    *runtime.Scheme
+	Recorder  events.EventRecorder
+	Limits    policygraph.Limits
+	// ResyncPeriod is how often a policy is reconciled again with nothing
+	// changed, so that drift no event announced is repaired; 0 means
+	// DefaultResyncPeriod.
+	ResyncPeriod time.Duration
 }
+
+// DefaultResyncPeriod is how often every policy is republished when nothing
+// changed: drift that raised no event (an edit that kept the hash annotation
+// consistent, a missed watch event) lasts at most this long.
+const DefaultResyncPeriod = 10 * time.Minute
+
+// FieldOwner is the server-side apply field manager of every ConfigMap the
+// controller publishes.
+const FieldOwner = "retryguard"
 
 // Reconcile fetches the policy, observes its budget and call tree, publishes
 // the verdict, and patches status once on the way out.
@@ -73,7 +102,14 @@ func (r *RetryPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	p.Status.LeafAttempts = int32(min(leaf, math.MaxInt32))
 	p.Status.WorstCaseDuration = &metav1.Duration{Duration: facts.Verdict.Schedule.Duration}
 	p.Status.ConfigMapName = policyconfig.ConfigMapName(p.Name)
-	return ctrl.Result{}, nil
+	return ctrl.Result{RequeueAfter: r.resyncPeriod()}, nil
+}
+
+func (r *RetryPolicyReconciler) resyncPeriod() time.Duration {
+	if r.ResyncPeriod > 0 {
+		return r.ResyncPeriod
+	}
+	return DefaultResyncPeriod
 }
 
 // observe gathers everything the verdict depends on.
@@ -97,50 +133,72 @@ func (r *RetryPolicyReconciler) observe(ctx context.Context, p *v1.RetryPolicy) 
 	return facts, budget, err
 }
 
-// publish writes the payload to the policy's ConfigMap, only when its
-// content hash, labels or owner changed.
+// publish makes the policy's ConfigMap hold the payload. It compares the
+// live ConfigMap with the desired one, never trusting the hash annotation,
+// and writes only on a difference, by server-side apply under FieldOwner
+// (forcing ownership back from whoever edited our fields). The live object
+// is looked up by name past the label-filtered cache, so that a ConfigMap
+// whose managed-by label was removed is found and repaired.
 func (r *RetryPolicyReconciler) publish(ctx context.Context, p *v1.RetryPolicy, payload *policyconfig.Payload) error {
 	data, err := policyconfig.Marshal(payload)
 	if err != nil {
 		return fmt.Errorf("encoding the payload: %w", err)
 	}
-	hash := contentHash(string(data))
-	want := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:        policyconfig.ConfigMapName(p.Name),
-			Namespace:   p.Namespace,
-			Labels:      map[string]string{policyconfig.ManagedByLabel: policyconfig.ManagedByValue, policyconfig.PolicyLabel: labelValue(p.Name)},
-			Annotations: map[string]string{policyconfig.ContentHashAnnotation: hash},
-		},
-		Data: map[string]string{policyconfig.DataKey: string(data)},
-	}
-	if err := controllerutil.SetControllerReference(p, want, r.Scheme); err != nil {
-		return err
-	}
-	var have corev1.ConfigMap
-	err = r.Get(ctx, client.ObjectKeyFromObject(want), &have)
-	if apierrors.IsNotFound(err) {
-		if err := r.Create(ctx, want); apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("ConfigMap %s exists and is not managed by Retryguard", want.Name)
-		} else if err != nil {
-			return err
-		}
-		return nil
-	}
+	gvk, err := apiutil.GVKForObject(p, r.Scheme)
 	if err != nil {
 		return err
 	}
-	// Hash what is there, not only what the annotation claims, so that a
-	// hand-edited payload is repaired.
-	if matchesHash(&have) && have.Annotations[policyconfig.ContentHashAnnotation] == hash &&
-		isSubset(want.Labels, have.Labels) && equality.Semantic.DeepEqual(have.OwnerReferences, want.OwnerReferences) {
-		return nil // nothing changed: no write
+	name := policyconfig.ConfigMapName(p.Name)
+	labels := map[string]string{policyconfig.ManagedByLabel: policyconfig.ManagedByValue, policyconfig.PolicyLabel: labelValue(p.Name)}
+	annotations := map[string]string{policyconfig.ContentHashAnnotation: contentHash(string(data))}
+	owner := metav1.OwnerReference{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: p.Name, UID: p.UID,
+		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}
+
+	live, err := r.liveConfigMap(ctx, client.ObjectKey{Namespace: p.Namespace, Name: name})
+	if err != nil {
+		return err
 	}
-	have.Labels = mergeMaps(have.Labels, want.Labels)
-	have.Annotations = mergeMaps(have.Annotations, want.Annotations)
-	have.OwnerReferences = want.OwnerReferences
-	have.Data = want.Data
-	return r.Update(ctx, &have)
+	if live != nil && live.Data[policyconfig.DataKey] == string(data) && isSubset(labels, live.Labels) &&
+		isSubset(annotations, live.Annotations) && controlledBy(live, owner) {
+		return nil // nothing drifted: no write
+	}
+	want := corev1ac.ConfigMap(name, p.Namespace).
+		WithLabels(labels).
+		WithAnnotations(annotations).
+		WithOwnerReferences(metav1ac.OwnerReference().
+			WithAPIVersion(owner.APIVersion).WithKind(owner.Kind).WithName(owner.Name).WithUID(owner.UID).
+			WithController(true).WithBlockOwnerDeletion(true)).
+		WithData(map[string]string{policyconfig.DataKey: string(data)})
+	return r.Apply(ctx, want, client.FieldOwner(FieldOwner), client.ForceOwnership)
+}
+
+// liveConfigMap reads a published ConfigMap from the cache, or by name from
+// the API server when the cache does not hold it (its label was removed, or
+// the cache has not seen it yet); nil when it does not exist.
+func (r *RetryPolicyReconciler) liveConfigMap(ctx context.Context, key client.ObjectKey) (*corev1.ConfigMap, error) {
+	var cm corev1.ConfigMap
+	err := r.Get(ctx, key, &cm)
+	if apierrors.IsNotFound(err) {
+		reader := r.APIReader
+		if reader == nil {
+			reader = r.Client
+		}
+		err = reader.Get(ctx, key, &cm)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return &cm, nil
+}
+
+// controlledBy reports whether owner is cm's controller, as published.
+func controlledBy(cm *corev1.ConfigMap, owner metav1.OwnerReference) bool {
+	c := metav1.GetControllerOfNoCopy(cm)
+	return c != nil && c.UID == owner.UID && c.APIVersion == owner.APIVersion && c.Kind == owner.Kind &&
+		c.Name == owner.Name && c.BlockOwnerDeletion != nil && *c.BlockOwnerDeletion
 }
 
 // patchStatus writes status once per reconcile when it changed, counts the
@@ -166,12 +224,6 @@ func contentHash(data string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// matchesHash reports whether a ConfigMap's payload is what its hash
-// annotation says: false after a hand edit.
-func matchesHash(cm *corev1.ConfigMap) bool {
-	return cm.Annotations[policyconfig.ContentHashAnnotation] == contentHash(cm.Data[policyconfig.DataKey])
-}
-
 // labelValue keeps a policy name usable as a label value (63 characters).
 func labelValue(name string) string {
 	if len(name) <= 63 {
@@ -188,12 +240,4 @@ func isSubset(want, have map[string]string) bool {
 		}
 	}
 	return true
-}
-
-func mergeMaps(dst, src map[string]string) map[string]string {
-	if dst == nil {
-		dst = map[string]string{}
-	}
-	maps.Copy(dst, src)
-	return dst
 }

@@ -54,6 +54,17 @@ var _ = Describe("Publishing", func() {
 		}).Should(Succeed())
 	})
 
+	It("publishes a short deadline that never mentions retryAfter, with a Retry-After cap the deadline holds", func() {
+		ns := newNamespace()
+		Expect(k8s.Create(ctx, fixtures.Budget(ns, fixtures.DefaultBudget, 10))).To(Succeed())
+		p := fixtures.Policy(ns, "short", "connector", 3, fixtures.Deadline(2*time.Second))
+		Expect(k8s.Create(ctx, p)).To(Succeed())
+		Expect(p.Spec.RetryAfter).To(HaveValue(HaveField("MaxDelay", BeNil())), "the API server stored a fixed default")
+		expectReason(ns, p.Name, controllers.ReasonPublished)
+		payload, _ := payloadOf(Default, ns, p.Name)
+		Expect(payload.Policy.RetryAfterMax.D()).To(Equal(1500 * time.Millisecond))
+	})
+
 	It("republishes on update", func() {
 		ns := newNamespace()
 		Expect(k8s.Create(ctx, fixtures.Budget(ns, fixtures.DefaultBudget, 10))).To(Succeed())

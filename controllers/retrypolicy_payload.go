@@ -32,7 +32,7 @@ func BuildPayload(p *v1.RetryPolicy, budget *v1.RetryBudget, leafAttempts int64,
 			},
 			Deadline:          dur(s.Deadline.Duration),
 			MinRemaining:      dur(s.MinRemaining.Duration),
-			RetryAfterMax:     dur(s.RetryAfter.MaxDelay.Duration),
+			RetryAfterMax:     dur(s.RetryAfterMaxDelay()),
 			RetryOnStatus:     append([]int32{}, s.RetryOn.StatusCodes...),
 			RetryOnErrors:     make([]string, 0, len(s.RetryOn.Errors)),
 			IdempotencyHeader: *s.Idempotency.Header,
@@ -53,8 +53,14 @@ func BuildPayload(p *v1.RetryPolicy, budget *v1.RetryBudget, leafAttempts int64,
 	for _, e := range s.RetryOn.Errors {
 		pol.RetryOnErrors = append(pol.RetryOnErrors, string(e))
 	}
-	if s.Idempotency.KeyTemplate != nil {
-		pol.KeyTemplate = *s.Idempotency.KeyTemplate
+	if t := s.Idempotency.KeyTemplate; t != nil {
+		// A NoRetry verdict must reach the pods, so it never carries a
+		// template that Parse would refuse (a spec that escaped CEL): one
+		// attempt needs no key, and the pods would otherwise keep an older
+		// Enforced payload.
+		if enforcement.Mode == policyconfig.Enforced || policyconfig.CheckKeyTemplate(*t) == nil {
+			pol.KeyTemplate = *t
+		}
 	}
 	if s.BudgetRef != nil {
 		pol.Budget = s.BudgetRef.Name

@@ -2,8 +2,10 @@ package controllers
 
 import (
 	"context"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -34,6 +36,9 @@ func CacheOptions() cache.Options {
 type Options struct {
 	Limits                  policygraph.Limits
 	MaxConcurrentReconciles int
+	// ResyncPeriod is how often every policy is republished with nothing
+	// changed (0: DefaultResyncPeriod); see RetryPolicyReconciler.
+	ResyncPeriod time.Duration
 }
 
 // SetupWithManager registers both controllers. The cache must have the
@@ -42,15 +47,17 @@ func SetupWithManager(_ context.Context, mgr ctrl.Manager, opts Options) error {
 	if opts.MaxConcurrentReconciles < 1 {
 		opts.MaxConcurrentReconciles = 4
 	}
-	pr := &RetryPolicyReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(),
-		Recorder: mgr.GetEventRecorder("retryguard-retrypolicy"), Limits: opts.Limits}
+	pr := &RetryPolicyReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
+		Recorder: mgr.GetEventRecorder("retryguard-retrypolicy"), Limits: opts.Limits, ResyncPeriod: opts.ResyncPeriod}
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("retrypolicy").
 		For(&v1.RetryPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		// Our own writes echo back as events; only a ConfigMap whose bytes no
-		// longer match the hash we wrote (edited by hand) or that was deleted
-		// needs a reconcile.
-		Owns(&corev1.ConfigMap{}, builder.WithPredicates(tamperedOrDeleted)).
+		// Any change to what we publish (payload, labels, annotations,
+		// owners), a deletion, or a label removal (which the label-filtered
+		// cache reports as a deletion) is compared with the desired state.
+		// The hash annotation is not trusted: whoever can edit the payload
+		// can edit it too. Our own writes echo back once as a no-op.
+		Owns(&corev1.ConfigMap{}, builder.WithPredicates(publishedFieldsChanged)).
 		// A policy's verdict depends on its relatives: the chain, the pool and
 		// the budget's other criticality. Any change to one (status
 		// included, so that leaf attempts ripple down) re-checks the others.
@@ -129,12 +136,18 @@ func budgetOf(_ context.Context, o client.Object) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Spec.BudgetRef.Name}}}
 }
 
-// tamperedOrDeleted passes ConfigMap events that need the owner republished.
-var tamperedOrDeleted = predicate.Funcs{
+// publishedFieldsChanged passes ConfigMap events that may need the owner
+// republished: deletions, and updates that change a published field.
+// Informer resyncs, which change nothing, are dropped.
+var publishedFieldsChanged = predicate.Funcs{
 	CreateFunc: func(event.CreateEvent) bool { return false },
 	UpdateFunc: func(e event.UpdateEvent) bool {
-		cm, ok := e.ObjectNew.(*corev1.ConfigMap)
-		return !ok || !matchesHash(cm)
+		before, ok1 := e.ObjectOld.(*corev1.ConfigMap)
+		after, ok2 := e.ObjectNew.(*corev1.ConfigMap)
+		return !ok1 || !ok2 || !equality.Semantic.DeepEqual(before.Data, after.Data) ||
+			!equality.Semantic.DeepEqual(before.Labels, after.Labels) ||
+			!equality.Semantic.DeepEqual(before.Annotations, after.Annotations) ||
+			!equality.Semantic.DeepEqual(before.OwnerReferences, after.OwnerReferences)
 	},
 	DeleteFunc:  func(event.DeleteEvent) bool { return true },
 	GenericFunc: func(event.GenericEvent) bool { return true },

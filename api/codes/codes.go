@@ -25,6 +25,8 @@ const (
 	AmbiguousWithoutIdempotency Code = "ERR_AMBIGUOUS_WITHOUT_IDEMPOTENCY"
 	// UnstableIdempotencyKey: a key template that is constant or changes per attempt.
 	UnstableIdempotencyKey Code = "ERR_UNSTABLE_IDEMPOTENCY_KEY"
+	// InvalidHeader: an idempotency header that is not an HTTP field name.
+	InvalidHeader Code = "ERR_INVALID_HEADER"
 	// InvalidKeyTemplate: a key template that does not parse.
 	InvalidKeyTemplate Code = "ERR_INVALID_KEY_TEMPLATE"
 	// DeadlineInfeasible: the deadline cannot hold a retry as configured.

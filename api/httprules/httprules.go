@@ -36,3 +36,76 @@ func IsSecureEndpoint(endpoint string) bool {
 	u, err := url.Parse(endpoint)
 	return err == nil && u.Scheme == "https" && u.Host != ""
 }
+
+// The idempotency key template rules. The CRD's CEL rules use these very
+// expressions; the admission parity tests hold the two together.
+const (
+	// KeyTemplateWellFormedPattern: literal text and {name} placeholders, with
+	// every brace paired.
+	KeyTemplateWellFormedPattern = `^([^{}]|[{][A-Za-z_][A-Za-z0-9_]*[}])*$`
+	// KeyTemplatePlaceholderPattern matches one {name} placeholder.
+	KeyTemplatePlaceholderPattern = `[{][A-Za-z_][A-Za-z0-9_]*[}]`
+	// PerAttemptPlaceholderPattern matches a placeholder whose value changes
+	// from one attempt to the next, so that retries would carry new keys.
+	PerAttemptPlaceholderPattern = `(?i)[{](attempt|random|uuid|now|timestamp)[}]`
+	// HeaderTokenPattern is an RFC 9110 field name (a token): no spaces, no
+	// CR or LF, nothing that could split or inject a header.
+	HeaderTokenPattern = `^[A-Za-z0-9!#$%&'*+.^_|~-]+$`
+)
+
+var (
+	keyTemplateWellFormed  = regexp.MustCompile(KeyTemplateWellFormedPattern)
+	keyTemplatePlaceholder = regexp.MustCompile(KeyTemplatePlaceholderPattern)
+	perAttemptPlaceholder  = regexp.MustCompile(PerAttemptPlaceholderPattern)
+	headerToken            = regexp.MustCompile(HeaderTokenPattern)
+)
+
+// KeyTemplateProblem says what is wrong with an idempotency key template:
+// KeyTemplateOK, or the first rule it breaks.
+type KeyTemplateProblem int
+
+const (
+	// KeyTemplateOK: the template renders one stable key per operation.
+	KeyTemplateOK KeyTemplateProblem = iota
+	// KeyTemplateMalformed: an unpaired brace or a placeholder that is not {name}.
+	KeyTemplateMalformed
+	// KeyTemplateConstant: no placeholder, so every operation shares one key.
+	KeyTemplateConstant
+	// KeyTemplatePerAttempt: a per-attempt placeholder such as {attempt}.
+	KeyTemplatePerAttempt
+)
+
+// KeyTemplateProblems lists every rule template breaks, in the order above;
+// nil when it is a good template.
+func KeyTemplateProblems(template string) []KeyTemplateProblem {
+	var out []KeyTemplateProblem
+	if !keyTemplateWellFormed.MatchString(template) {
+		out = append(out, KeyTemplateMalformed)
+	}
+	if !keyTemplatePlaceholder.MatchString(template) {
+		out = append(out, KeyTemplateConstant)
+	}
+	if perAttemptPlaceholder.MatchString(template) {
+		out = append(out, KeyTemplatePerAttempt)
+	}
+	return out
+}
+
+// KeyTemplatePlaceholders returns the names a template's placeholders use,
+// in order, repeats included.
+func KeyTemplatePlaceholders(template string) []string {
+	var out []string
+	for _, m := range keyTemplatePlaceholder.FindAllString(template, -1) {
+		out = append(out, m[1:len(m)-1])
+	}
+	return out
+}
+
+// IsHeaderToken reports whether name is a valid HTTP field name.
+func IsHeaderToken(name string) bool { return headerToken.MatchString(name) }
+
+// IsReplaySafe reports whether repeating an operation is safe: it carries an
+// idempotency key, or its method is idempotent. Any retry needs this.
+func IsReplaySafe(operation string, hasKeyTemplate bool) bool {
+	return hasKeyTemplate || IsIdempotentOperation(operation)
+}

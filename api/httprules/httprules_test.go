@@ -1,6 +1,7 @@
 package httprules_test
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/retryguard/retryguard/api/httprules"
@@ -39,6 +40,35 @@ func TestIsRetryableStatus(t *testing.T) {
 	for code, want := range map[int32]bool{429: true, 500: true, 503: true, 599: true, 501: false, 505: false, 400: false, 404: false, 302: false, 600: false} {
 		if got := httprules.IsRetryableStatus(code); got != want {
 			t.Errorf("IsRetryableStatus(%d) = %v, want %v", code, got, want)
+		}
+	}
+}
+
+func TestKeyTemplateProblems(t *testing.T) {
+	for tmpl, want := range map[string][]httprules.KeyTemplateProblem{
+		"SMS-2FA-{user_id}-{login_session_id}": nil,
+		"SMS-{user_id":                         {httprules.KeyTemplateMalformed, httprules.KeyTemplateConstant},
+		"SMS-{user_id}}":                       {httprules.KeyTemplateMalformed},
+		"{}-{user_id}":                         {httprules.KeyTemplateMalformed},
+		"static":                               {httprules.KeyTemplateConstant},
+		"{user_id}-{Attempt}":                  {httprules.KeyTemplatePerAttempt},
+	} {
+		if got := httprules.KeyTemplateProblems(tmpl); !slices.Equal(got, want) {
+			t.Errorf("KeyTemplateProblems(%q) = %v, want %v", tmpl, got, want)
+		}
+	}
+	if got := httprules.KeyTemplatePlaceholders("a-{x}-{y_2}-{x}"); !slices.Equal(got, []string{"x", "y_2", "x"}) {
+		t.Errorf("placeholders %v", got)
+	}
+}
+
+func TestIsHeaderToken(t *testing.T) {
+	for h, want := range map[string]bool{
+		"Idempotency-Key": true, "X-Request-Id": true, "a!#$%&'*+.^_|~-": true,
+		"": false, "Idempotency Key": false, "Key\r\nX-Evil: 1": false, "Key:": false, "Ké": false,
+	} {
+		if got := httprules.IsHeaderToken(h); got != want {
+			t.Errorf("IsHeaderToken(%q) = %v, want %v", h, got, want)
 		}
 	}
 }

@@ -79,15 +79,15 @@ var policyCases = []policyCase{
 	{name: "retries without a budget", mutate: func(s *v1.RetryPolicySpec) { s.BudgetRef = nil },
 		want: []string{fe("spec.budgetRef", codes.BudgetRequired)}},
 	{name: "POST timeout retry without a key", mutate: func(s *v1.RetryPolicySpec) { s.Idempotency.KeyTemplate = nil },
-		want: []string{fe("spec.retryOn.errors", codes.AmbiguousWithoutIdempotency)}},
+		want: []string{fe("spec.maxAttempts", codes.AmbiguousWithoutIdempotency)}},
 	{name: "no operation and ambiguous errors without a key", mutate: func(s *v1.RetryPolicySpec) {
 		s.Idempotency.KeyTemplate = nil
 		s.Target.Operation = nil
-	}, want: []string{fe("spec.retryOn.errors", codes.AmbiguousWithoutIdempotency)}},
+	}, want: []string{fe("spec.maxAttempts", codes.AmbiguousWithoutIdempotency)}},
 	{name: "lower-case put is not a method", mutate: func(s *v1.RetryPolicySpec) {
 		s.Idempotency.KeyTemplate = nil
 		s.Target.Operation = ptr.To("put /v1/messages")
-	}, want: []string{fe("spec.retryOn.errors", codes.AmbiguousWithoutIdempotency)}},
+	}, want: []string{fe("spec.maxAttempts", codes.AmbiguousWithoutIdempotency)}},
 	{name: "PUT timeout retry without a key is accepted", mutate: func(s *v1.RetryPolicySpec) {
 		s.Idempotency.KeyTemplate = nil
 		s.Target.Operation = ptr.To("PUT /v1/messages/42")
@@ -96,10 +96,41 @@ var policyCases = []policyCase{
 		s.Idempotency.KeyTemplate = nil
 		s.Target.Operation = ptr.To("GET")
 	}},
-	{name: "safe errors only need no key", mutate: func(s *v1.RetryPolicySpec) {
+	// Seed 003: retry_allowed(429, safe=False, ...) is false. Any retry of a
+	// non-idempotent operation needs a key, whatever failure it answers.
+	{name: "retrying a POST on 429 and safe errors only still needs a key", mutate: func(s *v1.RetryPolicySpec) {
 		s.Idempotency.KeyTemplate = nil
 		s.RetryOn.Errors = []v1.TransportError{v1.ConnectionRefused, v1.DNSFailure}
+	}, want: []string{fe("spec.maxAttempts", codes.AmbiguousWithoutIdempotency)}},
+	{name: "two attempts of a POST without a key", mutate: func(s *v1.RetryPolicySpec) {
+		s.MaxAttempts = 2
+		s.Idempotency = nil
+		s.RetryOn = nil
+	}, want: []string{fe("spec.maxAttempts", codes.AmbiguousWithoutIdempotency)}},
+	{name: "one attempt of a POST needs no key, whatever it lists", mutate: func(s *v1.RetryPolicySpec) {
+		s.MaxAttempts = 1
+		s.BudgetRef = nil
+		s.Idempotency.KeyTemplate = nil
 	}},
+	{name: "header with CR LF", mutate: func(s *v1.RetryPolicySpec) { s.Idempotency.Header = ptr.To("Idempotency-Key\r\nX-Evil: 1") },
+		want: []string{fe("spec.idempotency.header", codes.InvalidHeader)}},
+	{name: "header with a space", mutate: func(s *v1.RetryPolicySpec) { s.Idempotency.Header = ptr.To("Idempotency Key") },
+		want: []string{fe("spec.idempotency.header", codes.InvalidHeader)}},
+	// Defaults never invalidate a reasonable spec: retryAfter.maxDelay has
+	// no fixed default that a short deadline could fall below.
+	{name: "deadline 3s that never mentions retryAfter is accepted", mutate: func(s *v1.RetryPolicySpec) {
+		s.Deadline = *dur("3s")
+		s.RetryAfter = nil
+	}},
+	{name: "deadline 2s that never mentions retryAfter is accepted", mutate: func(s *v1.RetryPolicySpec) {
+		s.Deadline = *dur("2s")
+		s.RetryAfter = nil
+		s.MinRemaining = nil
+	}},
+	{name: "deadline 3s with retryAfter.maxDelay 3s written", mutate: func(s *v1.RetryPolicySpec) {
+		s.Deadline = *dur("3s")
+		s.RetryAfter = &v1.RetryAfter{MaxDelay: dur("3s")}
+	}, want: []string{fe("spec.retryAfter.maxDelay", codes.DeadlineInfeasible)}},
 	{name: "key without placeholder", mutate: func(s *v1.RetryPolicySpec) { s.Idempotency.KeyTemplate = ptr.To("SMS-2FA-static") },
 		want: []string{fe("spec.idempotency.keyTemplate", codes.UnstableIdempotencyKey)}},
 	{name: "key with {attempt}", mutate: func(s *v1.RetryPolicySpec) { s.Idempotency.KeyTemplate = ptr.To("SMS-{user_id}-{attempt}") },
@@ -108,6 +139,10 @@ var policyCases = []policyCase{
 		want: []string{fe("spec.idempotency.keyTemplate", codes.UnstableIdempotencyKey)}},
 	{name: "key with unbalanced brace", mutate: func(s *v1.RetryPolicySpec) { s.Idempotency.KeyTemplate = ptr.To("SMS-{user_id") },
 		want: []string{fe("spec.idempotency.keyTemplate", codes.InvalidKeyTemplate), fe("spec.idempotency.keyTemplate", codes.UnstableIdempotencyKey)}},
+	{name: "key with a lone closing brace", mutate: func(s *v1.RetryPolicySpec) { s.Idempotency.KeyTemplate = ptr.To("SMS-{user_id}}") },
+		want: []string{fe("spec.idempotency.keyTemplate", codes.InvalidKeyTemplate)}},
+	{name: "key with an empty placeholder", mutate: func(s *v1.RetryPolicySpec) { s.Idempotency.KeyTemplate = ptr.To("SMS-{}-{user_id}") },
+		want: []string{fe("spec.idempotency.keyTemplate", codes.InvalidKeyTemplate)}},
 	{name: "deadline at minRemaining", mutate: func(s *v1.RetryPolicySpec) {
 		s.Deadline = *dur("500ms")
 		s.RetryAfter.MaxDelay = dur("100ms")
@@ -168,6 +203,10 @@ var budgetCases = []budgetCase{
 		want: []string{fe("spec.minRetriesPerSecond", codes.OutOfRange)}},
 	{name: "zero partitions", mutate: func(s *v1.RetryBudgetSpec) { s.Partitions = ptr.To[int32](0) },
 		want: []string{fe("spec.partitions", codes.OutOfRange)}},
+	{name: "1001 partitions", mutate: func(s *v1.RetryBudgetSpec) { s.Partitions = ptr.To[int32](1001) },
+		want: []string{fe("spec.partitions", codes.OutOfRange)}},
+	{name: "floor of 10001 retries per second", mutate: func(s *v1.RetryBudgetSpec) { s.MinRetriesPerSecond = ptr.To[int32](10001) },
+		want: []string{fe("spec.minRetriesPerSecond", codes.OutOfRange)}},
 }
 
 // loadSample decodes one file of config/samples.

@@ -19,6 +19,8 @@ func mustDuration(s string) *metav1.Duration {
 // WithDefaults returns a deep copy of the spec with every absent optional
 // field set to the default the API server would apply. Go callers (the
 // validators, the controllers, unit tests) see the same object CEL sees.
+// retryAfter.maxDelay stays absent when it is: its default depends on the
+// deadline (RetryAfterMaxDelay).
 func (s *RetryPolicySpec) WithDefaults() RetryPolicySpec {
 	out := *s.DeepCopy()
 	if out.Backoff.Base == nil {
@@ -35,9 +37,6 @@ func (s *RetryPolicySpec) WithDefaults() RetryPolicySpec {
 	}
 	if out.RetryAfter == nil {
 		out.RetryAfter = &RetryAfter{}
-	}
-	if out.RetryAfter.MaxDelay == nil {
-		out.RetryAfter.MaxDelay = mustDuration(DefaultRetryAfterMaxDelay)
 	}
 	if out.RetryOn == nil {
 		out.RetryOn = &RetryOn{}

@@ -2,6 +2,8 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/retryguard/retryguard/api/limits"
 )
 
 // Defaults of RetryBudget.
@@ -10,8 +12,8 @@ const (
 	DefaultBudgetMaxTokens           = int32(10)
 	DefaultBudgetMinRetriesPerSecond = int32(0)
 	DefaultBudgetPartitions          = int32(1)
-	MaxBudgetTokens                  = int32(1000)
-	MaxBudgetPartitions              = int32(1000)
+	MaxBudgetTokens                  = limits.MaxBudgetTokens
+	MaxBudgetPartitions              = limits.MaxBudgetPartitions
 )
 
 // RetryBudgetSpec is a token-bucket retry budget for one dependency.

@@ -1,11 +1,10 @@
 package v1alpha1
 
 import (
-	"time"
-
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/retryguard/retryguard/api/codes"
+	"github.com/retryguard/retryguard/api/limits"
 )
 
 // ValidateRetryBudgetSpec checks every rule that needs nothing but the spec;
@@ -13,11 +12,11 @@ import (
 func ValidateRetryBudgetSpec(spec *RetryBudgetSpec, fldPath *field.Path) field.ErrorList {
 	s := spec.WithDefaults()
 	var errs field.ErrorList
-	if s.RetryPercent < 1 || s.RetryPercent > 100 {
+	if s.RetryPercent < 1 || s.RetryPercent > limits.MaxBudgetRetryPercent {
 		errs = append(errs, field.Invalid(fldPath.Child("retryPercent"), s.RetryPercent, codes.OutOfRange.Message(
 			"retryPercent must be between 1 and 100")))
 	}
-	if w := s.Window.Duration; w < time.Second || w > time.Hour {
+	if w := s.Window.Duration; w < limits.MinBudgetWindow || w > limits.MaxBudgetWindow {
 		errs = append(errs, field.Invalid(fldPath.Child("window"), w.String(), codes.OutOfRange.Message(
 			"window must be between 1s and 1h")))
 	}
@@ -25,7 +24,7 @@ func ValidateRetryBudgetSpec(spec *RetryBudgetSpec, fldPath *field.Path) field.E
 		errs = append(errs, field.Invalid(fldPath.Child("maxTokens"), t, codes.OutOfRange.Message(
 			"maxTokens must be between 1 and 1000")))
 	}
-	if f := *s.MinRetriesPerSecond; f < 0 || f > 10000 {
+	if f := *s.MinRetriesPerSecond; f < 0 || f > limits.MaxBudgetMinRetriesPerSecond {
 		errs = append(errs, field.Invalid(fldPath.Child("minRetriesPerSecond"), f, codes.OutOfRange.Message(
 			"minRetriesPerSecond must be between 0 and 10000")))
 	}

@@ -1,27 +1,37 @@
 package v1alpha1
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/retryguard/retryguard/api/limits"
 )
 
 // Defaults of RetryPolicy, applied by the API server and assumed by the
-// validators and the runtime when a field is absent.
+// validators and the runtime when a field is absent. The bounds live in
+// package limits, which the payload parser shares.
 const (
 	DefaultBackoffBase         = "100ms"
 	DefaultBackoffCap          = "3s"
 	DefaultBackoffMultiplier   = int32(2)
 	DefaultMinRemaining        = "500ms"
-	DefaultRetryAfterMaxDelay  = "3s"
 	DefaultIdempotencyHeader   = "Idempotency-Key"
 	DefaultCriticality         = CriticalityStandard
-	MaxAttemptsCeiling         = int32(3)
-	MaxRetryOnStatusCodes      = 16
-	MaxFallbackChannels        = 8
-	MaxKeyTemplateLength       = 256
-	MaxOperationLength         = 256
-	MaxFallbackEndpointLength  = 2048
-	MaxConnectionsPerPoolLimit = int32(1000)
+	MaxAttemptsCeiling         = limits.MaxAttemptsCeiling
+	MaxRetryOnStatusCodes      = limits.MaxRetryOnStatusCodes
+	MaxFallbackChannels        = limits.MaxFallbackChannels
+	MaxKeyTemplateLength       = limits.MaxKeyTemplateLength
+	MaxOperationLength         = limits.MaxOperationLength
+	MaxFallbackEndpointLength  = limits.MaxFallbackEndpointLength
+	MaxConnectionsPerPoolLimit = limits.MaxConnectionsPerPool
 )
+
+// DefaultRetryAfterMaxDelay is the longest Retry-After honoured when
+// retryAfter.maxDelay is absent, unless the deadline is shorter: see
+// RetryPolicySpec.RetryAfterMaxDelay. It is not a CRD default, so that a
+// short deadline that never mentions retryAfter stays valid.
+const DefaultRetryAfterMaxDelay = 3 * time.Second
 
 // DefaultRetryOnStatusCodes are the statuses retried when retryOn.statusCodes is absent.
 var DefaultRetryOnStatusCodes = []int32{429, 503, 504}
@@ -143,9 +153,10 @@ type Backoff struct {
 // RetryAfter governs a server's Retry-After header.
 type RetryAfter struct {
 	// maxDelay is the longest Retry-After honoured. A longer one fails fast:
-	// truncating it would retry before the server said it was ready.
+	// truncating it would retry before the server said it was ready. When
+	// absent it is 3s, or deadline − minRemaining when that is shorter, so
+	// that an honoured Retry-After never outlives the operation.
 	// +optional
-	// +kubebuilder:default="3s"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="ERR_INVALID_DURATION: must be a duration such as 100ms, 4s or 1m (digits, then ns, us, ms, s, m or h)"
@@ -164,9 +175,9 @@ type RetryOn struct {
 	StatusCodes []int32 `json:"statusCodes,omitempty"`
 
 	// errors are the transport failures retried. ConnectionRefused and
-	// DNSFailure prove the request never left, so they are safe. ConnectionReset
-	// and Timeout are ambiguous: the request may have been applied, so they
-	// need an idempotency key or an idempotent method.
+	// DNSFailure prove the request never left. ConnectionReset and Timeout are
+	// ambiguous: the request may have been applied. Either way a retry needs
+	// an idempotency key or an idempotent method (see maxAttempts).
 	// +optional
 	// +listType=set
 	// +kubebuilder:default={ConnectionRefused,DNSFailure}
@@ -182,7 +193,7 @@ type Idempotency struct {
 	// +kubebuilder:default="Idempotency-Key"
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=128
-	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9!#$%&'*+.^_|~-]+$`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z0-9!#$%&\\'*+.^_|~-]+$')",message="ERR_INVALID_HEADER: idempotency.header must be an HTTP field name: letters, digits and !#$%&'*+.^_|~- only, no space, CR or LF"
 	Header *string `json:"header,omitempty"`
 
 	// keyTemplate renders the key once per logical operation from the caller's
@@ -257,10 +268,10 @@ type Events struct {
 
 // RetryPolicySpec is how one layer of one caller retries one dependency.
 // +kubebuilder:validation:XValidation:rule="self.maxAttempts <= 1 || has(self.budgetRef)",message="ERR_BUDGET_REQUIRED: a policy with maxAttempts above 1 must name a RetryBudget in budgetRef; retries without a budget caused INC-2901",fieldPath=".budgetRef"
-// +kubebuilder:validation:XValidation:rule="!(has(self.retryOn) && has(self.retryOn.errors) && self.retryOn.errors.exists(e, e == 'ConnectionReset' || e == 'Timeout')) || (has(self.idempotency) && has(self.idempotency.keyTemplate)) || (has(self.target.operation) && self.target.operation.matches('^(GET|HEAD|PUT|DELETE|OPTIONS|TRACE)( |$)'))",message="ERR_AMBIGUOUS_WITHOUT_IDEMPOTENCY: retryOn.errors has ConnectionReset or Timeout, which may follow an applied request; set idempotency.keyTemplate or use an idempotent method (GET, HEAD, PUT, DELETE, OPTIONS, TRACE)",fieldPath=".retryOn.errors"
+// +kubebuilder:validation:XValidation:rule="self.maxAttempts <= 1 || (has(self.idempotency) && has(self.idempotency.keyTemplate)) || (has(self.target.operation) && self.target.operation.matches('^(GET|HEAD|PUT|DELETE|OPTIONS|TRACE)( |$)'))",message="ERR_AMBIGUOUS_WITHOUT_IDEMPOTENCY: a policy with maxAttempts above 1 must be safe to replay; set idempotency.keyTemplate or use an idempotent method (GET, HEAD, PUT, DELETE, OPTIONS, TRACE) in target.operation",fieldPath=".maxAttempts"
 // +kubebuilder:validation:XValidation:rule="!self.deadline.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.deadline) > duration('0s')",message="ERR_DEADLINE_INFEASIBLE: deadline must be positive",fieldPath=".deadline"
 // +kubebuilder:validation:XValidation:rule="self.maxAttempts <= 1 || !has(self.minRemaining) || !self.deadline.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.minRemaining.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.deadline) > duration(self.minRemaining)",message="ERR_DEADLINE_INFEASIBLE: deadline must exceed minRemaining, or no retry could ever start",fieldPath=".deadline"
-// +kubebuilder:validation:XValidation:rule="self.maxAttempts <= 1 || !has(self.retryAfter) || !has(self.retryAfter.maxDelay) || !self.deadline.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.retryAfter.maxDelay.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.retryAfter.maxDelay) < duration(self.deadline)",message="ERR_DEADLINE_INFEASIBLE: retryAfter.maxDelay (default 3s) must be below deadline, or an honoured Retry-After would outlive the operation",fieldPath=".retryAfter.maxDelay"
+// +kubebuilder:validation:XValidation:rule="self.maxAttempts <= 1 || !has(self.retryAfter) || !has(self.retryAfter.maxDelay) || !self.deadline.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.retryAfter.maxDelay.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.retryAfter.maxDelay) < duration(self.deadline)",message="ERR_DEADLINE_INFEASIBLE: retryAfter.maxDelay must be below deadline, or an honoured Retry-After would outlive the operation",fieldPath=".retryAfter.maxDelay"
 // +kubebuilder:validation:XValidation:rule="!has(self.perAttemptTimeout) || !self.deadline.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.perAttemptTimeout.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.perAttemptTimeout) <= duration(self.deadline)",message="ERR_DEADLINE_INFEASIBLE: perAttemptTimeout must not exceed deadline",fieldPath=".perAttemptTimeout"
 type RetryPolicySpec struct {
 	// target is the dependency this policy governs.
@@ -272,7 +283,9 @@ type RetryPolicySpec struct {
 	Layer RetryLayer `json:"layer"`
 
 	// maxAttempts is the number of total attempts, the first call included:
-	// 3 means one call and at most two retries. From 1 to 3.
+	// 3 means one call and at most two retries. From 1 to 3. Above 1 the
+	// operation must be safe to replay: idempotency.keyTemplate is set, or
+	// target.operation starts with an idempotent method.
 	// +required
 	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 3",message="ERR_RETRY_LIMIT_EXCEEDED: maxAttempts counts total attempts (the first call included) and must be between 1 and 3"
 	MaxAttempts int32 `json:"maxAttempts"`

@@ -1,20 +1,13 @@
 package v1alpha1
 
 import (
-	"regexp"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/retryguard/retryguard/api/codes"
 	"github.com/retryguard/retryguard/api/httprules"
-)
-
-// These expressions are the ones the CRD's CEL rules use, so that the Go and
-// CEL verdicts agree; the parity test holds them together.
-var (
-	wellFormedTemplate    = regexp.MustCompile(`^([^{}]|[{][A-Za-z_][A-Za-z0-9_]*[}])*$`)
-	templatePlaceholder   = regexp.MustCompile(`[{][A-Za-z_][A-Za-z0-9_]*[}]`)
-	perAttemptPlaceholder = regexp.MustCompile(`(?i)[{](attempt|random|uuid|now|timestamp)[}]`)
+	"github.com/retryguard/retryguard/api/limits"
 )
 
 var (
@@ -75,7 +68,7 @@ func validateBackoff(b *Backoff, fldPath *field.Path) field.ErrorList {
 		errs = append(errs, field.Invalid(fldPath.Child("cap"), b.Cap.Duration.String(), codes.BackoffInvalid.Message(
 			"backoff.cap must be at least backoff.base")))
 	}
-	if m := *b.Multiplier; m < 1 || m > 10 {
+	if m := *b.Multiplier; m < 1 || m > limits.MaxBackoffMultiplier {
 		errs = append(errs, field.Invalid(fldPath.Child("multiplier"), m, codes.OutOfRange.Message(
 			"backoff.multiplier must be between 1 and 10")))
 	}
@@ -103,32 +96,36 @@ func validateRetryOn(r *RetryOn, fldPath *field.Path) field.ErrorList {
 
 func validateIdempotency(s *RetryPolicySpec, fldPath *field.Path) field.ErrorList {
 	var errs field.ErrorList
+	if h := *s.Idempotency.Header; !httprules.IsHeaderToken(h) {
+		errs = append(errs, field.Invalid(fldPath.Child("idempotency", "header"), h, codes.InvalidHeader.Message(
+			"idempotency.header must be an HTTP field name: letters, digits and !#$%&'*+.^_|~- only, no space, CR or LF")))
+	}
 	tmpl := s.Idempotency.KeyTemplate
 	if tmpl != nil {
 		p := fldPath.Child("idempotency", "keyTemplate")
-		if !wellFormedTemplate.MatchString(*tmpl) {
-			errs = append(errs, field.Invalid(p, *tmpl, codes.InvalidKeyTemplate.Message(
-				"idempotency.keyTemplate placeholders are {name} with letters, digits and underscores, and braces must pair")))
-		}
-		if !templatePlaceholder.MatchString(*tmpl) {
-			errs = append(errs, field.Invalid(p, *tmpl, codes.UnstableIdempotencyKey.Message(
-				"idempotency.keyTemplate has no {placeholder}, so every operation would share one key")))
-		}
-		if perAttemptPlaceholder.MatchString(*tmpl) {
-			errs = append(errs, field.Invalid(p, *tmpl, codes.UnstableIdempotencyKey.Message(
-				"idempotency.keyTemplate uses a per-attempt value ({attempt}, {random}, {uuid}, {now} or {timestamp}), so retries would carry new keys")))
+		for _, problem := range httprules.KeyTemplateProblems(*tmpl) {
+			errs = append(errs, field.Invalid(p, *tmpl, keyTemplateMessages[problem]))
 		}
 	}
-	ambiguous := false
-	for _, e := range s.RetryOn.Errors {
-		ambiguous = ambiguous || e.IsAmbiguous()
+	operation := ""
+	if s.Target.Operation != nil {
+		operation = *s.Target.Operation
 	}
-	idempotent := s.Target.Operation != nil && httprules.IsIdempotentOperation(*s.Target.Operation)
-	if ambiguous && tmpl == nil && !idempotent {
-		errs = append(errs, field.Invalid(fldPath.Child("retryOn", "errors"), s.RetryOn.Errors, codes.AmbiguousWithoutIdempotency.Message(
-			"retryOn.errors has ConnectionReset or Timeout, which may follow an applied request; set idempotency.keyTemplate or use an idempotent method (GET, HEAD, PUT, DELETE, OPTIONS, TRACE)")))
+	if s.MaxAttempts > 1 && !httprules.IsReplaySafe(operation, tmpl != nil) {
+		errs = append(errs, field.Invalid(fldPath.Child("maxAttempts"), s.MaxAttempts, codes.AmbiguousWithoutIdempotency.Message(
+			"a policy with maxAttempts above 1 must be safe to replay; set idempotency.keyTemplate or use an idempotent method (GET, HEAD, PUT, DELETE, OPTIONS, TRACE) in target.operation")))
 	}
 	return errs
+}
+
+// keyTemplateMessages are the CEL rules' messages, one per broken rule.
+var keyTemplateMessages = map[httprules.KeyTemplateProblem]string{
+	httprules.KeyTemplateMalformed: codes.InvalidKeyTemplate.Message(
+		"idempotency.keyTemplate placeholders are {name} with letters, digits and underscores, and braces must pair"),
+	httprules.KeyTemplateConstant: codes.UnstableIdempotencyKey.Message(
+		"idempotency.keyTemplate has no {placeholder}, so every operation would share one key"),
+	httprules.KeyTemplatePerAttempt: codes.UnstableIdempotencyKey.Message(
+		"idempotency.keyTemplate uses a per-attempt value ({attempt}, {random}, {uuid}, {now} or {timestamp}), so retries would carry new keys"),
 }
 
 func validateDeadlines(s *RetryPolicySpec, fldPath *field.Path) field.ErrorList {
@@ -142,9 +139,11 @@ func validateDeadlines(s *RetryPolicySpec, fldPath *field.Path) field.ErrorList 
 		errs = append(errs, field.Invalid(fldPath.Child("deadline"), deadline.String(), codes.DeadlineInfeasible.Message(
 			"deadline must exceed minRemaining, or no retry could ever start")))
 	}
-	if s.MaxAttempts > 1 && s.RetryAfter.MaxDelay.Duration >= deadline {
-		errs = append(errs, field.Invalid(fldPath.Child("retryAfter", "maxDelay"), s.RetryAfter.MaxDelay.Duration.String(), codes.DeadlineInfeasible.Message(
-			"retryAfter.maxDelay (default 3s) must be below deadline, or an honoured Retry-After would outlive the operation")))
+	// Only a maxDelay the user wrote can break this: the absent default is
+	// derived from the deadline (RetryAfterMaxDelay).
+	if d := s.RetryAfter.MaxDelay; s.MaxAttempts > 1 && d != nil && d.Duration >= deadline {
+		errs = append(errs, field.Invalid(fldPath.Child("retryAfter", "maxDelay"), d.Duration.String(), codes.DeadlineInfeasible.Message(
+			"retryAfter.maxDelay must be below deadline, or an honoured Retry-After would outlive the operation")))
 	}
 	if t := s.PerAttemptTimeout; t != nil && t.Duration > deadline {
 		errs = append(errs, field.Invalid(fldPath.Child("perAttemptTimeout"), t.Duration.String(), codes.DeadlineInfeasible.Message(
@@ -164,4 +163,20 @@ func validateFallbackChannel(c *FallbackChannel, fldPath *field.Path) field.Erro
 			"fallback channel must be verified: true before operations may be routed to it")))
 	}
 	return errs
+}
+
+// RetryAfterMaxDelay is the longest Retry-After a pod honours: the
+// maxDelay written, or when absent DefaultRetryAfterMaxDelay capped at
+// deadline − minRemaining (defaults applied, never negative). A short
+// deadline that never mentions retryAfter is therefore valid, and a
+// Retry-After the deadline could not hold fails fast instead of waiting.
+func (s *RetryPolicySpec) RetryAfterMaxDelay() time.Duration {
+	if s.RetryAfter != nil && s.RetryAfter.MaxDelay != nil {
+		return s.RetryAfter.MaxDelay.Duration
+	}
+	minRemaining := mustDuration(DefaultMinRemaining).Duration
+	if s.MinRemaining != nil {
+		minRemaining = s.MinRemaining.Duration
+	}
+	return max(0, min(DefaultRetryAfterMaxDelay, s.Deadline.Duration-minRemaining))
 }

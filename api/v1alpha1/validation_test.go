@@ -4,7 +4,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
@@ -72,4 +74,42 @@ func TestValidateRetryPolicySpecRejectsUnknownEnums(t *testing.T) {
 			t.Errorf("no NotSupported error for %s in %v", f, errs)
 		}
 	}
+}
+
+// An absent retryAfter.maxDelay is 3s, or deadline − minRemaining when the
+// deadline is too short for 3s: never a default the rules would refuse.
+func TestRetryAfterMaxDelayIsDerived(t *testing.T) {
+	for _, tc := range []struct {
+		deadline, minRemaining, written string
+		want                            time.Duration
+	}{
+		{deadline: "4s", want: 3 * time.Second},
+		{deadline: "3s", want: 2500 * time.Millisecond},
+		{deadline: "2s", minRemaining: "1s", want: time.Second},
+		{deadline: "400ms", want: 0},
+		{deadline: "3s", written: "1s", want: time.Second},
+	} {
+		s := v1.RetryPolicySpec{Deadline: metav1.Duration{Duration: mustParse(tc.deadline)}}
+		if tc.minRemaining != "" {
+			s.MinRemaining = &metav1.Duration{Duration: mustParse(tc.minRemaining)}
+		}
+		if tc.written != "" {
+			s.RetryAfter = &v1.RetryAfter{MaxDelay: &metav1.Duration{Duration: mustParse(tc.written)}}
+		}
+		if got := s.RetryAfterMaxDelay(); got != tc.want {
+			t.Errorf("%+v: %v, want %v", tc, got, tc.want)
+		}
+		d := s.WithDefaults()
+		if got := d.RetryAfterMaxDelay(); got != tc.want {
+			t.Errorf("%+v after defaulting: %v, want %v", tc, got, tc.want)
+		}
+	}
+}
+
+func mustParse(s string) time.Duration {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		panic(err)
+	}
+	return d
 }

@@ -33,6 +33,10 @@ const (
 	ContentHashAnnotation = "policy.retryguard.io/content-hash"
 	// ConfigMapPrefix starts every published ConfigMap's name.
 	ConfigMapPrefix = "retrypolicy-"
+	// OwnerAPIVersion and OwnerKind identify the controller owner reference
+	// every published ConfigMap carries: the RetryPolicy it publishes.
+	OwnerAPIVersion = "policy.retryguard.io/v1alpha1"
+	OwnerKind       = "RetryPolicy"
 )
 
 // ConfigMapName is the name of the ConfigMap a policy is published in.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os/exec"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -52,6 +53,36 @@ func TestParseRejects(t *testing.T) {
 		"retries without budget": {func(m map[string]any) { delete(m, "budget") }, "budget"},
 		"a budget of 0%":         {func(m map[string]any) { m["budget"].(map[string]any)["retryPercent"] = 0 }, "budget.retryPercent"},
 		"zero partitions":        {func(m map[string]any) { m["budget"].(map[string]any)["partitions"] = 0 }, "budget.partitions"},
+		// Every single-object rule of admission holds in the pod too.
+		"a template with {attempt}":     {func(m map[string]any) { pol(m)["keyTemplate"] = "SMS-{user_id}-{attempt}" }, "policy.keyTemplate"},
+		"a template without {name}":     {func(m map[string]any) { pol(m)["keyTemplate"] = "SMS-static" }, "policy.keyTemplate"},
+		"a template with an open brace": {func(m map[string]any) { pol(m)["keyTemplate"] = "SMS-{user_id" }, "policy.keyTemplate"},
+		"a template with a lone }":      {func(m map[string]any) { pol(m)["keyTemplate"] = "SMS-{user_id}}" }, "policy.keyTemplate"},
+		"a template too long":           {func(m map[string]any) { pol(m)["keyTemplate"] = "{a}" + strings.Repeat("x", 254) }, "policy.keyTemplate"},
+		"a NoRetry template that cannot render": {func(m map[string]any) {
+			m["enforcement"] = map[string]any{"mode": "NoRetry", "reason": "InvalidSpec"}
+			pol(m)["keyTemplate"] = "SMS-{user_id"
+		}, "policy.keyTemplate"},
+		"a POST retried without a key":    {func(m map[string]any) { delete(pol(m), "keyTemplate") }, "policy.maxAttempts"},
+		"minRemaining at the deadline":    {func(m map[string]any) { pol(m)["minRemaining"] = "4s" }, "policy.minRemaining"},
+		"retryAfter at the deadline":      {func(m map[string]any) { pol(m)["retryAfterMaxDelay"] = "4s" }, "policy.retryAfterMaxDelay"},
+		"a per-attempt timeout too long":  {func(m map[string]any) { pol(m)["perAttemptTimeout"] = "5s" }, "policy.perAttemptTimeout"},
+		"a header with CR LF":             {func(m map[string]any) { pol(m)["idempotencyHeader"] = "Idempotency-Key\r\nX-Evil: 1" }, "policy.idempotencyHeader"},
+		"a header with a space":           {func(m map[string]any) { pol(m)["idempotencyHeader"] = "Idempotency Key" }, "policy.idempotencyHeader"},
+		"17 status codes":                 {func(m map[string]any) { pol(m)["retryOnStatusCodes"] = slices.Repeat([]int{503}, 17) }, "policy.retryOnStatusCodes"},
+		"a status code twice":             {func(m map[string]any) { pol(m)["retryOnStatusCodes"] = []int{503, 503} }, "policy.retryOnStatusCodes"},
+		"an http fallback":                {func(m map[string]any) { fallback(m)["endpoint"] = "http://push.auth.internal/v1" }, "policy.fallback[0].endpoint"},
+		"an unverified fallback":          {func(m map[string]any) { fallback(m)["verified"] = false }, "policy.fallback[0].verified"},
+		"a service that is not a label":   {func(m map[string]any) { pol(m)["service"] = "Telephony API" }, "policy.service"},
+		"an operation too long":           {func(m map[string]any) { pol(m)["operation"] = "POST /" + strings.Repeat("x", 251) }, "policy.operation"},
+		"a topic with a slash":            {func(m map[string]any) { pol(m)["eventsTopic"] = "auth/sms" }, "policy.eventsTopic"},
+		"a pool of 1001":                  {func(m map[string]any) { pol(m)["connectionPool"].(map[string]any)["maxConnections"] = 1001 }, "policy.connectionPool.maxConnections"},
+		"a namespace that is not a label": {func(m map[string]any) { pol(m)["namespace"] = "Auth" }, "policy.namespace"},
+		"a name that is not an object":    {func(m map[string]any) { pol(m)["name"] = "../sms" }, "policy.name"},
+		"a window of 500ms":               {func(m map[string]any) { m["budget"].(map[string]any)["window"] = "500ms" }, "budget.window"},
+		"a window of 2h":                  {func(m map[string]any) { m["budget"].(map[string]any)["window"] = "2h" }, "budget.window"},
+		"a floor of 10001":                {func(m map[string]any) { m["budget"].(map[string]any)["minRetriesPerSecond"] = 10001 }, "budget.minRetriesPerSecond"},
+		"1001 partitions":                 {func(m map[string]any) { m["budget"].(map[string]any)["partitions"] = 1001 }, "budget.partitions"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			raw, _ := policyconfig.Marshal(fixtures.SMS())
@@ -74,6 +105,10 @@ func TestParseRejects(t *testing.T) {
 }
 
 func pol(m map[string]any) map[string]any { return m["policy"].(map[string]any) }
+
+func fallback(m map[string]any) map[string]any {
+	return pol(m)["fallback"].([]any)[0].(map[string]any)
+}
 
 func TestNoRetryNeedsNoBudget(t *testing.T) {
 	p := fixtures.SMS()

@@ -10,27 +10,58 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
 // DefaultPollInterval is how often Files rescans even when fsnotify is quiet
 // (or unavailable), as controller-runtime's certwatcher does.
 const DefaultPollInterval = 10 * time.Second
 
-// Files watches a directory of payloads named <policy>.json, such as a
-// projected ConfigMap volume. Kubernetes swaps such a volume's content
-// through a symlink, so any event triggers a rescan of the whole directory.
+// Files watches a directory of payloads, such as a ConfigMap volume (the key
+// policy.json) or a projected volume of several ConfigMaps side by side
+// (each key mapped to <name>/policy.json or <name>.json). Every *.json file
+// at the top or one directory down is a payload, and each policy is named
+// from its payload's policy.name, never from the file. Kubernetes swaps
+// such a volume's content through the ..data symlink, so any event triggers
+// a rescan of the whole directory.
+//
+// A payload of another namespace than Namespace (when known) is ignored and
+// counted, as is a second file that claims a policy another file supplies;
+// a removed file removes only the policy it supplied.
 type Files struct {
 	*store
-	Dir          string
+	Dir string
+	// Namespace is the pod's namespace; "" serves payloads of any namespace.
+	// NewFiles sets it from PodNamespace.
+	Namespace    string
 	PollInterval time.Duration
 	Logger       *slog.Logger
 
-	contents map[string][]byte
+	contents map[string][]byte // file (relative to Dir) → last bytes read
+	supplied map[string]string // file → the policy it supplies
+	supplier map[string]string // policy → the file that supplies it
 }
 
-// NewFiles watches dir.
+// NewFiles watches dir, serving payloads of the pod's namespace.
 func NewFiles(dir string) *Files {
-	return &Files{store: newStore(), Dir: dir, PollInterval: DefaultPollInterval, Logger: slog.Default(), contents: map[string][]byte{}}
+	return &Files{store: newStore(), Dir: dir, Namespace: PodNamespace(), PollInterval: DefaultPollInterval, Logger: slog.Default(),
+		contents: map[string][]byte{}, supplied: map[string]string{}, supplier: map[string]string{}}
+}
+
+// serviceAccountNamespace is where Kubernetes tells a pod its namespace.
+const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// PodNamespace is the pod's namespace: $POD_NAMESPACE (set it from the
+// downward API), else the mounted service account's namespace, else "".
+func PodNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	if b, err := os.ReadFile(serviceAccountNamespace); err == nil {
+		return strings.TrimSpace(string(b))
+	}
+	return ""
 }
 
 // Start loads the directory, then watches it until ctx ends.
@@ -43,6 +74,7 @@ func (f *Files) Start(ctx context.Context) error {
 	if err == nil {
 		if err := w.Add(f.Dir); err == nil {
 			events = w.Events
+			f.watchSubdirs(w)
 		} else {
 			f.Logger.Warn("fsnotify unavailable; polling only", "dir", f.Dir, "err", err)
 		}
@@ -65,42 +97,131 @@ func (f *Files) Start(ctx context.Context) error {
 			if err := f.rescan(); err != nil {
 				f.Logger.Error("rescanning policies", "dir", f.Dir, "err", err)
 			}
+			if events != nil {
+				f.watchSubdirs(w)
+			}
 		}
 	}()
 	return nil
 }
 
+// watchSubdirs adds the directories one level down, so that a ConfigMap
+// volume mounted at <Dir>/<name> (with its own ..data) is noticed at once
+// too. Adding a watched directory again is harmless.
+func (f *Files) watchSubdirs(w *fsnotify.Watcher) {
+	entries, err := os.ReadDir(f.Dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		// Real directories only: a symlink into ..data changes with every
+		// swap, which the watch on Dir already sees.
+		if e.IsDir() && !strings.HasPrefix(e.Name(), "..") {
+			_ = w.Add(filepath.Join(f.Dir, e.Name()))
+		}
+	}
+}
+
+// maxDepth is how far below Dir payload files are looked for: the top, and
+// one directory down (<name>/policy.json of a projected volume).
+const maxDepth = 2
+
+// payloadFiles lists the *.json files under Dir, relative to it, in order,
+// following symlinks and skipping kubelet's ".." entries.
+func (f *Files) payloadFiles() ([]string, error) {
+	var out []string
+	var walk func(rel string, depth int) error
+	walk = func(rel string, depth int) error {
+		entries, err := os.ReadDir(filepath.Join(f.Dir, rel))
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), "..") {
+				continue
+			}
+			path := filepath.Join(rel, e.Name())
+			st, err := os.Stat(filepath.Join(f.Dir, path)) // through the symlinks
+			switch {
+			case err != nil:
+				continue // removed between ReadDir and now
+			case st.IsDir() && depth < maxDepth:
+				if err := walk(path, depth+1); err != nil {
+					continue
+				}
+			case st.Mode().IsRegular() && strings.HasSuffix(e.Name(), ".json"):
+				out = append(out, path)
+			}
+		}
+		return nil
+	}
+	return out, walk("", 1)
+}
+
 // rescan applies every changed file and forgets every removed one. It runs
 // on one goroutine at a time (Start's).
 func (f *Files) rescan() error {
-	entries, err := os.ReadDir(f.Dir)
+	files, err := f.payloadFiles()
 	if err != nil {
 		return err
 	}
 	present := map[string]bool{}
-	for _, e := range entries {
-		name, ok := strings.CutSuffix(e.Name(), ".json")
-		if !ok || strings.HasPrefix(e.Name(), "..") || e.IsDir() {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join(f.Dir, e.Name()))
+	for _, file := range files {
+		data, err := os.ReadFile(filepath.Join(f.Dir, file))
 		if err != nil {
-			continue // removed between ReadDir and now
+			continue // removed between the listing and now
 		}
-		present[name] = true
-		if bytes.Equal(f.contents[name], data) {
+		present[file] = true
+		if bytes.Equal(f.contents[file], data) {
 			continue
 		}
-		f.contents[name] = data
-		if err := f.apply(name, data); err != nil {
-			f.Logger.Error("policy payload rejected; keeping the last good one", "policy", name, "err", err)
-		}
+		f.contents[file] = data
+		f.load(file, data)
 	}
-	for name := range f.contents {
-		if !present[name] {
-			delete(f.contents, name)
-			f.set(name, nil)
+	for file := range f.contents {
+		if !present[file] {
+			delete(f.contents, file)
+			f.forget(file)
 		}
 	}
 	return nil
+}
+
+// load serves the payload of one changed file, or says why not and keeps
+// the last good policy.
+func (f *Files) load(file string, data []byte) {
+	log := f.Logger.With("file", filepath.Join(f.Dir, file))
+	p, err := policyconfig.Parse(data)
+	if err != nil {
+		f.rejected.Add(1)
+		log.Error("policy payload rejected; keeping the last good one", "err", err)
+		return
+	}
+	name := p.Policy.Name
+	if f.Namespace != "" && p.Policy.Namespace != f.Namespace {
+		f.ignored.Add(1)
+		log.Warn("policy payload ignored: another namespace's", "policy", name, "namespace", p.Policy.Namespace, "pod_namespace", f.Namespace)
+		return
+	}
+	if other, ok := f.supplier[name]; ok && other != file {
+		f.ignored.Add(1)
+		log.Warn("policy payload ignored: another file supplies this policy", "policy", name, "supplier", other)
+		return
+	}
+	if prev, ok := f.supplied[file]; ok && prev != name {
+		f.forget(file) // the file now publishes another policy
+	}
+	f.supplied[file], f.supplier[name] = name, file
+	f.set(name, p)
+}
+
+// forget removes the policy file supplied, and nothing else.
+func (f *Files) forget(file string) {
+	name, ok := f.supplied[file]
+	if !ok {
+		return
+	}
+	delete(f.supplied, file)
+	delete(f.supplier, name)
+	f.set(name, nil)
 }

@@ -4,10 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -18,16 +19,25 @@ import (
 // Informer watches the published ConfigMaps of one namespace (the pod's)
 // through a client-go informer that selects policyconfig.PolicyLabel. The
 // pod needs get, list and watch on ConfigMaps in its namespace only.
+//
+// It serves a ConfigMap only when the operator published it: the managed-by
+// label with the operator's value, a controller owner reference to a
+// RetryPolicy, the name retrypolicy-<policy.name> and a payload of the
+// ConfigMap's own namespace. Anything else is ignored, logged and counted
+// (Ignored); a deletion removes only the policy that ConfigMap supplied.
 type Informer struct {
 	*store
 	Client    kubernetes.Interface
 	Namespace string
 	Logger    *slog.Logger
+
+	mu       sync.Mutex
+	supplied map[string]string // ConfigMap name → the policy it supplies
 }
 
 // NewInformer watches namespace through client.
 func NewInformer(client kubernetes.Interface, namespace string) *Informer {
-	return &Informer{store: newStore(), Client: client, Namespace: namespace, Logger: slog.Default()}
+	return &Informer{store: newStore(), Client: client, Namespace: namespace, Logger: slog.Default(), supplied: map[string]string{}}
 }
 
 // Start runs the informer until ctx ends and returns after its first sync.
@@ -36,7 +46,7 @@ func (i *Informer) Start(ctx context.Context) error {
 		informers.WithNamespace(i.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = policyconfig.PolicyLabel }))
 	inf := factory.Core().V1().ConfigMaps().Informer()
-	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { i.upsert(o) },
 		UpdateFunc: func(_, o any) { i.upsert(o) },
 		DeleteFunc: func(o any) {
@@ -44,7 +54,7 @@ func (i *Informer) Start(ctx context.Context) error {
 				o = t.Obj
 			}
 			if cm, ok := o.(*corev1.ConfigMap); ok {
-				i.set(policyName(cm), nil)
+				i.remove(cm)
 			}
 		},
 	})
@@ -52,7 +62,9 @@ func (i *Informer) Start(ctx context.Context) error {
 		return err
 	}
 	factory.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+	// The handler's own sync, not only the informer's: Start returns once
+	// every initial ConfigMap has been applied.
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced, reg.HasSynced) {
 		return fmt.Errorf("watch: the ConfigMap informer for %s did not sync", i.Namespace)
 	}
 	return nil
@@ -63,14 +75,69 @@ func (i *Informer) upsert(o any) {
 	if !ok {
 		return
 	}
-	name := policyName(cm)
-	if err := i.apply(name, []byte(cm.Data[policyconfig.DataKey])); err != nil {
-		i.Logger.Error("policy payload rejected; keeping the last good one", "policy", name, "configmap", cm.Name, "err", err)
+	log := i.Logger.With("configmap", cm.Namespace+"/"+cm.Name)
+	if reason := untrustedMeta(cm); reason != "" {
+		i.ignore(log, reason)
+		return
+	}
+	p, err := policyconfig.Parse([]byte(cm.Data[policyconfig.DataKey]))
+	if err != nil {
+		i.rejected.Add(1)
+		log.Error("policy payload rejected; keeping the last good one", "err", err)
+		return
+	}
+	if reason := untrustedPayload(cm, p); reason != "" {
+		i.ignore(log, reason)
+		return
+	}
+	i.mu.Lock()
+	i.supplied[cm.Name] = p.Policy.Name
+	i.mu.Unlock()
+	i.set(p.Policy.Name, p)
+}
+
+// remove forgets the policy cm supplied, and nothing else.
+func (i *Informer) remove(cm *corev1.ConfigMap) {
+	i.mu.Lock()
+	name, ok := i.supplied[cm.Name]
+	delete(i.supplied, cm.Name)
+	i.mu.Unlock()
+	if ok {
+		i.set(name, nil)
 	}
 }
 
-// policyName is the policy a ConfigMap publishes: its name without the prefix.
-func policyName(cm *corev1.ConfigMap) string {
-	name, _ := strings.CutPrefix(cm.Name, policyconfig.ConfigMapPrefix)
-	return name
+func (i *Informer) ignore(log *slog.Logger, reason string) {
+	i.ignored.Add(1)
+	log.Warn("ConfigMap ignored: not published by the Retryguard operator", "reason", reason)
+}
+
+// untrustedMeta says why cm's metadata is not the operator's ("" when it is).
+func untrustedMeta(cm *corev1.ConfigMap) string {
+	if v := cm.Labels[policyconfig.ManagedByLabel]; v != policyconfig.ManagedByValue {
+		return fmt.Sprintf("label %s is %q, not %q", policyconfig.ManagedByLabel, v, policyconfig.ManagedByValue)
+	}
+	owner := metav1.GetControllerOfNoCopy(cm)
+	if owner == nil {
+		return "no controller owner reference"
+	}
+	gv, err := schema.ParseGroupVersion(owner.APIVersion)
+	want := schema.FromAPIVersionAndKind(policyconfig.OwnerAPIVersion, policyconfig.OwnerKind)
+	if err != nil || gv.Group != want.Group || owner.Kind != want.Kind {
+		return fmt.Sprintf("controlled by %s %s, not a %s", owner.APIVersion, owner.Kind, policyconfig.OwnerKind)
+	}
+	return ""
+}
+
+// untrustedPayload says why p may not be served from cm ("" when it may).
+func untrustedPayload(cm *corev1.ConfigMap, p *policyconfig.Payload) string {
+	switch {
+	case p.Policy.Namespace != cm.Namespace:
+		return fmt.Sprintf("payload of namespace %q in namespace %q", p.Policy.Namespace, cm.Namespace)
+	case cm.Name != policyconfig.ConfigMapName(p.Policy.Name):
+		return fmt.Sprintf("payload of policy %q in ConfigMap %q, not %q", p.Policy.Name, cm.Name, policyconfig.ConfigMapName(p.Policy.Name))
+	case cm.OwnerReferences != nil && metav1.GetControllerOfNoCopy(cm).Name != p.Policy.Name:
+		return fmt.Sprintf("controlled by RetryPolicy %q, not %q", metav1.GetControllerOfNoCopy(cm).Name, p.Policy.Name)
+	}
+	return ""
 }

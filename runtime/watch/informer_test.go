@@ -37,12 +37,12 @@ func startAPIServer(tb testing.TB) kubernetes.Interface {
 	return cs
 }
 
+// configMap is a ConfigMap as the operator publishes it (see published).
 func configMap(name string, data []byte) *corev1.ConfigMap {
-	return &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: policyconfig.ConfigMapName(name), Namespace: "auth",
-			Labels: map[string]string{policyconfig.PolicyLabel: name, policyconfig.ManagedByLabel: policyconfig.ManagedByValue}},
-		Data: map[string]string{policyconfig.DataKey: string(data)},
-	}
+	p := fixtures.Named(name, 1)
+	cm := published(p)
+	cm.Data[policyconfig.DataKey] = string(data)
+	return cm
 }
 
 // applyAndWait updates the ConfigMap and returns how long until the watcher

@@ -38,6 +38,9 @@ type store struct {
 	handlers []func(string)
 	// Rejected counts payloads that did not parse (the last good one was kept).
 	rejected atomic.Uint64
+	// ignored counts payloads not trusted: not published by the operator,
+	// or not for this namespace.
+	ignored atomic.Uint64
 }
 
 func newStore() *store {
@@ -90,6 +93,10 @@ func (s *store) apply(name string, data []byte) error {
 // Rejected counts payloads that did not parse since start.
 func (s *store) Rejected() uint64 { return s.rejected.Load() }
 
+// Ignored counts payloads that were not trusted since start: a ConfigMap
+// the operator did not publish, or a payload of another namespace.
+func (s *store) Ignored() uint64 { return s.ignored.Load() }
+
 // Static serves a fixed set of policies: a fake for tests and examples.
 type Static struct{ *store }
 
@@ -126,10 +133,34 @@ func (m *Manual) SetRaw(name string, data []byte) error { return m.apply(name, d
 func (m *Manual) Delete(name string) { m.set(name, nil) }
 
 // Collector exposes a watcher's rejected payloads as the Prometheus counter
-// retryguard_policy_payloads_rejected_total.
+// retryguard_policy_payloads_rejected_total and, when the watcher counts
+// them (Informer, Files), its untrusted ones as
+// retryguard_policy_payloads_ignored_total.
 func Collector(w interface{ Rejected() uint64 }) prometheus.Collector {
-	return prometheus.NewCounterFunc(prometheus.CounterOpts{
+	c := collectors{prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "retryguard_policy_payloads_rejected_total",
 		Help: "Published payloads that did not parse; the last good policy was kept.",
-	}, func() float64 { return float64(w.Rejected()) })
+	}, func() float64 { return float64(w.Rejected()) })}
+	if i, ok := w.(interface{ Ignored() uint64 }); ok {
+		c = append(c, prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "retryguard_policy_payloads_ignored_total",
+			Help: "Payloads not served because the operator did not publish them (labels, owner, name) or they name another namespace.",
+		}, func() float64 { return float64(i.Ignored()) }))
+	}
+	return c
+}
+
+// collectors is several collectors registered as one.
+type collectors []prometheus.Collector
+
+func (c collectors) Describe(ch chan<- *prometheus.Desc) {
+	for _, x := range c {
+		x.Describe(ch)
+	}
+}
+
+func (c collectors) Collect(ch chan<- prometheus.Metric) {
+	for _, x := range c {
+		x.Collect(ch)
+	}
 }

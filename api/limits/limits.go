@@ -1,0 +1,58 @@
+// Package limits holds the bounds and name shapes of Retryguard's API: the
+// CRD's markers and CEL rules state them, and the Go validators and the payload parser import
+// them from here, so that admission and the pods refuse the same values. It
+// imports nothing.
+package limits
+
+import "time"
+
+// RetryPolicy bounds.
+const (
+	// MaxAttemptsCeiling is the most total attempts a policy may allow
+	// (INV-RTY-01: one call and at most two retries).
+	MaxAttemptsCeiling = int32(3)
+	// MaxBackoffMultiplier bounds backoff.multiplier (1 to 10).
+	MaxBackoffMultiplier = int32(10)
+	// MaxRetryOnStatusCodes bounds retryOn.statusCodes.
+	MaxRetryOnStatusCodes = 16
+	// MaxRetryOnErrors bounds retryOn.errors (there are four transport errors).
+	MaxRetryOnErrors = 4
+	// MaxFallbackChannels bounds fallback.channels.
+	MaxFallbackChannels = 8
+	// MaxKeyTemplateLength bounds idempotency.keyTemplate.
+	MaxKeyTemplateLength = 256
+	// MaxHeaderLength bounds idempotency.header.
+	MaxHeaderLength = 128
+	// MaxOperationLength bounds target.operation.
+	MaxOperationLength = 256
+	// MaxDNSLabelLength bounds service, layer, pool and channel names.
+	MaxDNSLabelLength = 63
+	// MaxObjectNameLength bounds the name of a referenced object.
+	MaxObjectNameLength = 253
+	// MaxFallbackEndpointLength bounds a fallback endpoint URL.
+	MaxFallbackEndpointLength = 2048
+	// MaxEventsTopicLength bounds events.topic (Kafka's limit).
+	MaxEventsTopicLength = 249
+	// MaxConnectionsPerPool bounds connectionPool.maxConnections.
+	MaxConnectionsPerPool = int32(1000)
+)
+
+// RetryBudget bounds.
+const (
+	MaxBudgetRetryPercent        = int32(100)
+	MinBudgetWindow              = time.Second
+	MaxBudgetWindow              = time.Hour
+	MaxBudgetTokens              = int32(1000)
+	MaxBudgetMinRetriesPerSecond = int32(10000)
+	MaxBudgetPartitions          = int32(1000)
+)
+
+// Name shapes the CRD's patterns and the API server enforce.
+const (
+	// DNS1123LabelPattern: service, pool and namespace names.
+	DNS1123LabelPattern = `^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// DNS1123SubdomainPattern: object names such as a RetryPolicy's.
+	DNS1123SubdomainPattern = `^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// EventsTopicPattern: a Kafka topic name.
+	EventsTopicPattern = `^[A-Za-z0-9._-]+$`
+)

@@ -1,0 +1,60 @@
+package v1alpha1_test
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/controllers"
+	"github.com/retryguard/retryguard/runtime/policyconfig"
+)
+
+// A pod must be at least as strict as admission: every spec the API refuses
+// (the parity table above), published as an Enforced payload, is refused by
+// policyconfig.Parse; every spec it accepts parses. The payload is encoded
+// with encoding/json, not Marshal, so that nothing but Parse judges it.
+func TestParseIsAsStrictAsAdmission(t *testing.T) {
+	enforced := policyconfig.Enforcement{Mode: policyconfig.Enforced}
+	sampleBudget := loadSample[v1.RetryBudget](t, "policy_v1alpha1_retrybudget.yaml")
+	for _, tc := range policyCases {
+		t.Run("policy/"+tc.name, func(t *testing.T) {
+			p := policyFor(t, tc)
+			p.Namespace, p.Generation = "auth", 1
+			var budget *v1.RetryBudget
+			if p.Spec.BudgetRef != nil {
+				budget = sampleBudget
+			}
+			payload := controllers.BuildPayload(p, budget, int64(p.Spec.MaxAttempts), enforced)
+			expectParse(t, payload, len(tc.want) == 0, v1.ValidateRetryPolicySpec(&p.Spec, field.NewPath("spec")))
+		})
+	}
+	samplePolicy := loadSample[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
+	samplePolicy.Namespace, samplePolicy.Generation = "auth", 1
+	for _, tc := range budgetCases {
+		t.Run("budget/"+tc.name, func(t *testing.T) {
+			b := budgetFor(t, tc)
+			payload := controllers.BuildPayload(samplePolicy, b, 3, enforced)
+			expectParse(t, payload, len(tc.want) == 0, v1.ValidateRetryBudgetSpec(&b.Spec, field.NewPath("spec")))
+		})
+	}
+}
+
+func expectParse(t *testing.T, payload *policyconfig.Payload, accept bool, admission field.ErrorList) {
+	t.Helper()
+	raw, err := json.Marshal(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = policyconfig.Parse(raw)
+	switch {
+	case accept && err != nil:
+		t.Fatalf("admission accepts it, Parse refuses it: %v", err)
+	case !accept && err == nil:
+		t.Fatalf("admission refuses it (%v), Parse accepts it:\n%s", admission, raw)
+	case err != nil && !errors.Is(err, policyconfig.ErrInvalidPayload):
+		t.Fatalf("not an ErrInvalidPayload: %v", err)
+	}
+}

@@ -1,0 +1,221 @@
+package watch
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/retryguard/retryguard/runtime/policyconfig"
+	"github.com/retryguard/retryguard/runtime/policyconfig/fixtures"
+)
+
+// kubeletVolume writes a directory the way kubelet's atomic writer does: the
+// files go into a timestamped directory, ..data points at it, and each
+// top-level path is a symlink through ..data. A new version swaps ..data
+// with one rename.
+type kubeletVolume struct {
+	t       *testing.T
+	dir     string
+	version int
+}
+
+func (v *kubeletVolume) must(err error) {
+	v.t.Helper()
+	if err != nil {
+		v.t.Fatal(err)
+	}
+}
+
+// write publishes files (path → content) as the volume's new content.
+func (v *kubeletVolume) write(files map[string][]byte) {
+	v.t.Helper()
+	v.version++
+	ts := filepath.Join(v.dir, "..2026_11_29_21_00_0"+string(rune('0'+v.version))+".000000001")
+	top := map[string]bool{}
+	for path, data := range files {
+		v.must(os.MkdirAll(filepath.Dir(filepath.Join(ts, path)), 0o755))
+		v.must(os.WriteFile(filepath.Join(ts, path), data, 0o644))
+		top[splitFirst(path)] = true
+	}
+	v.must(os.Symlink(filepath.Base(ts), filepath.Join(v.dir, "..data_tmp")))
+	v.must(os.Rename(filepath.Join(v.dir, "..data_tmp"), filepath.Join(v.dir, "..data")))
+	entries, err := os.ReadDir(v.dir)
+	v.must(err)
+	for _, e := range entries { // drop top-level links of paths that left
+		if name := e.Name(); name[0] != '.' && !top[name] {
+			v.must(os.Remove(filepath.Join(v.dir, name)))
+		}
+	}
+	for name := range top {
+		link := filepath.Join(v.dir, name)
+		if _, err := os.Lstat(link); err != nil {
+			v.must(os.Symlink(filepath.Join("..data", name), link))
+		}
+	}
+}
+
+func splitFirst(path string) string {
+	for i := range len(path) {
+		if path[i] == '/' {
+			return path[:i]
+		}
+	}
+	return path
+}
+
+func payload(name, namespace string, gen int64) []byte {
+	p := fixtures.Named(name, gen)
+	p.Policy.Namespace = namespace
+	return raw(p)
+}
+
+func newQuietFiles(dir, namespace string) *Files {
+	f := NewFiles(dir)
+	f.Namespace = namespace
+	f.Logger = slog.New(slog.DiscardHandler)
+	f.PollInterval = time.Hour
+	return f
+}
+
+// One ConfigMap mounted as a volume: the key is policy.json, so the policy
+// must be named from the payload, not "policy".
+func TestFilesNamesAPolicyFromItsPayload(t *testing.T) {
+	v := &kubeletVolume{t: t, dir: t.TempDir()}
+	v.write(map[string][]byte{policyconfig.DataKey: payload("sms-2fa-dispatch", "auth", 1)})
+	f := newQuietFiles(v.dir, "auth")
+	v.must(f.rescan())
+	if p, ok := f.Policy("sms-2fa-dispatch"); !ok || p.Policy.Generation != 1 {
+		t.Fatalf("the policy is not served under its name: %v %v", p, ok)
+	}
+	if _, ok := f.Policy("policy"); ok {
+		t.Fatal("a policy is served under the file's name")
+	}
+}
+
+// Several ConfigMaps projected side by side into one volume, each key
+// policy.json mapped to <policy>/policy.json, updated and shrunk the way
+// kubelet does it.
+func TestFilesReadsAProjectedVolumeOfSeveralConfigMaps(t *testing.T) {
+	v := &kubeletVolume{t: t, dir: t.TempDir()}
+	v.write(map[string][]byte{
+		"sms-2fa-dispatch/policy.json":          payload("sms-2fa-dispatch", "auth", 1),
+		"marketing-campaign-notify/policy.json": payload("marketing-campaign-notify", "auth", 1),
+	})
+	f := newQuietFiles(v.dir, "auth")
+	changed := make(chan string, 16)
+	f.OnChange(func(n string) { changed <- n })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	v.must(f.Start(ctx))
+	for _, n := range []string{"sms-2fa-dispatch", "marketing-campaign-notify"} {
+		if p, ok := f.Policy(n); !ok || p.Policy.Generation != 1 {
+			t.Fatalf("%s: %v %v", n, p, ok)
+		}
+	}
+
+	// One ConfigMap changes, one turns corrupt: the corrupt one keeps its last good policy.
+	v.write(map[string][]byte{
+		"sms-2fa-dispatch/policy.json":          payload("sms-2fa-dispatch", "auth", 2),
+		"marketing-campaign-notify/policy.json": []byte(`{"schemaVersion":"corrupt"}`),
+	})
+	waitUntil(t, changed, func() bool { p, _ := f.Policy("sms-2fa-dispatch"); return p.Policy.Generation == 2 })
+	if p, ok := f.Policy("marketing-campaign-notify"); !ok || p.Policy.Generation != 1 || f.Rejected() != 1 {
+		t.Fatalf("a corrupt payload did not keep the last good policy: %v %v, rejected %d", p, ok, f.Rejected())
+	}
+
+	// One ConfigMap leaves the projection: only its policy goes.
+	v.write(map[string][]byte{"sms-2fa-dispatch/policy.json": payload("sms-2fa-dispatch", "auth", 2)})
+	waitUntil(t, changed, func() bool { _, ok := f.Policy("marketing-campaign-notify"); return !ok })
+	if _, ok := f.Policy("sms-2fa-dispatch"); !ok {
+		t.Fatal("the remaining policy went too")
+	}
+}
+
+// A payload of another namespace is refused where the pod's namespace is
+// known; so is a second file that claims a policy another file supplies.
+func TestFilesRefusesAnotherNamespaceAndAClaimOnAnotherFilesPolicy(t *testing.T) {
+	v := &kubeletVolume{t: t, dir: t.TempDir()}
+	v.write(map[string][]byte{
+		"a/policy.json": payload("sms-2fa-dispatch", "auth", 1),
+		"b/policy.json": payload("payments", "payments", 1),
+		"c/policy.json": payload("sms-2fa-dispatch", "auth", 7),
+	})
+	f := newQuietFiles(v.dir, "auth")
+	v.must(f.rescan())
+	if _, ok := f.Policy("payments"); ok {
+		t.Fatal("a payload of namespace payments is served in auth")
+	}
+	if p, _ := f.Policy("sms-2fa-dispatch"); p == nil || p.Policy.Generation != 1 {
+		t.Fatalf("the second claim replaced the first: %v", p)
+	}
+	if f.Ignored() != 2 {
+		t.Fatalf("ignored %d, want 2", f.Ignored())
+	}
+	// Removing the claimant removes nothing it did not supply.
+	v.write(map[string][]byte{"a/policy.json": payload("sms-2fa-dispatch", "auth", 1)})
+	v.must(f.rescan())
+	if _, ok := f.Policy("sms-2fa-dispatch"); !ok {
+		t.Fatal("removing a refused claim removed the policy")
+	}
+}
+
+// A pod that knows no namespace serves any payload (a directory written by
+// hand, for example).
+func TestFilesWithoutANamespaceServesAny(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "x.json"), payload("payments", "payments", 1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := newQuietFiles(dir, "")
+	if err := f.rescan(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.Policy("payments"); !ok {
+		t.Fatal("not served")
+	}
+}
+
+func waitUntil(t *testing.T, changed <-chan string, cond func() bool) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for !cond() {
+		select {
+		case <-changed:
+		case <-timeout:
+			t.Fatal("the change went unnoticed for 10s")
+		}
+	}
+}
+
+// ConfigMap volumes mounted side by side under one directory, each with its
+// own ..data: a swap inside one is noticed through fsnotify, not the poll.
+func TestFilesNoticesASwapInsideAMountedSubdirectory(t *testing.T) {
+	root := t.TempDir()
+	vols := map[string]*kubeletVolume{}
+	for _, n := range []string{"sms-2fa-dispatch", "marketing-campaign-notify"} {
+		dir := filepath.Join(root, n)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		vols[n] = &kubeletVolume{t: t, dir: dir}
+		vols[n].write(map[string][]byte{policyconfig.DataKey: payload(n, "auth", 1)})
+	}
+	f := newQuietFiles(root, "auth")
+	changed := make(chan string, 16)
+	f.OnChange(func(n string) { changed <- n })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := f.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for n := range vols {
+		if _, ok := f.Policy(n); !ok {
+			t.Fatalf("%s not served", n)
+		}
+	}
+	vols["marketing-campaign-notify"].write(map[string][]byte{policyconfig.DataKey: payload("marketing-campaign-notify", "auth", 2)})
+	waitUntil(t, changed, func() bool { p, _ := f.Policy("marketing-campaign-notify"); return p.Policy.Generation == 2 })
+}
