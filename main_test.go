@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
@@ -11,13 +12,23 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
 	"github.com/retryguard/retryguard/hack/devenv"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
+
+func TestMain(m *testing.M) {
+	// The suites below run the manager several times in one process.
+	controllerOptions.SkipNameValidation = new(true)
+	os.Exit(m.Run())
+}
 
 func freeAddr(t *testing.T) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -29,7 +40,8 @@ func freeAddr(t *testing.T) string {
 }
 
 // The manager binary's own wiring: flags, controllers publishing, probes,
-// the metrics endpoint with Retryguard's gauge, and a clean stop.
+// the metrics endpoint (HTTPS, authenticated and authorized by the API
+// server, HTTP/1.1 only) with Retryguard's gauge, and a clean stop.
 func TestManagerRuns(t *testing.T) {
 	env, err := devenv.NewEnvironment()
 	if err != nil {
@@ -75,11 +87,23 @@ func TestManagerRuns(t *testing.T) {
 		return err == nil && p.Enforcement.Mode == policyconfig.Enforced && p.Policy.LeafAttempts == 9
 	})
 	for _, path := range []string{"/healthz", "/readyz"} {
-		waitUntil(t, func() bool { return get(probes+path) != "" })
+		waitUntil(t, func() bool { _, body := get("http://"+probes+path, ""); return body != "" })
 	}
+
+	// A scraper without credentials is refused; one whose ServiceAccount is
+	// bound to config/rbac's metrics reader role reads the gauge.
+	waitUntil(t, func() bool { code, _ := get("https://"+metrics+"/metrics", ""); return code != 0 })
+	if code, _ := get("https://"+metrics+"/metrics", ""); code != http.StatusUnauthorized && code != http.StatusForbidden {
+		t.Fatalf("an anonymous scrape got %d", code)
+	}
+	token := metricsReaderToken(ctx, t, c)
 	waitUntil(t, func() bool {
-		return strings.Contains(get(metrics+"/metrics"), `retryguard_retrypolicies{ready="True",reason="Published"}`)
+		_, body := get("https://"+metrics+"/metrics", token)
+		return strings.Contains(body, `retryguard_retrypolicies{ready="True",reason="Published"}`)
 	})
+	if proto := negotiatedProtocol(t, metrics); proto == "h2" {
+		t.Fatal("the metrics server offers HTTP/2 without --enable-http2")
+	}
 
 	cancel()
 	select {
@@ -92,32 +116,101 @@ func TestManagerRuns(t *testing.T) {
 	}
 }
 
-func TestManagerRejectsBadFlags(t *testing.T) {
-	if err := run(context.Background(), []string{"--max-retry-percent=250"}); err == nil || !strings.Contains(err.Error(), "1 to 100") {
-		t.Fatalf("%v", err)
+// metricsReaderToken binds a new ServiceAccount to config/rbac's metrics
+// reader ClusterRole and returns a token for it.
+func metricsReaderToken(ctx context.Context, t *testing.T, c client.Client) string {
+	t.Helper()
+	var role rbacv1.ClusterRole
+	loadYAML(t, devenv.Path("config", "rbac", "metrics_reader_role.yaml"), &role)
+	role.Name = "retryguard-metrics-reader"
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "scraper"}}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "scraper"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "default", Name: "scraper"}},
+	}
+	for _, o := range []client.Object{&role, sa, binding} {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(3600))}}
+	if err := c.SubResource("token").Create(ctx, sa, tr); err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+func loadYAML(t *testing.T, path string, into any) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loadYAMLBytes(t, raw, into)
+}
+
+func loadYAMLBytes(t *testing.T, raw []byte, into any) {
+	t.Helper()
+	if err := yaml.UnmarshalStrict(raw, into); err != nil {
+		t.Fatalf("%v\n%s", err, raw)
 	}
 }
 
-// get returns the body of a 200 answer, or "".
-func get(addr string) string {
-	res, err := http.Get("http://" + addr)
+func negotiatedProtocol(t *testing.T, addr string) string {
+	t.Helper()
+	conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2", "http/1.1"}}) //nolint:gosec // only the protocol is under test
 	if err != nil {
-		return ""
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	return conn.ConnectionState().NegotiatedProtocol
+}
+
+func TestManagerRejectsBadFlags(t *testing.T) {
+	for args, want := range map[string]string{
+		"--max-retry-percent=250":                               "1 to 100",
+		"--cert-rotation --namespace=":                          "--cert-rotation needs --namespace",
+		"--cert-rotation --enable-webhooks=false --namespace=x": "--cert-rotation needs --enable-webhooks",
+	} {
+		if err := run(context.Background(), strings.Fields(args)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", args, err, want)
+		}
+	}
+}
+
+// get returns the status and, for a 200 answer, the body; 0 when nothing
+// answers. A token is sent as a bearer token.
+func get(url, token string) (int, string) {
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	// The metrics server's certificate is self-signed unless one is mounted.
+	insecure := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // see above
+	res, err := insecure.Do(req)
+	if err != nil {
+		return 0, ""
 	}
 	defer res.Body.Close()
 	body, _ := io.ReadAll(res.Body)
 	if res.StatusCode != http.StatusOK {
-		return ""
+		return res.StatusCode, ""
 	}
-	return string(body)
+	return res.StatusCode, string(body)
 }
 
 func waitUntil(t *testing.T, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	waitFor(t, 30*time.Second, ok)
+}
+
+func waitFor(t *testing.T, d time.Duration, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	for !ok() {
 		if time.Now().After(deadline) {
-			t.Fatal("not reached in 30s")
+			t.Fatalf("not reached in %s", d)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
