@@ -29,19 +29,7 @@ import (
 // API server verifies with the injected CA, readiness waits for the
 // certificate, and a rotated certificate is served without a restart.
 func TestManagerRotatesItsOwnCertificate(t *testing.T) {
-	env, err := devenv.NewEnvironment()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = env.Stop() }()
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg, kubeconfig := startControlPlane(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	c, err := client.New(cfg, client.Options{Scheme: scheme})

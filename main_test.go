@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -28,6 +29,26 @@ func TestMain(m *testing.M) {
 	// The suites below run the manager several times in one process.
 	controllerOptions.SkipNameValidation = new(true)
 	os.Exit(m.Run())
+}
+
+// startControlPlane starts kube-apiserver and etcd with the CRDs until the
+// test ends, and writes an admin kubeconfig for run's --kubeconfig.
+func startControlPlane(t *testing.T) (*rest.Config, string) {
+	t.Helper()
+	env, err := devenv.NewEnvironment()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cfg, kubeconfig
 }
 
 func freeAddr(t *testing.T) string {
@@ -43,19 +64,7 @@ func freeAddr(t *testing.T) string {
 // the metrics endpoint (HTTPS, authenticated and authorized by the API
 // server, HTTP/1.1 only) with Retryguard's gauge, and a clean stop.
 func TestManagerRuns(t *testing.T) {
-	env, err := devenv.NewEnvironment()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = env.Stop() }()
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg, kubeconfig := startControlPlane(t)
 	metrics, probes := freeAddr(t), freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
