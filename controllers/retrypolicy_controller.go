@@ -30,9 +30,9 @@ import (
 )
 
 // +kubebuilder:rbac:groups=policy.retryguard.io,resources=retrypolicies,verbs=get;list;watch
-// +kubebuilder:rbac:groups=policy.retryguard.io,resources=retrypolicies/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=policy.retryguard.io,resources=retrypolicies/status,verbs=patch
 // +kubebuilder:rbac:groups=policy.retryguard.io,resources=retrybudgets,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // RetryPolicyReconciler publishes each RetryPolicy to a ConfigMap named
