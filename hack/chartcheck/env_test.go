@@ -128,3 +128,5 @@ func eventually(t *testing.T, d time.Duration, what string, ok func() bool) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+func clientKey(ns, name string) client.ObjectKey { return client.ObjectKey{Namespace: ns, Name: name} }
