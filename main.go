@@ -108,9 +108,10 @@ func run(ctx context.Context, args []string) error {
 		HealthProbeBindAddress: probeAddr,
 		LeaderElection:         leaderElect,
 		LeaderElectionID:       "retryguard-manager.policy.retryguard.io",
-		WebhookServer:          webhook.NewServer(webhook.Options{Port: webhookPort, CertDir: certDir, TLSOpts: tlsOpts}),
-		Cache:                  controllers.CacheOptions(),
-		Controller:             controllerOptions,
+		// Refusals are counted by code in retryguard_admission_denied_total.
+		WebhookServer: webhooks.CountDenials(webhook.NewServer(webhook.Options{Port: webhookPort, CertDir: certDir, TLSOpts: tlsOpts})),
+		Cache:         controllers.CacheOptions(),
+		Controller:    controllerOptions,
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
