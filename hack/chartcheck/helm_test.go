@@ -14,10 +14,12 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/kube"
@@ -90,6 +92,17 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	for _, want := range installed {
 		if err := c.Get(ctx, want.key, want.obj); err != nil {
 			t.Errorf("%T %s: %v", want.obj, want.key, err)
+		}
+	}
+
+	// The README's upgrade: kubectl apply --server-side -f charts/retryguard/crds/
+	for _, crd := range loadChart(t).CRDObjects() {
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal(crd.File.Data, &u.Object); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Patch(ctx, u, client.Apply, client.FieldOwner("kubectl")); err != nil {
+			t.Fatalf("applying %s server-side: %v", crd.Name, err)
 		}
 	}
 
