@@ -65,9 +65,9 @@ func (r *certRotation) validate(webhooksEnabled bool) error {
 	return errors.Join(errs...)
 }
 
-// addTo registers the rotator with mgr. The returned channel closes once the
+// addTo registers the rotator with mgr. It closes ready once the
 // certificate is in certDir and its CA is in the webhook configuration.
-func (r *certRotation) addTo(mgr ctrl.Manager, certDir string) (<-chan struct{}, error) {
+func (r *certRotation) addTo(mgr ctrl.Manager, certDir string, ready chan struct{}) error {
 	service := fmt.Sprintf("%s.%s.svc", r.Service, r.Namespace)
 	extra := []string{service + ".cluster.local"}
 	for _, n := range strings.Split(r.ExtraDNSNames, ",") {
@@ -75,7 +75,6 @@ func (r *certRotation) addTo(mgr ctrl.Manager, certDir string) (<-chan struct{},
 			extra = append(extra, n)
 		}
 	}
-	ready := make(chan struct{})
 	err := rotator.AddRotator(mgr, &rotator.CertRotator{
 		SecretKey:      types.NamespacedName{Namespace: r.Namespace, Name: r.Secret},
 		CertDir:        certDir,
@@ -92,7 +91,7 @@ func (r *certRotation) addTo(mgr ctrl.Manager, certDir string) (<-chan struct{},
 		EnableReadinessCheck:  true,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("setting up certificate rotation: %w", err)
+		return fmt.Errorf("setting up certificate rotation: %w", err)
 	}
-	return ready, nil
+	return nil
 }

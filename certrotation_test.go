@@ -27,7 +27,8 @@ import (
 // Without cert-manager the manager issues its own serving certificate and
 // injects its CA: an admission request reaches the webhook over TLS that the
 // API server verifies with the injected CA, readiness waits for the
-// certificate, and a rotated certificate is served without a restart.
+// certificate, and a rotated certificate is served without a restart; all
+// with the RBAC of config/without-cert-manager.
 func TestManagerRotatesItsOwnCertificate(t *testing.T) {
 	cfg, kubeconfig := startControlPlane(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -50,13 +51,16 @@ func TestManagerRotatesItsOwnCertificate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The manager runs as its ServiceAccount with config/rbac's rules and
+	// config/components/cert-rotation's.
+	saKubeconfig := asServiceAccount(ctx, t, c, kubeconfig, ns, devenv.Path("config", "components", "cert-rotation", "rbac.yaml"))
 	certDir := t.TempDir()
 	go mountSecret(ctx, c, client.ObjectKeyFromObject(secret), certDir)
 
 	probes := freeAddr(t)
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"--kubeconfig", kubeconfig, "--leader-elect=false", "--metrics-bind-address=0",
+		done <- run(ctx, []string{"--kubeconfig", saKubeconfig, "--leader-elect=false", "--metrics-bind-address=0",
 			"--health-probe-bind-address", probes, "--webhook-port", port, "--webhook-cert-dir", certDir,
 			"--cert-rotation", "--namespace", ns, "--webhook-cert-dns-names=localhost"})
 	}()

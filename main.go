@@ -102,16 +102,23 @@ func run(ctx context.Context, args []string) error {
 	if secureMetrics {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
+	// Refusals are counted by code in retryguard_admission_denied_total.
+	var webhookServer webhook.Server = webhook.NewServer(webhook.Options{Port: webhookPort, CertDir: certDir, TLSOpts: tlsOpts})
+	certsReady := make(chan struct{})
+	if rotation.Enabled {
+		// The server cannot start before its certificate exists: it starts
+		// once the rotator has written and mounted it and injected its CA.
+		webhookServer = &startAfter{Server: webhookServer, ready: certsReady}
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsOpts,
 		HealthProbeBindAddress: probeAddr,
 		LeaderElection:         leaderElect,
 		LeaderElectionID:       "retryguard-manager.policy.retryguard.io",
-		// Refusals are counted by code in retryguard_admission_denied_total.
-		WebhookServer: webhooks.CountDenials(webhook.NewServer(webhook.Options{Port: webhookPort, CertDir: certDir, TLSOpts: tlsOpts})),
-		Cache:         controllers.CacheOptions(),
-		Controller:    controllerOptions,
+		WebhookServer:          webhooks.CountDenials(webhookServer),
+		Cache:                  controllers.CacheOptions(),
+		Controller:             controllerOptions,
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
@@ -123,45 +130,24 @@ func run(ctx context.Context, args []string) error {
 		return fmt.Errorf("setting up the controllers: %w", err)
 	}
 	ready := healthz.Ping
-	ctx, stop := context.WithCancelCause(ctx)
-	defer stop(nil)
 	if enableWebhooks {
-		setupWebhooks := func() error {
-			if err := webhooks.SetupWithManager(ctx, mgr, limits); err != nil {
-				return fmt.Errorf("setting up the webhooks: %w", err)
-			}
-			return nil
+		if err := webhooks.SetupWithManager(ctx, mgr, limits); err != nil {
+			return fmt.Errorf("setting up the webhooks: %w", err)
 		}
+		serving := mgr.GetWebhookServer().StartedChecker()
+		ready = serving
 		if rotation.Enabled {
-			// The webhook server cannot start before its certificate exists:
-			// register the webhooks once the rotator has written and mounted
-			// it and injected its CA, and stay unready until then.
-			certsReady, err := rotation.addTo(mgr, certDir)
-			if err != nil {
+			if err := rotation.addTo(mgr, certDir, certsReady); err != nil {
 				return err
 			}
-			go func() {
-				select {
-				case <-certsReady:
-					if err := setupWebhooks(); err != nil {
-						stop(err)
-					}
-				case <-ctx.Done():
-				}
-			}()
 			ready = func(req *http.Request) error {
 				select {
 				case <-certsReady:
-					return mgr.GetWebhookServer().StartedChecker()(req)
+					return serving(req)
 				default:
 					return errors.New("waiting for the webhook serving certificate")
 				}
 			}
-		} else {
-			if err := setupWebhooks(); err != nil {
-				return err
-			}
-			ready = mgr.GetWebhookServer().StartedChecker()
 		}
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -172,11 +158,22 @@ func run(ctx context.Context, args []string) error {
 	}
 	log.Info("starting manager", "maxLeafAttempts", limits.MaxLeafAttempts, "maxRetryPercent", limits.MaxRetryPercent,
 		"certRotation", rotation.Enabled, "secureMetrics", secureMetrics, "http2", enableHTTP2)
-	if err := mgr.Start(ctx); err != nil {
-		return err
+	return mgr.Start(ctx)
+}
+
+// startAfter holds a webhook server's start until ready closes, so that
+// webhooks can be registered before the manager starts (as controller-runtime
+// requires) while the certificate does not exist yet.
+type startAfter struct {
+	webhook.Server
+	ready <-chan struct{}
+}
+
+func (s *startAfter) Start(ctx context.Context) error {
+	select {
+	case <-s.ready:
+		return s.Server.Start(ctx)
+	case <-ctx.Done():
+		return nil
 	}
-	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
-		return cause
-	}
-	return nil
 }

@@ -16,7 +16,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -51,6 +53,60 @@ func startControlPlane(t *testing.T) (*rest.Config, string) {
 	return cfg, kubeconfig
 }
 
+// asServiceAccount installs config/rbac, and the extra RBAC files, for the
+// ServiceAccount controller-manager in namespace ns as `make deploy` would,
+// and returns a kubeconfig that impersonates that account: a manager run
+// with it has exactly those rights.
+func asServiceAccount(ctx context.Context, t *testing.T, c client.Client, adminKubeconfig, ns string, extra ...string) string {
+	t.Helper()
+	files := []string{"service_account", "role", "role_binding", "leader_election_role", "leader_election_role_binding",
+		"metrics_auth_role", "metrics_auth_role_binding"}
+	for i, f := range files {
+		files[i] = devenv.Path("config", "rbac", f+".yaml")
+	}
+	for _, f := range append(files, extra...) {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, doc := range strings.Split(string(raw), "\n---") {
+			u := &unstructured.Unstructured{}
+			if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+				t.Fatal(err)
+			}
+			if len(u.Object) == 0 {
+				continue
+			}
+			if u.GetNamespace() == "system" {
+				u.SetNamespace(ns)
+			}
+			subjects, _, _ := unstructured.NestedSlice(u.Object, "subjects")
+			for _, s := range subjects {
+				s.(map[string]any)["namespace"] = ns
+			}
+			if subjects != nil {
+				_ = unstructured.SetNestedSlice(u.Object, subjects, "subjects")
+			}
+			if err := c.Create(ctx, u); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+		}
+	}
+	kc, err := clientcmd.LoadFromFile(adminKubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, auth := range kc.AuthInfos {
+		auth.Impersonate = "system:serviceaccount:" + ns + ":controller-manager"
+		auth.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig-sa")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 func freeAddr(t *testing.T) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -67,16 +123,21 @@ func TestManagerRuns(t *testing.T) {
 	cfg, kubeconfig := startControlPlane(t)
 	metrics, probes := freeAddr(t), freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"--kubeconfig", kubeconfig, "--leader-elect=false", "--enable-webhooks=false",
-			"--metrics-bind-address", metrics, "--health-probe-bind-address", probes, "--max-leaf-attempts=9"})
-	}()
-
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The manager runs as its ServiceAccount with config/rbac's rules.
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "retryguard-system"}}); err != nil {
+		t.Fatal(err)
+	}
+	saKubeconfig := asServiceAccount(ctx, t, c, kubeconfig, "retryguard-system")
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--kubeconfig", saKubeconfig, "--leader-elect=false", "--enable-webhooks=false",
+			"--metrics-bind-address", metrics, "--health-probe-bind-address", probes, "--max-leaf-attempts=9"})
+	}()
+
 	if err := c.Create(ctx, fixtures.Budget("default", fixtures.DefaultBudget, 10)); err != nil {
 		t.Fatal(err)
 	}
