@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -69,7 +70,8 @@ func asServiceAccount(ctx context.Context, t *testing.T, c client.Client, adminK
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, doc := range strings.Split(string(raw), "\n---") {
+		for i, doc := range strings.Split(string(raw), "\n---") {
+			doc = dropRule(t, fmt.Sprintf("%s/%d", filepath.Base(f), i), doc)
 			u := &unstructured.Unstructured{}
 			if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
 				t.Fatal(err)
@@ -105,6 +107,35 @@ func asServiceAccount(ctx context.Context, t *testing.T, c client.Client, adminK
 		t.Fatal(err)
 	}
 	return path
+}
+
+// dropRuleEnv names one rule to leave out of asServiceAccount's RBAC, as
+// file/document/rule, to check by hand that a suite fails without it:
+//
+//	RETRYGUARD_DROP_RULE=rbac.yaml/0/1 go test -run TestManagerRotatesItsOwnCertificate .
+const dropRuleEnv = "RETRYGUARD_DROP_RULE"
+
+func dropRule(t *testing.T, doc, text string) string {
+	spec := os.Getenv(dropRuleEnv)
+	if !strings.HasPrefix(spec, doc+"/") {
+		return text
+	}
+	var rule int
+	if _, err := fmt.Sscanf(strings.TrimPrefix(spec, doc+"/"), "%d", &rule); err != nil {
+		t.Fatal(err)
+	}
+	var o map[string]any
+	if err := yaml.Unmarshal([]byte(text), &o); err != nil {
+		t.Fatal(err)
+	}
+	rules := o["rules"].([]any)
+	t.Logf("without %s: %v", spec, rules[rule])
+	o["rules"] = append(rules[:rule], rules[rule+1:]...)
+	out, err := yaml.Marshal(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
 }
 
 func freeAddr(t *testing.T) string {

@@ -7,6 +7,7 @@
 package chartcheck
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -255,6 +256,17 @@ func TestChartRBACIsTheGeneratedRole(t *testing.T) {
 		role := byName(byKind["ClusterRole"], name)
 		if generated := load(t, path); role == nil || !reflect.DeepEqual(role["rules"], generated["rules"]) {
 			t.Errorf("the chart's ClusterRole %s differs from %s:\n%v\n%v", name, path, role, generated["rules"])
+		}
+	}
+	// Without cert-manager, the rotation's rules are config/components/cert-rotation's
+	// (but for the names the release gives the Secret and the webhook configuration).
+	rotation := mustTemplate(t, "webhook.certManager.enabled=false")
+	component := loadObjects(t, "config/components/cert-rotation/rbac.yaml")
+	for i, o := range []object{byName(rotation["Role"], "rg-retryguard-cert-rotation"), byName(rotation["ClusterRole"], "rg-retryguard-cert-rotation")} {
+		want := strings.NewReplacer("retryguard-webhook-cert", "rg-retryguard-webhook-cert",
+			"retryguard-validating-webhook-configuration", "rg-retryguard").Replace(fmt.Sprint(component[2*i]["rules"]))
+		if o == nil || fmt.Sprint(o["rules"]) != want {
+			t.Errorf("the chart's certificate rotation rules differ from config/components/cert-rotation:\n%v\n%v", o, want)
 		}
 	}
 	role := byName(byKind["Role"], "rg-retryguard-leader-election")
