@@ -5,7 +5,7 @@ ARG TARGETARCH
 WORKDIR /workspace
 COPY go.mod go.sum ./
 RUN go mod download
-COPY main.go main.go
+COPY main.go certrotation.go ./
 COPY api/ api/
 COPY controllers/ controllers/
 COPY webhooks/ webhooks/

@@ -42,7 +42,9 @@ manifests: ## Generate CRDs, RBAC and webhook configuration from markers.
 		output:rbac:artifacts:config=config/rbac \
 		output:webhook:artifacts:config=config/webhook
 	rm -f charts/retryguard/crds/*.yaml && cp config/crd/bases/*.yaml charts/retryguard/crds/
-	mkdir -p charts/retryguard/files && sed -n '/^rules:/,$$p' config/rbac/role.yaml | tail -n +2 > charts/retryguard/files/role-rules.yaml
+	mkdir -p charts/retryguard/files
+	for role in role:role-rules leader_election_role:leader-election-rules metrics_auth_role:metrics-auth-rules; do \
+		sed -n '/^rules:/,$$p' config/rbac/$${role%%:*}.yaml | tail -n +2 > charts/retryguard/files/$${role##*:}.yaml; done
 
 .PHONY: generate
 generate: ## Generate DeepCopy methods.
@@ -68,8 +70,8 @@ envtest: ## Build (once) the kube-apiserver and etcd the tests run, and print wh
 	@echo "KUBEBUILDER_ASSETS=$$(hack/envtest-assets.sh)"
 
 .PHONY: chart-check
-chart-check: manifests ## Render the Helm chart with Helm's engine and hold it to config/.
-	cd hack/chartcheck && $(GO) test -count=1 ./...
+chart-check: manifests envtest ## Lint, render, install, upgrade and uninstall the Helm chart; prove its RBAC and admission policy by impersonation.
+	cd hack/chartcheck && KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test -count=1 ./...
 
 .PHONY: fuzz
 fuzz: ## Run every native fuzz test for FUZZTIME each (default 60s).
@@ -138,10 +140,15 @@ install: manifests ## Install the CRDs into the current cluster.
 uninstall: manifests ## Remove the CRDs from the current cluster.
 	kubectl delete --ignore-not-found -k config/crd
 
+# CERT_MANAGER=false deploys config/without-cert-manager: the manager issues,
+# rotates and injects its own webhook serving certificate.
+CERT_MANAGER ?= true
+DEPLOY_DIR = $(if $(filter false,$(CERT_MANAGER)),config/without-cert-manager,config/default)
+
 .PHONY: deploy
-deploy: manifests ## Deploy the manager (with cert-manager certificates) to the current cluster.
-	kubectl apply -k config/default
+deploy: manifests ## Deploy the manager to the current cluster (certificates from cert-manager; CERT_MANAGER=false: its own).
+	kubectl apply --server-side -k $(DEPLOY_DIR)
 
 .PHONY: undeploy
-undeploy: ## Remove the manager from the current cluster.
-	kubectl delete --ignore-not-found -k config/default
+undeploy: ## Remove the manager AND the CRDs (with every RetryPolicy and RetryBudget) from the current cluster.
+	kubectl delete --ignore-not-found -k $(DEPLOY_DIR)

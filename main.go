@@ -3,8 +3,11 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -12,8 +15,10 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
@@ -30,6 +35,18 @@ func init() {
 	utilruntime.Must(policyv1alpha1.AddToScheme(scheme))
 }
 
+// Defaults of the manager's flags that the chart and config/ also name.
+const (
+	DefaultMetricsAddr    = ":8443"
+	DefaultProbeAddr      = ":8081"
+	DefaultWebhookPort    = 9443
+	DefaultWebhookCertDir = "/tmp/k8s-webhook-server/serving-certs"
+)
+
+// controllerOptions apply to every controller; tests that run the manager
+// more than once in one process skip the unique-name check.
+var controllerOptions config.Controller
+
 func main() {
 	if err := run(ctrl.SetupSignalHandler(), os.Args[1:]); err != nil {
 		ctrl.Log.WithName("setup").Error(err, "manager failed")
@@ -41,16 +58,23 @@ func main() {
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
 	var metricsAddr, probeAddr, certDir, kubeconfig string
-	var leaderElect, enableWebhooks bool
-	var concurrency int
+	var leaderElect, enableWebhooks, secureMetrics, enableHTTP2 bool
+	var concurrency, webhookPort int
 	var limits policygraph.Limits
+	var rotation certRotation
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "Path to a kubeconfig; in-cluster or $KUBECONFIG when empty.")
-	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the metrics endpoint binds to; 0 disables it.")
-	fs.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the health and readiness probes bind to.")
+	fs.StringVar(&metricsAddr, "metrics-bind-address", DefaultMetricsAddr, "Address the metrics endpoint binds to; 0 disables it.")
+	fs.BoolVar(&secureMetrics, "metrics-secure", true,
+		"Serve metrics over HTTPS to callers the API server authenticates and authorizes (get on the /metrics non-resource URL); false serves plain HTTP to anyone.")
+	fs.BoolVar(&enableHTTP2, "enable-http2", false,
+		"Offer HTTP/2 on the metrics and webhook servers. Off by default: HTTP/2 Rapid Reset and Stream Cancellation (CVE-2023-44487, CVE-2023-39325).")
+	fs.StringVar(&probeAddr, "health-probe-bind-address", DefaultProbeAddr, "Address the health and readiness probes bind to.")
 	fs.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles at a time.")
-	fs.StringVar(&certDir, "webhook-cert-dir", "", "Directory with the webhook serving tls.crt and tls.key (default: controller-runtime's).")
+	fs.StringVar(&certDir, "webhook-cert-dir", DefaultWebhookCertDir, "Directory with the webhook serving tls.crt and tls.key; reloaded when they change.")
+	fs.IntVar(&webhookPort, "webhook-port", DefaultWebhookPort, "Port the admission webhooks listen on.")
 	fs.BoolVar(&enableWebhooks, "enable-webhooks", true, "Serve the validating admission webhooks.")
 	fs.IntVar(&concurrency, "max-concurrent-reconciles", 4, "RetryPolicy reconciles run at once.")
+	rotation.bindFlags(fs)
 	webhooks.BindFlags(fs, &limits)
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
@@ -59,6 +83,9 @@ func run(ctx context.Context, args []string) error {
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
+	if err := rotation.validate(enableWebhooks); err != nil {
+		return err
+	}
 
 	if kubeconfig != "" {
 		_ = os.Setenv("KUBECONFIG", kubeconfig)
@@ -67,14 +94,31 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("loading the kubeconfig: %w", err)
 	}
+	var tlsOpts []func(*tls.Config)
+	if !enableHTTP2 {
+		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
+	}
+	metricsOpts := metricsserver.Options{BindAddress: metricsAddr, SecureServing: secureMetrics, TLSOpts: tlsOpts}
+	if secureMetrics {
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	// Refusals are counted by code in retryguard_admission_denied_total.
+	var webhookServer webhook.Server = webhook.NewServer(webhook.Options{Port: webhookPort, CertDir: certDir, TLSOpts: tlsOpts})
+	certsReady := make(chan struct{})
+	if rotation.Enabled {
+		// The server cannot start before its certificate exists: it starts
+		// once the rotator has written and mounted it and injected its CA.
+		webhookServer = &startAfter{Server: webhookServer, ready: certsReady}
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
+		Metrics:                metricsOpts,
 		HealthProbeBindAddress: probeAddr,
 		LeaderElection:         leaderElect,
 		LeaderElectionID:       "retryguard-manager.policy.retryguard.io",
-		WebhookServer:          webhook.NewServer(webhook.Options{CertDir: certDir}),
+		WebhookServer:          webhooks.CountDenials(webhookServer),
 		Cache:                  controllers.CacheOptions(),
+		Controller:             controllerOptions,
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
@@ -90,7 +134,21 @@ func run(ctx context.Context, args []string) error {
 		if err := webhooks.SetupWithManager(ctx, mgr, limits); err != nil {
 			return fmt.Errorf("setting up the webhooks: %w", err)
 		}
-		ready = mgr.GetWebhookServer().StartedChecker()
+		serving := mgr.GetWebhookServer().StartedChecker()
+		ready = serving
+		if rotation.Enabled {
+			if err := rotation.addTo(mgr, certDir, certsReady); err != nil {
+				return err
+			}
+			ready = func(req *http.Request) error {
+				select {
+				case <-certsReady:
+					return serving(req)
+				default:
+					return errors.New("waiting for the webhook serving certificate")
+				}
+			}
+		}
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
@@ -98,6 +156,24 @@ func run(ctx context.Context, args []string) error {
 	if err := mgr.AddReadyzCheck("readyz", ready); err != nil {
 		return err
 	}
-	log.Info("starting manager", "maxLeafAttempts", limits.MaxLeafAttempts, "maxRetryPercent", limits.MaxRetryPercent)
+	log.Info("starting manager", "maxLeafAttempts", limits.MaxLeafAttempts, "maxRetryPercent", limits.MaxRetryPercent,
+		"certRotation", rotation.Enabled, "secureMetrics", secureMetrics, "http2", enableHTTP2)
 	return mgr.Start(ctx)
+}
+
+// startAfter holds a webhook server's start until ready closes, so that
+// webhooks can be registered before the manager starts (as controller-runtime
+// requires) while the certificate does not exist yet.
+type startAfter struct {
+	webhook.Server
+	ready <-chan struct{}
+}
+
+func (s *startAfter) Start(ctx context.Context) error {
+	select {
+	case <-s.ready:
+		return s.Server.Start(ctx)
+	case <-ctx.Done():
+		return nil
+	}
 }

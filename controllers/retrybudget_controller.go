@@ -13,7 +13,7 @@ import (
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 )
 
-// +kubebuilder:rbac:groups=policy.retryguard.io,resources=retrybudgets/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=policy.retryguard.io,resources=retrybudgets/status,verbs=patch
 
 // RetryBudgetReconciler counts the policies that draw on each budget and
 // reports whether it is in force. Publishing the budget's figures is the

@@ -33,7 +33,7 @@ import (
 )
 
 // +kubebuilder:rbac:groups=policy.retryguard.io,resources=retrypolicies,verbs=get;list;watch
-// +kubebuilder:rbac:groups=policy.retryguard.io,resources=retrypolicies/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=policy.retryguard.io,resources=retrypolicies/status,verbs=patch
 // +kubebuilder:rbac:groups=policy.retryguard.io,resources=retrybudgets,verbs=get;list;watch
 // ConfigMaps, least privilege: list and watch feed the label-filtered
 // cache; get reads one by name past that cache (a ConfigMap whose label was

@@ -1,9 +1,13 @@
-// Package chartcheck renders charts/retryguard with Helm's own engine and
-// holds it to the generated kustomize configuration: the chart's RBAC and
-// webhooks must say what config/rbac and config/webhook say.
+// Package chartcheck holds charts/retryguard to what a user gets: it lints the
+// chart strictly, renders it as `helm template` does (with and without
+// cert-manager), checks that the values schema refuses bad values, holds the
+// rendering to the generated kustomize configuration (RBAC, webhooks, the
+// ValidatingAdmissionPolicy), and installs, upgrades and uninstalls it
+// against a real API server with Helm's own SDK.
 package chartcheck
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -11,58 +15,88 @@ import (
 	"strings"
 	"testing"
 
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/lint"
+	"helm.sh/helm/v3/pkg/lint/support"
+	"helm.sh/helm/v3/pkg/strvals"
 	"sigs.k8s.io/yaml"
 )
 
-const root = "../.."
+const (
+	root      = "../.."
+	release   = "rg"
+	namespace = "retryguard-system"
+)
+
+var chartDir = filepath.Join(root, "charts", "retryguard")
 
 type object = map[string]any
 
-func render(t *testing.T) map[string][]object {
+func loadChart(t *testing.T) *chart.Chart {
 	t.Helper()
-	chart, err := loader.Load(filepath.Join(root, "charts", "retryguard"))
+	c, err := loader.Load(chartDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	values, err := chartutil.ToRenderValues(chart, nil,
-		chartutil.ReleaseOptions{Name: "rg", Namespace: "retryguard-system", IsInstall: true}, chartutil.DefaultCapabilities)
+	return c
+}
+
+// values parses --set style assignments.
+func values(t *testing.T, sets ...string) map[string]any {
+	t.Helper()
+	vals := map[string]any{}
+	for _, s := range sets {
+		if err := strvals.ParseInto(s, vals); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return vals
+}
+
+// template renders the chart as `helm template rg charts/retryguard -n
+// retryguard-system --set ...` does, schema validation included.
+func template(t *testing.T, sets ...string) (map[string][]object, error) {
+	t.Helper()
+	install := action.NewInstall(&action.Configuration{})
+	install.ClientOnly, install.DryRun, install.IncludeCRDs = true, true, true
+	install.ReleaseName, install.Namespace = release, namespace
+	install.KubeVersion = &chartutil.KubeVersion{Version: "v1.37.2", Major: "1", Minor: "37"}
+	rel, err := install.Run(loadChart(t), values(t, sets...))
+	if err != nil {
+		return nil, err
+	}
+	return splitObjects(t, rel.Manifest), nil
+}
+
+func mustTemplate(t *testing.T, sets ...string) map[string][]object {
+	t.Helper()
+	byKind, err := template(t, sets...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	files, err := engine.Render(chart, values)
-	if err != nil {
-		t.Fatal(err)
-	}
+	return byKind
+}
+
+func splitObjects(t *testing.T, manifest string) map[string][]object {
+	t.Helper()
 	byKind := map[string][]object{}
-	for name, text := range files {
-		for _, doc := range strings.Split(text, "\n---") {
-			if strings.TrimSpace(doc) == "" || strings.HasSuffix(name, ".tpl") {
-				continue
-			}
-			var o object
-			if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
-				t.Fatalf("%s does not render to YAML: %v\n%s", name, err, doc)
-			}
-			if o == nil {
-				continue
-			}
-			kind, _ := o["kind"].(string)
-			meta, _ := o["metadata"].(object)
-			if kind == "" || o["apiVersion"] == nil || meta["name"] == nil {
-				t.Fatalf("%s renders an object without apiVersion, kind or name:\n%s", name, doc)
-			}
-			byKind[kind] = append(byKind[kind], o)
-		}
-	}
-	for _, crd := range chart.CRDObjects() {
+	for _, doc := range strings.Split(manifest, "\n---") {
 		var o object
-		if err := yaml.Unmarshal(crd.File.Data, &o); err != nil || o["kind"] != "CustomResourceDefinition" {
-			t.Fatalf("crds/%s: %v", crd.Name, err)
+		if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
+			t.Fatalf("does not render to YAML: %v\n%s", err, doc)
 		}
-		byKind["CustomResourceDefinition"] = append(byKind["CustomResourceDefinition"], o)
+		if o == nil {
+			continue
+		}
+		kind, _ := o["kind"].(string)
+		meta, _ := o["metadata"].(object)
+		if kind == "" || o["apiVersion"] == nil || meta["name"] == nil {
+			t.Fatalf("an object without apiVersion, kind or name:\n%s", doc)
+		}
+		byKind[kind] = append(byKind[kind], o)
 	}
 	return byKind
 }
@@ -80,39 +114,169 @@ func load(t *testing.T, path string) object {
 	return o
 }
 
-func TestChartRendersEveryKind(t *testing.T) {
-	byKind := render(t)
-	var kinds []string
+func kinds(byKind map[string][]object) []string {
+	var out []string
 	for k := range byKind {
-		kinds = append(kinds, k)
+		out = append(out, k)
 	}
-	slices.Sort(kinds)
-	want := []string{"Certificate", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Deployment",
-		"Issuer", "Role", "RoleBinding", "Service", "ServiceAccount", "ValidatingWebhookConfiguration"}
-	if !slices.Equal(kinds, want) {
-		t.Fatalf("kinds %v, want %v", kinds, want)
-	}
-	if n := len(byKind["CustomResourceDefinition"]); n != 2 {
-		t.Fatalf("%d CRDs", n)
-	}
-	args := byKind["Deployment"][0]["spec"].(object)["template"].(object)["spec"].(object)["containers"].([]any)[0].(object)["args"].([]any)
-	for _, want := range []string{"--max-leaf-attempts=3", "--max-retry-percent=10", "--leader-elect=true"} {
-		if !slices.Contains(args, any(want)) {
-			t.Errorf("the manager's args %v lack %s", args, want)
+	slices.Sort(out)
+	return out
+}
+
+// `helm lint --strict`: no message at all, not even informational ones
+// that strict mode turns into failures (warnings and errors).
+func TestChartLintsStrictly(t *testing.T) {
+	for _, sets := range [][]string{nil, {"webhook.certManager.enabled=false"}} {
+		linter := lint.AllWithKubeVersion(chartDir, values(t, sets...), namespace, nil)
+		for _, m := range linter.Messages {
+			if m.Severity > support.InfoSev {
+				t.Errorf("%v: %s", sets, m)
+			}
 		}
 	}
 }
 
+// Bad values are refused by the schema, by lint and by template alike.
+func TestChartRefusesBadValues(t *testing.T) {
+	for _, set := range []string{"replicas=abc", "image.tag=", "replicas=0", "image.pullPolicy=Sometimes",
+		"limits.maxRetryPercent=101", "limits.maxLeafAttempts=0", "webhook.certManager.enabled=maybe",
+		"certManager.enabled=false", "metrics.port=80"} {
+		if _, err := template(t, set); err == nil || !strings.Contains(err.Error(), "schema") {
+			t.Errorf("helm template --set %s: %v, want a schema refusal", set, err)
+		}
+		linter := lint.AllWithKubeVersion(chartDir, values(t, set), namespace, nil)
+		if linter.HighestSeverity < support.WarningSev {
+			t.Errorf("helm lint --strict --set %s passes", set)
+		}
+	}
+}
+
+func TestChartImageTagDefaultsToAppVersion(t *testing.T) {
+	c := loadChart(t)
+	for sets, want := range map[string]string{"": "retryguard/manager:" + c.Metadata.AppVersion, "image.tag=v9": "retryguard/manager:v9"} {
+		var s []string
+		if sets != "" {
+			s = []string{sets}
+		}
+		if got := container(mustTemplate(t, s...))["image"]; got != want {
+			t.Errorf("--set %q: image %v, want %s", sets, got, want)
+		}
+	}
+}
+
+func container(byKind map[string][]object) object {
+	return byKind["Deployment"][0]["spec"].(object)["template"].(object)["spec"].(object)["containers"].([]any)[0].(object)
+}
+
+func args(byKind map[string][]object) []any { return container(byKind)["args"].([]any) }
+
+func TestChartRendersWithCertManager(t *testing.T) {
+	byKind := mustTemplate(t)
+	want := []string{"Certificate", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Deployment",
+		"Issuer", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount",
+		"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ValidatingWebhookConfiguration"}
+	if got := kinds(byKind); !slices.Equal(got, want) {
+		t.Fatalf("kinds %v, want %v", got, want)
+	}
+	if n := len(byKind["CustomResourceDefinition"]); n != 2 {
+		t.Fatalf("%d CRDs", n)
+	}
+	for _, want := range []string{"--max-leaf-attempts=3", "--max-retry-percent=10", "--leader-elect=true",
+		"--metrics-secure=true", "--enable-http2=false"} {
+		if !slices.Contains(args(byKind), any(want)) {
+			t.Errorf("the manager's args %v lack %s", args(byKind), want)
+		}
+	}
+	if slices.Contains(args(byKind), any("--cert-rotation")) {
+		t.Error("the manager rotates its own certificate although cert-manager issues it")
+	}
+	vwc := byKind["ValidatingWebhookConfiguration"][0]["metadata"].(object)
+	if vwc["annotations"].(object)["cert-manager.io/inject-ca-from"] != namespace+"/rg-retryguard-serving-cert" {
+		t.Errorf("no CA injection from cert-manager: %v", vwc)
+	}
+}
+
+func TestChartRendersWithoutCertManager(t *testing.T) {
+	byKind := mustTemplate(t, "webhook.certManager.enabled=false")
+	for _, k := range []string{"Certificate", "Issuer"} {
+		if len(byKind[k]) > 0 {
+			t.Errorf("a %s without cert-manager", k)
+		}
+	}
+	if byName(byKind["Secret"], "rg-retryguard-webhook-cert") == nil {
+		t.Error("no Secret for the manager to write its certificate into")
+	}
+	for _, want := range []string{"--cert-rotation", "--cert-secret=rg-retryguard-webhook-cert",
+		"--webhook-service=rg-retryguard-webhook", "--webhook-configuration=rg-retryguard"} {
+		if !slices.Contains(args(byKind), any(want)) {
+			t.Errorf("the manager's args %v lack %s", args(byKind), want)
+		}
+	}
+	if byName(byKind["Service"], "rg-retryguard-webhook") == nil || byName(byKind["ValidatingWebhookConfiguration"], "rg-retryguard") == nil {
+		t.Error("the flags name a Service or webhook configuration the chart does not render")
+	}
+	if _, ok := byKind["ValidatingWebhookConfiguration"][0]["metadata"].(object)["annotations"]; ok {
+		t.Error("a cert-manager annotation without cert-manager")
+	}
+	if byName(byKind["Role"], "rg-retryguard-cert-rotation") == nil || byName(byKind["ClusterRole"], "rg-retryguard-cert-rotation") == nil {
+		t.Error("no RBAC for the certificate rotation")
+	}
+}
+
+func TestChartOptionalObjects(t *testing.T) {
+	byKind := mustTemplate(t, "metrics.serviceMonitor.enabled=true", "metrics.prometheusRule.enabled=true",
+		"networkPolicy.enabled=true", "podDisruptionBudget.enabled=false", "validatingAdmissionPolicy.enabled=false")
+	for _, k := range []string{"ServiceMonitor", "PrometheusRule", "NetworkPolicy"} {
+		if len(byKind[k]) != 1 {
+			t.Errorf("%d %s", len(byKind[k]), k)
+		}
+	}
+	for _, k := range []string{"PodDisruptionBudget", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
+		if len(byKind[k]) != 0 {
+			t.Errorf("%s although disabled", k)
+		}
+	}
+	var alerts []string
+	for _, r := range byKind["PrometheusRule"][0]["spec"].(object)["groups"].([]any)[0].(object)["rules"].([]any) {
+		alerts = append(alerts, r.(object)["alert"].(string))
+	}
+	want := []string{"RetryguardPoliciesNotReady", "RetryguardPayloadsRejected", "RetryguardRetryBudgetDenying", "RetryguardAttemptsPerOperationAboveLimit"}
+	if !slices.Equal(alerts, want) {
+		t.Errorf("alerts %v, want %v", alerts, want)
+	}
+}
+
 func TestChartRBACIsTheGeneratedRole(t *testing.T) {
-	role := byName(render(t)["ClusterRole"], "rg-retryguard")
-	generated := load(t, "config/rbac/role.yaml")
-	if !reflect.DeepEqual(role["rules"], generated["rules"]) {
-		t.Fatalf("the chart's ClusterRole rules differ from config/rbac/role.yaml:\n%v\n%v", role["rules"], generated["rules"])
+	byKind := mustTemplate(t)
+	for name, path := range map[string]string{
+		"rg-retryguard":                "config/rbac/role.yaml",
+		"rg-retryguard-metrics-auth":   "config/rbac/metrics_auth_role.yaml",
+		"rg-retryguard-metrics-reader": "config/rbac/metrics_reader_role.yaml",
+	} {
+		role := byName(byKind["ClusterRole"], name)
+		if generated := load(t, path); role == nil || !reflect.DeepEqual(role["rules"], generated["rules"]) {
+			t.Errorf("the chart's ClusterRole %s differs from %s:\n%v\n%v", name, path, role, generated["rules"])
+		}
+	}
+	// Without cert-manager, the rotation's rules are config/components/cert-rotation's
+	// (but for the names the release gives the Secret and the webhook configuration).
+	rotation := mustTemplate(t, "webhook.certManager.enabled=false")
+	component := loadObjects(t, "config/components/cert-rotation/rbac.yaml")
+	for i, o := range []object{byName(rotation["Role"], "rg-retryguard-cert-rotation"), byName(rotation["ClusterRole"], "rg-retryguard-cert-rotation")} {
+		want := strings.NewReplacer("retryguard-webhook-cert", "rg-retryguard-webhook-cert",
+			"retryguard-validating-webhook-configuration", "rg-retryguard").Replace(fmt.Sprint(component[2*i]["rules"]))
+		if o == nil || fmt.Sprint(o["rules"]) != want {
+			t.Errorf("the chart's certificate rotation rules differ from config/components/cert-rotation:\n%v\n%v", o, want)
+		}
+	}
+	role := byName(byKind["Role"], "rg-retryguard-leader-election")
+	if generated := load(t, "config/rbac/leader_election_role.yaml"); role == nil || !reflect.DeepEqual(role["rules"], generated["rules"]) {
+		t.Errorf("the chart's leader election Role differs from config/rbac")
 	}
 }
 
 func TestChartWebhooksAreTheGeneratedOnes(t *testing.T) {
-	chartHooks := render(t)["ValidatingWebhookConfiguration"][0]["webhooks"].([]any)
+	chartHooks := mustTemplate(t)["ValidatingWebhookConfiguration"][0]["webhooks"].([]any)
 	generated := load(t, "config/webhook/manifests.yaml")["webhooks"].([]any)
 	if len(chartHooks) != len(generated) {
 		t.Fatalf("%d webhooks in the chart, %d generated", len(chartHooks), len(generated))
@@ -129,6 +293,19 @@ func TestChartWebhooksAreTheGeneratedOnes(t *testing.T) {
 		if cp != gp {
 			t.Errorf("webhook %v: path %v in the chart, %v generated", g["name"], cp, gp)
 		}
+	}
+}
+
+// The chart's ValidatingAdmissionPolicy is config/vap's, but for the
+// operator's user, which names the release's ServiceAccount.
+func TestChartAdmissionPolicyIsConfigs(t *testing.T) {
+	chartSpec := mustTemplate(t)["ValidatingAdmissionPolicy"][0]["spec"].(object)
+	configSpec := load(t, "config/vap/validating_admission_policy.yaml")["spec"].(object)
+	for _, spec := range []object{chartSpec, configSpec} {
+		spec["variables"] = slices.DeleteFunc(spec["variables"].([]any), func(v any) bool { return v.(object)["name"] == "operator" })
+	}
+	if !reflect.DeepEqual(chartSpec, configSpec) {
+		t.Errorf("the chart's ValidatingAdmissionPolicy differs from config/vap:\n%v\n%v", chartSpec, configSpec)
 	}
 }
 

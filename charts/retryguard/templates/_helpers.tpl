@@ -5,6 +5,7 @@
 {{- define "retryguard.labels" -}}
 app.kubernetes.io/name: retryguard
 app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 {{- end -}}
@@ -12,4 +13,26 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 {{- define "retryguard.selector" -}}
 app.kubernetes.io/name: retryguard
 app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* The image, its tag defaulting to the chart's appVersion. */}}
+{{- define "retryguard.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{- define "retryguard.serviceAccountName" -}}
+{{ include "retryguard.fullname" . }}
+{{- end -}}
+
+{{/* The user the operator's requests carry, for the ValidatingAdmissionPolicy. */}}
+{{- define "retryguard.serviceAccountUser" -}}
+system:serviceaccount:{{ .Release.Namespace }}:{{ include "retryguard.serviceAccountName" . }}
+{{- end -}}
+
+{{- define "retryguard.webhookService" -}}
+{{ include "retryguard.fullname" . }}-webhook
+{{- end -}}
+
+{{- define "retryguard.certSecret" -}}
+{{ include "retryguard.fullname" . }}-webhook-cert
 {{- end -}}

@@ -1,0 +1,63 @@
+package chartcheck
+
+import (
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+// kustomize builds config/ the way `make deploy` applies it.
+func kustomize(t *testing.T, dir string) map[string][]object {
+	t.Helper()
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Fatal("kubectl (with its built-in kustomize) is needed to build config/")
+	}
+	out, err := exec.Command(kubectl, "kustomize", filepath.Join(root, dir)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl kustomize %s: %v\n%s", dir, err, out)
+	}
+	return splitObjects(t, string(out))
+}
+
+// Both kustomize installs build, carry what the chart carries, and name the
+// objects main.go's certificate rotation flags default to.
+func TestKustomizeBuilds(t *testing.T) {
+	common := []string{"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Deployment", "Namespace",
+		"PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount",
+		"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ValidatingWebhookConfiguration"}
+	withCM := kustomize(t, "config/default")
+	if got, want := kinds(withCM), sortedWith(common, "Certificate", "Issuer"); !slices.Equal(got, want) {
+		t.Errorf("config/default: kinds %v, want %v", got, want)
+	}
+	without := kustomize(t, "config/without-cert-manager")
+	if got, want := kinds(without), sortedWith(common, "Secret"); !slices.Equal(got, want) {
+		t.Errorf("config/without-cert-manager: kinds %v, want %v", got, want)
+	}
+	if !slices.Contains(args(without), any("--cert-rotation")) || slices.Contains(args(withCM), any("--cert-rotation")) {
+		t.Errorf("--cert-rotation: %v with cert-manager, %v without", args(withCM), args(without))
+	}
+	// main.go's defaults for --cert-secret, --webhook-service and
+	// --webhook-configuration, and the ServiceAccount config/vap admits.
+	for kind, name := range map[string]string{
+		"Secret":                         "retryguard-webhook-cert",
+		"Service":                        "retryguard-webhook-service",
+		"ValidatingWebhookConfiguration": "retryguard-validating-webhook-configuration",
+		"ServiceAccount":                 "retryguard-controller-manager",
+		"ValidatingAdmissionPolicy":      "retryguard-published-configmaps",
+	} {
+		if byName(without[kind], name) == nil {
+			t.Errorf("config/without-cert-manager renders no %s %s", kind, name)
+		}
+	}
+	if ns := byName(without["ServiceAccount"], "retryguard-controller-manager")["metadata"].(object)["namespace"]; ns != "retryguard-system" {
+		t.Errorf("the ServiceAccount is in %v, config/vap admits retryguard-system", ns)
+	}
+}
+
+func sortedWith(base []string, more ...string) []string {
+	out := slices.Concat(base, more)
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,110 @@
+package chartcheck
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/retryguard/retryguard/runtime/policyconfig"
+)
+
+const reservedCode = "ERR_PUBLISHED_CONFIGMAP_RESERVED"
+
+// The chart's ValidatingAdmissionPolicy reserves the published ConfigMaps
+// for the operator's ServiceAccount, while the garbage collector and the
+// namespace controller can still delete them.
+func TestChartAdmissionPolicyReservesPublishedConfigMaps(t *testing.T) {
+	_, cfg, admin := startEnv(t, false)
+	ctx := context.Background()
+	byKind := mustTemplate(t)
+	createNamespace(ctx, t, admin, namespace, "shop")
+	create(ctx, t, admin, byKind["ServiceAccount"]...)
+	create(ctx, t, admin, byName(byKind["ClusterRole"], "rg-retryguard"), byName(byKind["ClusterRoleBinding"], "rg-retryguard"))
+	create(ctx, t, admin, byKind["ValidatingAdmissionPolicy"]...)
+	create(ctx, t, admin, byKind["ValidatingAdmissionPolicyBinding"]...)
+	// An ordinary user who may edit every ConfigMap of the namespace.
+	mustCreate(ctx, t, admin, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "configmap-editor"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{rbacv1.VerbAll}}},
+	})
+	mustCreate(ctx, t, admin, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "alice"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "configmap-editor"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: "alice"}},
+	})
+	alice := as(t, impersonating(cfg, "alice"))
+	eventually(t, 30*time.Second, "the policy in force", func() bool {
+		err := alice.Create(ctx, configMap(policyconfig.ConfigMapName("probe"), nil))
+		return err != nil && strings.Contains(err.Error(), reservedCode)
+	})
+
+	opUser, opGroups := serviceAccountUser(namespace, "rg-retryguard")
+	operator := as(t, impersonating(cfg, opUser, opGroups...))
+	gcUser, gcGroups := serviceAccountUser("kube-system", "generic-garbage-collector")
+	gc := as(t, impersonating(cfg, gcUser, gcGroups...))
+	nsUser, nsGroups := serviceAccountUser("kube-system", "namespace-controller")
+	nsController := as(t, impersonating(cfg, nsUser, nsGroups...))
+	managed := map[string]string{policyconfig.ManagedByLabel: policyconfig.ManagedByValue}
+
+	// The operator publishes and republishes.
+	byNameCM := configMap(policyconfig.ConfigMapName("job"), managed)
+	byLabelCM := configMap("labelled", managed)
+	for _, cm := range []*corev1.ConfigMap{byNameCM, byLabelCM} {
+		allowed(t, "the operator creates "+cm.Name, operator.Create(ctx, cm))
+		cm.Data = map[string]string{"k": "v2"}
+		allowed(t, "the operator updates "+cm.Name, operator.Update(ctx, cm))
+	}
+
+	// Anyone else is refused, whether the name or the label (old or new) marks it.
+	reserved(t, "alice creates a retrypolicy-* ConfigMap", alice.Create(ctx, configMap(policyconfig.ConfigMapName("forged"), nil)))
+	reserved(t, "alice creates a labelled ConfigMap", alice.Create(ctx, configMap("forged", managed)))
+	for _, cm := range []*corev1.ConfigMap{byNameCM, byLabelCM} {
+		forged := cm.DeepCopy()
+		forged.Data = map[string]string{"k": "forged"}
+		reserved(t, "alice updates "+cm.Name, alice.Update(ctx, forged))
+		unlabelled := cm.DeepCopy()
+		unlabelled.Labels = nil
+		reserved(t, "alice removes the label of "+cm.Name, alice.Update(ctx, unlabelled))
+		reserved(t, "alice deletes "+cm.Name, alice.Delete(ctx, cm))
+	}
+	allowed(t, "alice writes her own ConfigMaps", alice.Create(ctx, configMap("settings", nil)))
+	reserved(t, "the garbage collector updates", gc.Update(ctx, byNameCM))
+
+	// Kubernetes' own cleanup still works.
+	allowed(t, "the garbage collector deletes", gc.Delete(ctx, byNameCM))
+	allowed(t, "the namespace controller deletes", nsController.Delete(ctx, byLabelCM))
+}
+
+func as(t *testing.T, cfg *rest.Config) client.Client {
+	t.Helper()
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func configMap(name string, labels map[string]string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name, Labels: labels}, Data: map[string]string{"k": "v"}}
+}
+
+func allowed(t *testing.T, what string, err error) {
+	t.Helper()
+	if err != nil {
+		t.Errorf("%s: refused: %v", what, err)
+	}
+}
+
+func reserved(t *testing.T, what string, err error) {
+	t.Helper()
+	if err == nil || !strings.Contains(err.Error(), reservedCode) {
+		t.Errorf("%s: %v, want a refusal with %s", what, err, reservedCode)
+	}
+}
