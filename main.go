@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -43,6 +44,13 @@ const (
 	DefaultWebhookCertDir = "/tmp/k8s-webhook-server/serving-certs"
 )
 
+// version and revision are stamped by make image (-X main.version=…,
+// -X main.revision=…) and logged at start, so a pod's log names its build.
+var (
+	version  = "dev"
+	revision = "unknown"
+)
+
 // controllerOptions apply to every controller; tests that run the manager
 // more than once in one process skip the unique-name check.
 var controllerOptions config.Controller
@@ -60,6 +68,7 @@ func run(ctx context.Context, args []string) error {
 	var metricsAddr, probeAddr, certDir, kubeconfig string
 	var leaderElect, enableWebhooks, secureMetrics, enableHTTP2 bool
 	var concurrency, webhookPort int
+	var resync time.Duration
 	var limits policygraph.Limits
 	var rotation certRotation
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "Path to a kubeconfig; in-cluster or $KUBECONFIG when empty.")
@@ -74,6 +83,8 @@ func run(ctx context.Context, args []string) error {
 	fs.IntVar(&webhookPort, "webhook-port", DefaultWebhookPort, "Port the admission webhooks listen on.")
 	fs.BoolVar(&enableWebhooks, "enable-webhooks", true, "Serve the validating admission webhooks.")
 	fs.IntVar(&concurrency, "max-concurrent-reconciles", 4, "RetryPolicy reconciles run at once.")
+	fs.DurationVar(&resync, "resync-period", controllers.DefaultResyncPeriod,
+		"How often every RetryPolicy is republished with nothing changed, so drift is repaired even without an event.")
 	rotation.bindFlags(fs)
 	webhooks.BindFlags(fs, &limits)
 	zapOpts := zap.Options{}
@@ -83,6 +94,10 @@ func run(ctx context.Context, args []string) error {
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
+	log.Info("starting retryguard manager", "version", version, "revision", revision)
+	if resync < 0 {
+		return fmt.Errorf("--resync-period %v: must not be negative", resync)
+	}
 	if err := rotation.validate(enableWebhooks); err != nil {
 		return err
 	}
@@ -126,7 +141,7 @@ func run(ctx context.Context, args []string) error {
 	if err := policygraph.RegisterIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return fmt.Errorf("registering field indexes: %w", err)
 	}
-	if err := controllers.SetupWithManager(ctx, mgr, controllers.Options{Limits: limits, MaxConcurrentReconciles: concurrency}); err != nil {
+	if err := controllers.SetupWithManager(ctx, mgr, controllers.Options{Limits: limits, MaxConcurrentReconciles: concurrency, ResyncPeriod: resync}); err != nil {
 		return fmt.Errorf("setting up the controllers: %w", err)
 	}
 	ready := healthz.Ping
