@@ -172,4 +172,3 @@ func startWatcher(ctx context.Context, src policySource) (watch.Watcher, error) 
 		}
 	}
 }
-

@@ -48,7 +48,9 @@ func TestSamplePolicyReachesTheFileWatcher(t *testing.T) {
 // NoRetry, so the drill refuses it rather than run a policy no pod enforces.
 func TestSampleWithoutBudgetIsRefused(t *testing.T) {
 	dir := t.TempDir()
-	copySamples(t, dir, func(s string) string { return strings.Replace(s, "  budgetRef:\n    name: telephony-provider\n", "", 1) })
+	copySamples(t, dir, func(s string) string {
+		return strings.Replace(s, "  budgetRef:\n    name: telephony-provider\n", "", 1)
+	})
 	_, err := samplePayload(dir, samplePolicy, "drill")
 	if err == nil || !strings.Contains(err.Error(), "ERR_BUDGET_REQUIRED") {
 		t.Fatalf("err = %v, want ERR_BUDGET_REQUIRED", err)
