@@ -30,7 +30,7 @@ demo: manifests envtest ## Run the story on an embedded local control plane, the
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) run ./hack/demo
 
 .PHONY: test
-test: manifests generate fmt vet envtest chart-check ## Regenerate, check and run every test against a real API server.
+test: manifests generate fmt vet envtest chart-check drill-check ## Regenerate, check and run every test against a real API server.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test $(TEST_FLAGS) $(TEST_PKGS)
 
 ##@ Development
@@ -70,6 +70,10 @@ envtest: ## Build (once) the kube-apiserver and etcd the tests run, and print wh
 .PHONY: chart-check
 chart-check: manifests ## Render the Helm chart with Helm's engine and hold it to config/.
 	cd hack/chartcheck && $(GO) test -count=1 ./...
+
+.PHONY: drill-check
+drill-check: ## Run the real-time recovery drill's tests, its --quick run included (about a minute).
+	cd hack/drills && $(GO) test -count=1 ./...
 
 .PHONY: fuzz
 fuzz: ## Run every native fuzz test for FUZZTIME each (default 60s).

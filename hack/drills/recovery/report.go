@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -23,8 +24,14 @@ type report struct {
 	Machine   machineReport   `json:"machine"`
 	Options   []optionReport  `json:"options"`
 	Generator generatorReport `json:"generator"`
+	// OffSchedule says how the machine kept the load from arriving as
+	// scheduled ("" when it did not).
+	OffSchedule string `json:"offSchedule"`
 	// Pass is Option C's verdict, the drill's exit status.
 	Pass bool `json:"pass"`
+	// Inconclusive: C failed only timing marks while the load was off
+	// schedule (exit status 3).
+	Inconclusive string `json:"inconclusive"`
 }
 
 type scenarioReport struct {
@@ -107,35 +114,82 @@ type summary struct {
 	// RecoverySeconds is the time from the end of the fault until every
 	// later 1 s window holds fewer than 2 retries.
 	RecoverySeconds float64 `json:"recoverySeconds"`
-	// Bans counts ban episodes; FirstBanSeconds is when the first began.
+	// Bans counts the vendor's ban episodes; FirstBanSeconds is when the
+	// first began. RetryBans counts those the retries caused: the window's
+	// retries alone were over their share of the contract.
 	Bans            int     `json:"bans"`
 	FirstBanSeconds float64 `json:"firstBanSeconds,omitempty"`
+	RetryBans       int     `json:"retryBans"`
+	// PeakRetryWindow is the most retries any sliding 1 s window held.
+	PeakRetryWindow int `json:"peakRetryWindow"`
 }
 
 type verdict struct {
 	Pass     bool     `json:"pass"`
 	Failures []string `json:"failures"`
+	// Warnings are breaches the retry policy did not cause.
+	Warnings []string `json:"warnings"`
+	// TimingOnly: every failure is one a stalled machine can cause (a ban,
+	// a slow recovery), none an exact count (a lost operation, a ratio).
+	TimingOnly bool `json:"timingOnly"`
 }
 
-// judge holds a summary to the seed's marks.
-func judge(s summary, banLimit int) verdict {
-	v := verdict{Failures: []string{}}
-	if s.Bans > 0 {
-		v.Failures = append(v.Failures, fmt.Sprintf("vendor ban at %.1f s: %d attempts in one 1 s window, the contract is %d (%d ban episodes)",
-			s.FirstBanSeconds, s.PeakWindow, banLimit, s.Bans))
+// judge holds a summary to the seed's marks; retryShare is how many retries
+// a 1 s window may hold within the contract (the ban limit less the primary
+// rate).
+func judge(s summary, banLimit, retryShare int) verdict {
+	v := verdict{Failures: []string{}, Warnings: []string{}}
+	switch {
+	case s.RetryBans > 0:
+		v.Failures = append(v.Failures, fmt.Sprintf("vendor ban: %d attempts in one 1 s window (the contract is %d), and up to %d retries in one window (their share is %d); %d ban episodes, the first at %.1f s",
+			s.PeakWindow, banLimit, s.PeakRetryWindow, retryShare, s.Bans, s.FirstBanSeconds))
+	case s.Bans > 0:
+		v.Warnings = append(v.Warnings, fmt.Sprintf("the vendor saw %d attempts in one 1 s window at %.1f s (the contract is %d) while retries stayed within their share (at most %d of %d): primaries bunched, as a load generator does when it catches up after the machine stalled it",
+			s.PeakWindow, s.FirstBanSeconds, banLimit, s.PeakRetryWindow, retryShare))
 	}
-	if s.MaxBucketRatio > maxRatio {
-		v.Failures = append(v.Failures, fmt.Sprintf("outbound/primary %.2f in second %d, above %.2f", s.MaxBucketRatio, s.MaxRatioSecond, maxRatio))
-	}
+	timed := len(v.Failures)
 	if s.RecoverySeconds > maxRecovery.Seconds() {
 		v.Failures = append(v.Failures, fmt.Sprintf("retries fell under %d/s %.1f s after recovery, later than %.1f s",
 			recoveredBelow, s.RecoverySeconds, maxRecovery.Seconds()))
+		timed++
+	}
+	if s.MaxBucketRatio > maxRatio {
+		v.Failures = append(v.Failures, fmt.Sprintf("outbound/primary %.2f in second %d, above %.2f", s.MaxBucketRatio, s.MaxRatioSecond, maxRatio))
 	}
 	if s.Lost > 0 {
 		v.Failures = append(v.Failures, fmt.Sprintf("%d of %d operations lost: neither dispatched nor in the dead-letter journal", s.Lost, s.Offered))
 	}
 	v.Pass = len(v.Failures) == 0
+	v.TimingOnly = !v.Pass && timed == len(v.Failures)
 	return v
+}
+
+// Thresholds past which the load did not arrive as scheduled.
+const (
+	maxLateArrival = 100 * time.Millisecond
+	maxPrimarySkew = 0.10
+)
+
+// offSchedule says why the offered load did not reach the vendors as
+// scheduled ("" when it did): the generator's arrivals ran late, or a
+// vendor saw a whole second of load stray from rps. Either means the
+// machine stalled the drill, and a timing verdict is not the policy's.
+func offSchedule(primaries [][]int, rps, loadSeconds int, maxLateMs float64) string {
+	if maxLateMs > float64(maxLateArrival/time.Millisecond) {
+		return fmt.Sprintf("arrivals ran up to %.0f ms late (the bound is %v)", maxLateMs, maxLateArrival)
+	}
+	worst, at, val := 0.0, 0, 0
+	for _, p := range primaries {
+		for i := 1; i < min(loadSeconds, len(p)); i++ {
+			if skew := math.Abs(float64(p[i])/float64(rps) - 1); skew > worst {
+				worst, at, val = skew, i, p[i]
+			}
+		}
+	}
+	if worst > maxPrimarySkew {
+		return fmt.Sprintf("a vendor saw %d primaries in second %d, not %d±%.0f%%", val, at, rps, maxPrimarySkew*100)
+	}
+	return ""
 }
 
 // recoveryLag is how long after fault every 1 s window starting later holds

@@ -20,8 +20,9 @@ type scenario struct {
 	// Latency is how long every answer takes.
 	Latency time.Duration
 	// BanLimit is the contracted rate: more attempts than this in any 1 s
-	// window ban the caller, as the carrier did in INC-2901.
-	BanLimit int
+	// window ban the caller, as the carrier did in INC-2901. RPS is the
+	// primary rate it is contracted over.
+	BanLimit, RPS int
 	// BaselineEvery: after the fault, one first attempt in BaselineEvery is
 	// answered 503 (the seed's baseline of under 1% errors).
 	BaselineEvery int
@@ -54,7 +55,7 @@ type vendor struct {
 }
 
 func newVendor(sc scenario, start time.Time) *vendor {
-	return &vendor{sc: sc, start: start, ledger: newLedger(sc.BanLimit, time.Second)}
+	return &vendor{sc: sc, start: start, ledger: newLedger(sc.BanLimit, time.Second, sc.BanLimit-sc.RPS)}
 }
 
 // answer is the scenario's status for an operation's attempt at since:
@@ -140,7 +141,7 @@ func (v *vendor) record(op int, since time.Duration) int {
 			v.faultPrimaries++
 		}
 	}
-	v.ledger.add(since)
+	v.ledger.add(since, attempt > 1)
 	return attempt
 }
 

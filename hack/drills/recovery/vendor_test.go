@@ -29,7 +29,7 @@ func TestVendorFaultsAreTheScenarios(t *testing.T) {
 // The vendor tells a retry from a primary by the key it has seen, counts
 // 429s by second, and sends Retry-After when the scenario says so.
 func TestVendorCountsAttemptsByKey(t *testing.T) {
-	sc := scenario{Fault: time.Hour, FaultRate: 1, RetryAfter: 1500 * time.Millisecond, BanLimit: 2}
+	sc := scenario{Fault: time.Hour, FaultRate: 1, RetryAfter: 1500 * time.Millisecond, BanLimit: 2, RPS: 2}
 	v := newVendor(sc, time.Now())
 	srv := httptest.NewServer(v)
 	defer srv.Close()
