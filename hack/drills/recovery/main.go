@@ -20,6 +20,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -40,7 +41,9 @@ const (
 	DefaultFault     = 45 * time.Second
 	DefaultFaultRate = 0.6
 	DefaultAfter     = 15 * time.Second
-	DefaultLatency   = 20 * time.Millisecond
+	// DefaultLatency is the virtual-clock drill's latency, within the seed's
+	// baseline (< 120 ms).
+	DefaultLatency = 100 * time.Millisecond
 	// QuickFault and QuickAfter scale the drill to about 20 s for CI.
 	QuickFault = 12 * time.Second
 	QuickAfter = 6 * time.Second
@@ -48,6 +51,8 @@ const (
 	BanHeadroom = 1.10
 	// BaselineEvery: one first attempt in 2,000 fails after the fault (< 1%).
 	BaselineEvery = 2000
+	// MinProcs is the drill's least GOMAXPROCS.
+	MinProcs = 8
 )
 
 // Exit statuses.
@@ -77,6 +82,14 @@ type config struct {
 
 func main() {
 	log.SetFlags(0)
+	// The drill allocates little that lives long; collecting less often
+	// leaves more of a shared machine's CPU to the load itself.
+	debug.SetGCPercent(400)
+	// On a machine shared with other work the scheduler shares CPU by
+	// thread: more threads than cores let the drill claim the little CPU it
+	// needs (about half a core) when it needs it, so that the load arrives
+	// on schedule. It never needs more, so it takes no more.
+	runtime.GOMAXPROCS(max(runtime.GOMAXPROCS(0), MinProcs))
 	cfg, err := parseFlags(os.Args[1:])
 	switch {
 	case errors.Is(err, flag.ErrHelp):
@@ -259,7 +272,7 @@ func run(cfg config) (*report, error) {
 			AfterSeconds: cfg.after.Seconds(), LatencyMs: ms(cfg.latency), RetryAfterSeconds: cfg.retryAfter.Seconds(),
 			BanLimit: sc.BanLimit, BaselineEvery: BaselineEvery, Quick: cfg.quick, Broken: cfg.broken},
 		Policy:  describe(src, published, journalPath),
-		Machine: machineReport{CPUs: runtime.NumCPU(), Go: runtime.Version(), LoadAvgStart: loadavg()},
+		Machine: machineReport{CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), Go: runtime.Version(), LoadAvgStart: loadavg()},
 	}
 	log.Printf("policy %s from %s %s: %s, %d attempts, %s jitter, budget %d%%, pool %d connections",
 		samplePolicy, src.Kind, src.Where, rep.Policy.Enforcement, rep.Policy.MaxAttempts, rep.Policy.Jitter,
@@ -270,9 +283,9 @@ func run(cfg config) (*report, error) {
 	log.Printf("%d logical req/s for %v: 429 on %.0f%% of attempts until %v, ban over %d/s; load average %s",
 		cfg.rps, horizon, cfg.faultRate*100, cfg.fault, sc.BanLimit, rep.Machine.LoadAvgStart)
 
-	// Start a little ahead, so that every listener is up when the first
-	// operation is due.
-	start := time.Now().Add(100 * time.Millisecond)
+	// Start a little ahead, so that every listener is up and every
+	// connection open when the first operation is due.
+	start := time.Now().Add(time.Second)
 	labels := map[string]string{"A": "A: 5 attempts, 500 ms constant, no budget",
 		"B": "B: exponential without jitter, 3 attempts, no budget", "C": "C: Retryguard (full jitter + 10% budget)"}
 	total := int(horizon.Seconds() * float64(cfg.rps))
@@ -293,18 +306,21 @@ func run(cfg config) (*report, error) {
 			label = "C: Retryguard with its budget's limits lifted (broken on purpose)"
 		}
 		o := &option{Name: name, Label: label, vendor: v, url: "http://" + ln.Addr().String() + "/v1/messages",
-			result: make([]outcome, total)}
+			transport: transport(loopConns), result: make([]outcome, total)}
 		switch name {
 		case "A":
-			o.do = optionA(o.url)
+			o.do = optionA(o.transport, o.url)
 		case "B":
-			o.do = optionB(o.url)
+			o.do = optionB(o.transport, o.url)
 		case "C":
 			o.do = optionC(rt, o.url)
 		}
 		opts = append(opts, o)
 	}
 
+	if err := warm(ctx, opts, rt, published); err != nil {
+		return nil, err
+	}
 	lg := &logger{start: start, opts: opts, reg: reg}
 	sampling, stopSampling := context.WithCancel(ctx)
 	done := make(chan struct{})

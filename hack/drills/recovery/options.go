@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/retryguard/retryguard/api/codes"
+	"github.com/retryguard/retryguard/runtime/policyconfig"
 	"github.com/retryguard/retryguard/runtime/retry"
 )
 
@@ -35,6 +38,8 @@ type option struct {
 	Label  string
 	vendor *vendor
 	url    string
+	// transport sends Options A's and B's attempts; C's go through its policy's pool.
+	transport *http.Transport
 	// do runs operation op to its end.
 	do func(ctx context.Context, op int) outcome
 
@@ -127,14 +132,44 @@ func loop(rt http.RoundTripper, url string, attempts int, wait func(n int) time.
 	}
 }
 
+// warm opens each option's connections before the load starts, through
+// the transport its attempts will use, so that the first second measures
+// the policy rather than connection setup.
+func warm(ctx context.Context, opts []*option, rt *retry.RoundTripper, p *policyconfig.Payload) error {
+	for _, o := range opts {
+		t := o.transport
+		if o.Name == "C" {
+			pooled, err := rt.Pools.Transport(&p.Policy)
+			if err != nil {
+				return err
+			}
+			t = pooled
+		}
+		url := strings.TrimSuffix(o.url, "/v1/messages") + warmPath
+		for range 4 {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			if err != nil {
+				return err
+			}
+			res, err := t.RoundTrip(req)
+			if err != nil {
+				return fmt.Errorf("opening a connection to option %s's vendor: %w", o.Name, err)
+			}
+			_, _ = io.Copy(io.Discard, res.Body)
+			_ = res.Body.Close()
+		}
+	}
+	return nil
+}
+
 // optionA is the developers' proposal: 5 attempts, 500 ms constant, no budget.
-func optionA(url string) func(context.Context, int) outcome {
-	return loop(transport(loopConns), url, 5, func(int) time.Duration { return 500 * time.Millisecond })
+func optionA(t http.RoundTripper, url string) func(context.Context, int) outcome {
+	return loop(t, url, 5, func(int) time.Duration { return 500 * time.Millisecond })
 }
 
 // optionB is exponential backoff without jitter: 3 attempts, 100 ms × 2^n, no budget.
-func optionB(url string) func(context.Context, int) outcome {
-	return loop(transport(loopConns), url, 3, func(n int) time.Duration { return 100 * time.Millisecond << n })
+func optionB(t http.RoundTripper, url string) func(context.Context, int) outcome {
+	return loop(t, url, 3, func(n int) time.Duration { return 100 * time.Millisecond << n })
 }
 
 // optionC is Retryguard: each operation one RoundTrip through
@@ -163,46 +198,82 @@ func optionC(rt *retry.RoundTripper, url string) func(context.Context, int) outc
 	}
 }
 
-// maxInFlight bounds each option's concurrent operations. An operation
-// lives at most a few seconds, so at 1,200/s a few thousand are in flight;
-// reaching the bound delays arrivals, which the generator reports as late.
-const maxInFlight = 20000
+// maxWorkers bounds each option's workers, so its operations in flight. An
+// operation lives a few seconds at most, so at 1,200/s a few thousand run at
+// once; past the bound, arrivals wait for a worker and count as late.
+const maxWorkers = 12000
+
+// pool is one option's elastic pool of workers: a worker runs operations one
+// after another, so its stack, grown by the HTTP stack once, is reused
+// rather than grown again for every operation.
+type pool struct {
+	o       *option
+	ops     chan int
+	workers int
+	wg      sync.WaitGroup
+}
+
+// offer hands op to an idle worker, or to a new one while under the bound,
+// or else waits for one.
+func (p *pool) offer(op int, work func(int)) {
+	select {
+	case p.ops <- op:
+		return
+	default:
+	}
+	if p.workers < maxWorkers {
+		p.workers++
+		p.wg.Go(func() {
+			work(op)
+			for op := range p.ops {
+				work(op)
+			}
+		})
+		return
+	}
+	p.ops <- op
+}
 
 // generate offers rps operations a second, open-loop, from start until
 // duration: operation i is due at start + i/rps whatever the vendor does,
-// and a late loop catches up at once. It returns when every operation has
-// ended, with the lateness of the arrivals.
+// and a late schedule catches up at once. It returns when every operation
+// has ended, with how late operations began against their schedule.
 func generate(ctx context.Context, start time.Time, rps int, duration time.Duration, opts []*option) generatorReport {
 	total := int(duration.Seconds() * float64(rps))
 	due := func(i int) time.Duration { return time.Duration(int64(i) * int64(time.Second) / int64(rps)) }
-	var wg sync.WaitGroup
-	sems := make([]chan struct{}, len(opts))
-	for i := range sems {
-		sems[i] = make(chan struct{}, maxInFlight)
-	}
+	var mu sync.Mutex
 	var g generatorReport
+	pools := make([]*pool, len(opts))
+	works := make([]func(int), len(opts))
+	for k, o := range opts {
+		pools[k] = &pool{o: o, ops: make(chan int)}
+		works[k] = func(op int) {
+			began := time.Since(start)
+			if late := began - due(op); late > 10*time.Millisecond {
+				mu.Lock()
+				g.MaxLateMs = max(g.MaxLateMs, ms(late))
+				g.LateOver10ms++
+				mu.Unlock()
+			}
+			out := o.do(ctx, op)
+			o.finish(op, time.Since(start), out)
+		}
+	}
 	for i := 0; i < total && ctx.Err() == nil; {
 		now := time.Since(start)
 		for ; i < total && due(i) <= now; i++ {
-			late := now - due(i)
-			g.MaxLateMs = max(g.MaxLateMs, float64(late)/float64(time.Millisecond))
-			if late > 10*time.Millisecond {
-				g.LateOver10ms++
-			}
-			op := i
-			for k, o := range opts {
-				sems[k] <- struct{}{}
-				wg.Go(func() {
-					defer func() { <-sems[k] }()
-					out := o.do(ctx, op)
-					o.finish(op, time.Since(start), out)
-				})
+			for k := range pools {
+				pools[k].offer(i, works[k])
 			}
 		}
 		if i < total {
 			time.Sleep(max(due(i)-time.Since(start), 500*time.Microsecond))
 		}
 	}
-	wg.Wait()
+	for _, p := range pools {
+		close(p.ops)
+		p.wg.Wait()
+		g.Workers = max(g.Workers, p.workers)
+	}
 	return g
 }

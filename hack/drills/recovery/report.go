@@ -60,6 +60,7 @@ type policyReport struct {
 
 type machineReport struct {
 	CPUs         int    `json:"cpus"`
+	GOMAXPROCS   int    `json:"gomaxprocs"`
 	Go           string `json:"go"`
 	LoadAvgStart string `json:"loadAvgStart"`
 	LoadAvgEnd   string `json:"loadAvgEnd"`
@@ -68,9 +69,12 @@ type machineReport struct {
 // generatorReport says how closely the open-loop arrivals kept to their
 // schedule: a late arrival is a sign of a busy machine, not of the policy.
 type generatorReport struct {
+	// MaxLateMs is the latest any operation began against its schedule.
 	MaxLateMs float64 `json:"maxLateMs"`
-	// LateOver10ms counts arrivals sent more than 10 ms after their time.
+	// LateOver10ms counts operations that began more than 10 ms late.
 	LateOver10ms int `json:"lateOver10ms"`
+	// Workers is the most workers one option needed.
+	Workers int `json:"workers"`
 }
 
 type optionReport struct {
