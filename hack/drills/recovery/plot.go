@@ -45,7 +45,7 @@ func plotReport(rep *report, path string) error {
 		sc.RPS, sc.FaultRate*100)
 	outbound.X.Label.Text = "seconds since the start"
 	outbound.Y.Label.Text = "attempts/s at the vendor"
-	ymax := float64(sc.BanLimit) * 1.15
+	ymax := float64(sc.BanLimit)
 	var c *optionReport
 	for i := range rep.Options {
 		o := &rep.Options[i]
@@ -53,9 +53,10 @@ func plotReport(rep *report, path string) error {
 			c = o
 		}
 		for _, v := range o.Series.Outbound {
-			ymax = max(ymax, float64(v)*1.05)
+			ymax = max(ymax, float64(v))
 		}
 	}
+	ymax *= 1.45 // headroom for the legend
 	if err := shadeFault(outbound, sc.FaultSeconds, ymax); err != nil {
 		return err
 	}
