@@ -68,16 +68,16 @@ const (
 )
 
 type config struct {
-	rps                  int
-	fault, after         time.Duration
-	faultRate            float64
-	latency, retryAfter  time.Duration
-	options              []string
-	out, samples         string
-	kubeconfig, namespac string
-	journal, broken      string
-	cpuProfile           string
-	quick                bool
+	rps                   int
+	fault, after          time.Duration
+	faultRate             float64
+	latency, retryAfter   time.Duration
+	options               []string
+	out, samples          string
+	kubeconfig, namespace string
+	journal, broken       string
+	cpuProfile            string
+	quick                 bool
 }
 
 func main() {
@@ -148,7 +148,7 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&c.quick, "quick", false, "scale the drill to about 20 s (a 12 s fault, 6 s after)")
 	fs.StringVar(&c.samples, "samples", "config/samples", "the manifests holding the sample policy")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "read the policy from this cluster's published ConfigMaps (make dev-cluster) instead")
-	fs.StringVar(&c.namespac, "namespace", "default", "the namespace the policy is published in")
+	fs.StringVar(&c.namespace, "namespace", "default", "the namespace the policy is published in")
 	fs.StringVar(&c.journal, "journal", "", "the dead-letter journal's path (default: a fresh file on tmpfs when there is one)")
 	fs.StringVar(&c.broken, "break", "", `"budget" lifts the limits of Option C's budget (100%, 1,000 tokens) after the watcher, to show the drill failing`)
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the drill's own CPU profile here")
@@ -229,11 +229,11 @@ func run(cfg config) (*report, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	src := policySource{Kind: "files", Where: filepath.Join(tmp, "policies"), Namespace: cfg.namespac}
+	src := policySource{Kind: "files", Where: filepath.Join(tmp, "policies"), Namespace: cfg.namespace}
 	if cfg.kubeconfig != "" {
-		src = policySource{Kind: "informer", Where: cfg.kubeconfig, Namespace: cfg.namespac}
+		src = policySource{Kind: "informer", Where: cfg.kubeconfig, Namespace: cfg.namespace}
 	} else {
-		payload, err := samplePayload(cfg.samples, samplePolicy, cfg.namespac)
+		payload, err := samplePayload(cfg.samples, samplePolicy, cfg.namespace)
 		if err != nil {
 			return nil, err
 		}
@@ -453,12 +453,12 @@ func (l *logger) flush(upTo int) {
 			v, e := o.vendor.second(k), o.endedIn(k)
 			fmt.Fprintf(&b, " | %s primary %4d outbound %4d retries %4d 429s %4d", o.Name, v.Primary, v.Outbound, v.Retries, v.Status429)
 			if o.Name == "C" {
-				fmt.Fprintf(&b, " denied %4d dead-letters %4d", e.Status429, e.Retries)
+				fmt.Fprintf(&b, " denied %4d dead-letters %4d", e.BudgetDenied, e.Failed)
 				if k < len(l.tokens) {
 					fmt.Fprintf(&b, " tokens %5.1f", l.tokens[k])
 				}
 			} else {
-				fmt.Fprintf(&b, " failed %4d", e.Retries)
+				fmt.Fprintf(&b, " failed %4d", e.Failed)
 			}
 		}
 		log.Print(b.String())
@@ -495,11 +495,11 @@ func summarize(o *option, sc scenario, cfg config, lg *logger, letters []retry.D
 		s.Outbound = append(s.Outbound, v.Outbound)
 		s.Retries = append(s.Retries, v.Retries)
 		s.Status429 = append(s.Status429, v.Status429)
-		s.Dispatched = append(s.Dispatched, e.Primary)
-		s.Failed = append(s.Failed, e.Retries)
-		s.BudgetDenials = append(s.BudgetDenials, e.Status429)
+		s.Dispatched = append(s.Dispatched, e.Dispatched)
+		s.Failed = append(s.Failed, e.Failed)
+		s.BudgetDenials = append(s.BudgetDenials, e.BudgetDenied)
 		if o.Name == "C" {
-			s.DeadLetters = append(s.DeadLetters, e.Retries)
+			s.DeadLetters = append(s.DeadLetters, e.Failed)
 		} else {
 			s.DeadLetters = append(s.DeadLetters, 0)
 		}

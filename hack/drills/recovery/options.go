@@ -25,12 +25,17 @@ var body = []byte(`{"to":"+15550100","template":"2fa"}`)
 type outcome uint8
 
 const (
-	pending outcome = iota
-	dispatched
-	failed        // ended without a 201; Option C dead-letters it
-	budgetDenied  // failed because the retry budget refused a retry
-	notConsidered // never offered
+	pending    outcome = iota // not ended (an operation still pending at the end is lost)
+	dispatched                // answered 201
+	failed                    // ended without a 201; Option C dead-letters it
+	// budgetDenied: failed because the retry budget refused a retry.
+	budgetDenied
 )
+
+// endings counts the operations that ended in one second.
+type endings struct {
+	Dispatched, Failed, BudgetDenied int
+}
 
 // option is one retry strategy under test, with its own vendor.
 type option struct {
@@ -44,7 +49,7 @@ type option struct {
 	do func(ctx context.Context, op int) outcome
 
 	mu     sync.Mutex
-	ended  []second // by the second an operation ended: Primary=dispatched, Retries=failed, Status429=budget denials
+	ended  []endings // by the second operations ended in
 	result []outcome
 }
 
@@ -53,27 +58,27 @@ func (o *option) finish(op int, since time.Duration, out outcome) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for sec >= len(o.ended) {
-		o.ended = append(o.ended, second{})
+		o.ended = append(o.ended, endings{})
 	}
 	o.result[op] = out
 	switch out {
 	case dispatched:
-		o.ended[sec].Primary++
+		o.ended[sec].Dispatched++
 	case budgetDenied:
-		o.ended[sec].Status429++
+		o.ended[sec].BudgetDenied++
 		fallthrough
 	default:
-		o.ended[sec].Retries++
+		o.ended[sec].Failed++
 	}
 }
 
-func (o *option) endedIn(i int) second {
+func (o *option) endedIn(i int) endings {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if i < len(o.ended) {
 		return o.ended[i]
 	}
-	return second{}
+	return endings{}
 }
 
 // transport is a client to the loopback vendor with at most conns
