@@ -72,8 +72,8 @@ chart-check: manifests ## Render the Helm chart with Helm's engine and hold it t
 	cd hack/chartcheck && $(GO) test -count=1 ./...
 
 .PHONY: drill-check
-drill-check: ## Run the real-time recovery drill's tests, its --quick run included (about a minute).
-	cd hack/drills && $(GO) test -count=1 ./...
+drill-check: envtest ## Run the real-time recovery drill's tests, its --quick run included (about a minute).
+	cd hack/drills && KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test -count=1 ./...
 
 .PHONY: fuzz
 fuzz: ## Run every native fuzz test for FUZZTIME each (default 60s).
