@@ -30,7 +30,7 @@ demo: manifests envtest ## Run the story on an embedded local control plane, the
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) run ./hack/demo
 
 .PHONY: test
-test: manifests generate fmt vet envtest chart-check image-check ## Regenerate, check and run every test against a real API server.
+test: manifests generate fmt vet envtest chart-check image-check drill-check ## Regenerate, check and run every test against a real API server.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test $(TEST_FLAGS) $(TEST_PKGS)
 
 ##@ Development
@@ -72,6 +72,10 @@ envtest: ## Build (once) the kube-apiserver and etcd the tests run, and print wh
 .PHONY: chart-check
 chart-check: manifests envtest ## Lint, render, install, upgrade and uninstall the Helm chart; prove its RBAC and admission policy by impersonation.
 	cd hack/chartcheck && KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test -count=1 ./...
+
+.PHONY: drill-check
+drill-check: envtest ## Run the real-time recovery drill's tests, its --quick run included (about a minute).
+	cd hack/drills && KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test -count=1 ./...
 
 .PHONY: fuzz
 fuzz: ## Run every native fuzz test for FUZZTIME each (default 60s).

@@ -1,0 +1,204 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"image/color"
+	"os"
+	"path/filepath"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+)
+
+// writeOut writes report.json and drill.png into dir.
+func writeOut(dir string, rep *report) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "report.json"), append(data, '\n'), 0o644); err != nil {
+		return err
+	}
+	return plotReport(rep, filepath.Join(dir, "drill.png"))
+}
+
+var optionColors = map[string]color.Color{
+	"A": color.RGBA{R: 214, G: 39, B: 40, A: 255},
+	"B": color.RGBA{R: 255, G: 127, B: 14, A: 255},
+	"C": color.RGBA{R: 31, G: 119, B: 180, A: 255},
+}
+
+// plotReport draws outbound attempts per second for every option against
+// the ban line, the fault window shaded, and below it C's budget balance
+// and budget denials.
+func plotReport(rep *report, path string) error {
+	sc := rep.Scenario
+	outbound := plot.New()
+	outbound.Title.Text = fmt.Sprintf("Outbound attempts per second, %d logical req/s, 429 on %.0f%% of attempts during the fault",
+		sc.RPS, sc.FaultRate*100)
+	outbound.X.Label.Text = "seconds since the start"
+	outbound.Y.Label.Text = "attempts/s at the vendor"
+	ymax := float64(sc.BanLimit)
+	var c *optionReport
+	for i := range rep.Options {
+		o := &rep.Options[i]
+		if o.Name == "C" {
+			c = o
+		}
+		for _, v := range o.Series.Outbound {
+			ymax = max(ymax, float64(v))
+		}
+	}
+	ymax *= 1.45 // headroom for the legend
+	if err := shadeFault(outbound, sc.FaultSeconds, ymax); err != nil {
+		return err
+	}
+	outbound.Legend.Add("fault window: 429 on most attempts", faultSwatch())
+	for _, o := range rep.Options {
+		l, err := plotter.NewLine(perSecond(o.Series.Outbound))
+		if err != nil {
+			return err
+		}
+		l.Color = optionColors[o.Name]
+		l.Width = vg.Points(1.5)
+		outbound.Add(l)
+		outbound.Legend.Add(o.Label, l)
+	}
+	ban := plotter.NewFunction(func(float64) float64 { return float64(sc.BanLimit) })
+	ban.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
+	ban.Width = vg.Points(1.5)
+	outbound.Add(ban)
+	outbound.Legend.Add(fmt.Sprintf("the vendor bans above %d/s", sc.BanLimit), ban)
+	outbound.Legend.Top = true
+	outbound.Y.Min, outbound.Y.Max = 0, ymax
+
+	rows := [][]*plot.Plot{{outbound}}
+	seconds := 0.0
+	if c != nil {
+		balance, err := panel("C: retry budget balance (tokens, sampled each second)", "tokens", sc.FaultSeconds, c.Series.BudgetTokens, 1)
+		if err != nil {
+			return err
+		}
+		denials, err := panel("C: retries the budget refused, per second", "denials/s", sc.FaultSeconds, ints(c.Series.BudgetDenials), 0.5)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, []*plot.Plot{balance}, []*plot.Plot{denials})
+	}
+	for _, o := range rep.Options {
+		seconds = max(seconds, float64(len(o.Series.Outbound)))
+	}
+	for _, row := range rows {
+		row[0].X.Min, row[0].X.Max = 0, seconds
+		row[0].Y.Tick.Marker = wholeTicks{}
+		row[0].Add(plotter.NewGrid())
+	}
+	img := vgimg.New(11*vg.Inch, vg.Length(3.2*float64(len(rows)))*vg.Inch)
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: len(rows), Cols: 1, PadX: vg.Millimeter * 2, PadY: vg.Millimeter * 4,
+		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
+	canvases := plot.Align(rows, tiles, dc)
+	for i, row := range rows {
+		row[0].Draw(canvases[i][0])
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// panel is one of C's budget series over time.
+func panel(title, unit string, fault float64, values []float64, offset float64) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = "seconds since the start"
+	p.Y.Label.Text = unit
+	ymax := 1.0
+	for _, v := range values {
+		ymax = max(ymax, v*1.1)
+	}
+	if err := shadeFault(p, fault, ymax); err != nil {
+		return nil, err
+	}
+	xys := make(plotter.XYs, len(values))
+	for i, v := range values {
+		xys[i] = plotter.XY{X: float64(i) + offset, Y: v}
+	}
+	l, err := plotter.NewLine(xys)
+	if err != nil {
+		return nil, err
+	}
+	l.Color = optionColors["C"]
+	l.Width = vg.Points(1.5)
+	p.Add(l)
+	p.Y.Min, p.Y.Max = 0, ymax
+	return p, nil
+}
+
+// shadeFault shades the fault window [0, fault) up to ymax.
+func shadeFault(p *plot.Plot, fault, ymax float64) error {
+	poly, err := plotter.NewPolygon(plotter.XYs{{X: 0, Y: 0}, {X: fault, Y: 0}, {X: fault, Y: ymax}, {X: 0, Y: ymax}})
+	if err != nil {
+		return err
+	}
+	poly.Color = faultColor
+	poly.LineStyle.Width = 0
+	p.Add(poly)
+	return nil
+}
+
+var faultColor = color.RGBA{R: 250, G: 215, B: 215, A: 255}
+
+// faultSwatch is the fault window's legend entry.
+func faultSwatch() plot.Thumbnailer {
+	poly, _ := plotter.NewPolygon(plotter.XYs{{X: 0, Y: 0}, {X: 1, Y: 0}, {X: 1, Y: 1}})
+	poly.Color = faultColor
+	poly.LineStyle.Width = 0
+	return poly
+}
+
+// wholeTicks labels an axis in whole numbers (or tenths, for a short one).
+type wholeTicks struct{}
+
+func (wholeTicks) Ticks(lo, hi float64) []plot.Tick {
+	ticks := plot.DefaultTicks{}.Ticks(lo, hi)
+	format := "%.0f"
+	if hi-lo < 5 {
+		format = "%.1f"
+	}
+	for i := range ticks {
+		if ticks[i].Label != "" {
+			ticks[i].Label = fmt.Sprintf(format, ticks[i].Value)
+		}
+	}
+	return ticks
+}
+
+// perSecond places each 1 s bucket's count at the bucket's middle.
+func perSecond(values []int) plotter.XYs {
+	xys := make(plotter.XYs, len(values))
+	for i, v := range values {
+		xys[i] = plotter.XY{X: float64(i) + 0.5, Y: float64(v)}
+	}
+	return xys
+}
+
+func ints(v []int) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = float64(x)
+	}
+	return out
+}
