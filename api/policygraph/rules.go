@@ -8,7 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/retryguard/retryguard/api/codes"
+	"github.com/retryguard/retryguard/runtime/codes"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 )
 

@@ -7,7 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/retryguard/retryguard/api/httprules"
+	"github.com/retryguard/retryguard/runtime/httprules"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/hack/devenv"
 )

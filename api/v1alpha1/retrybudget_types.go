@@ -3,7 +3,7 @@ package v1alpha1
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/retryguard/retryguard/api/limits"
+	"github.com/retryguard/retryguard/runtime/limits"
 )
 
 // Defaults of RetryBudget.

@@ -3,8 +3,8 @@ package v1alpha1
 import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/retryguard/retryguard/api/codes"
-	"github.com/retryguard/retryguard/api/limits"
+	"github.com/retryguard/retryguard/runtime/codes"
+	"github.com/retryguard/retryguard/runtime/limits"
 )
 
 // ValidateRetryBudgetSpec checks every rule that needs nothing but the spec;

@@ -5,9 +5,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/retryguard/retryguard/api/codes"
-	"github.com/retryguard/retryguard/api/httprules"
-	"github.com/retryguard/retryguard/api/limits"
+	"github.com/retryguard/retryguard/runtime/codes"
+	"github.com/retryguard/retryguard/runtime/httprules"
+	"github.com/retryguard/retryguard/runtime/limits"
 )
 
 var (

@@ -5,6 +5,8 @@ module github.com/retryguard/retryguard/hack/chartcheck
 go 1.26.0
 
 require (
+	github.com/retryguard/retryguard/runtime v0.0.0
+	github.com/retryguard/retryguard/runtime/watch/informer v0.0.0-00010101000000-000000000000
 	helm.sh/helm/v3 v3.22.0
 	sigs.k8s.io/controller-runtime v0.25.2
 	sigs.k8s.io/yaml v1.6.0
@@ -138,7 +140,7 @@ require (
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 	k8s.io/api v0.37.2
-	k8s.io/apiextensions-apiserver v0.37.2 // indirect
+	k8s.io/apiextensions-apiserver v0.37.2
 	k8s.io/apimachinery v0.37.2
 	k8s.io/apiserver v0.37.2 // indirect
 	k8s.io/cli-runtime v0.37.0 // indirect
@@ -157,3 +159,9 @@ require (
 )
 
 replace github.com/retryguard/retryguard => ../..
+
+// The runtime modules are developed in this repository.
+replace (
+	github.com/retryguard/retryguard/runtime => ../../runtime
+	github.com/retryguard/retryguard/runtime/watch/informer => ../../runtime/watch/informer
+)

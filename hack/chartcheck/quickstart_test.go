@@ -20,14 +20,14 @@ import (
 	"github.com/retryguard/retryguard/hack/devenv"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 	"github.com/retryguard/retryguard/runtime/retry"
-	"github.com/retryguard/retryguard/runtime/watch"
+	"github.com/retryguard/retryguard/runtime/watch/informer"
 )
 
 // quickStart is the README's quick start for application teams, line for
 // line between the markers (TestReadmeQuickStartIsTested holds them equal).
 func quickStart(ctx context.Context, cs kubernetes.Interface, namespace, vendorURL string, body io.Reader) (*http.Response, error) {
 	// quick start: begin
-	policies := watch.NewInformer(cs, namespace) // the pod's namespace; needs config/samples/app-rbac.yaml
+	policies := informer.New(cs, namespace) // the pod's namespace; needs config/samples/app-rbac.yaml
 	if err := policies.Start(ctx); err != nil {
 		return nil, err
 	}

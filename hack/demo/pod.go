@@ -17,7 +17,7 @@ import (
 	"github.com/retryguard/retryguard/hack/devenv"
 	"github.com/retryguard/retryguard/runtime/deadletter"
 	"github.com/retryguard/retryguard/runtime/retry"
-	"github.com/retryguard/retryguard/runtime/watch"
+	"github.com/retryguard/retryguard/runtime/watch/informer"
 )
 
 // vendor is a scripted telephony API on loopback: each request takes the
@@ -65,7 +65,7 @@ func (s *story) pod(ctx context.Context, cluster *devenv.Cluster, dir string) er
 	if err != nil {
 		return err
 	}
-	policies := watch.NewInformer(cs, "default")
+	policies := informer.New(cs, "default")
 	policies.Logger = slog.New(slog.DiscardHandler)
 	if err := policies.Start(ctx); err != nil {
 		return err

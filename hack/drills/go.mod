@@ -10,6 +10,8 @@ replace github.com/retryguard/retryguard => ../..
 require (
 	github.com/prometheus/client_golang v1.24.0
 	github.com/retryguard/retryguard v0.0.0-00010101000000-000000000000
+	github.com/retryguard/retryguard/runtime v0.0.0
+	github.com/retryguard/retryguard/runtime/watch/informer v0.0.0-00010101000000-000000000000
 	gonum.org/v1/plot v0.17.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
@@ -80,4 +82,10 @@ require (
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
+)
+
+// The runtime modules are developed in this repository.
+replace (
+	github.com/retryguard/retryguard/runtime => ../../runtime
+	github.com/retryguard/retryguard/runtime/watch/informer => ../../runtime/watch/informer
 )

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/retryguard/retryguard/api/httprules"
+	"github.com/retryguard/retryguard/runtime/httprules"
 	"github.com/retryguard/retryguard/runtime/clock"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 	"github.com/retryguard/retryguard/runtime/policyconfig/fixtures"

@@ -6,8 +6,8 @@ import (
 	"regexp"
 	"slices"
 
-	"github.com/retryguard/retryguard/api/httprules"
-	"github.com/retryguard/retryguard/api/limits"
+	"github.com/retryguard/retryguard/runtime/httprules"
+	"github.com/retryguard/retryguard/runtime/limits"
 )
 
 // ErrInvalidPayload is matched by every ParseError.

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/retryguard/retryguard/api/codes"
+	"github.com/retryguard/retryguard/runtime/codes"
 	"github.com/retryguard/retryguard/runtime/budget"
 )
 

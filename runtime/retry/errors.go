@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/retryguard/retryguard/api/codes"
+	"github.com/retryguard/retryguard/runtime/codes"
 )
 
 // ErrNotCompleted is matched by every *Error: the operation did not complete.

@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"sync"
 
-	"github.com/retryguard/retryguard/api/codes"
-	"github.com/retryguard/retryguard/api/httprules"
+	"github.com/retryguard/retryguard/runtime/codes"
+	"github.com/retryguard/retryguard/runtime/httprules"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 

@@ -9,7 +9,7 @@ import (
 	"net/http/httptrace"
 	"sync/atomic"
 
-	"github.com/retryguard/retryguard/api/codes"
+	"github.com/retryguard/retryguard/runtime/codes"
 )
 
 type varsKey struct{}

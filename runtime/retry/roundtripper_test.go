@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/retryguard/retryguard/api/codes"
+	"github.com/retryguard/retryguard/runtime/codes"
 	"github.com/retryguard/retryguard/runtime/clock"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )

@@ -97,6 +97,24 @@ func (s *store) Rejected() uint64 { return s.rejected.Load() }
 // the operator did not publish, or a payload of another namespace.
 func (s *store) Ignored() uint64 { return s.ignored.Load() }
 
+// Store is the snapshot a Watcher outside this package serves from (the
+// ConfigMap informer in runtime/watch/informer): Policy never blocks, Set
+// swaps one entry in by copy-on-write and runs the OnChange handlers. It is
+// safe for concurrent use.
+type Store struct{ *store }
+
+// NewStore returns an empty Store.
+func NewStore() *Store { return &Store{newStore()} }
+
+// Set serves p under name; nil removes name.
+func (s *Store) Set(name string, p *policyconfig.Payload) { s.set(name, p) }
+
+// Reject counts a payload that did not parse (the last good one stays).
+func (s *Store) Reject() { s.rejected.Add(1) }
+
+// Ignore counts a payload that was not trusted.
+func (s *Store) Ignore() { s.ignored.Add(1) }
+
 // Static serves a fixed set of policies: a fake for tests and examples.
 type Static struct{ *store }
 

@@ -16,6 +16,8 @@ require (
 	github.com/onsi/gomega v1.44.0
 	github.com/retryguard/retryguard v0.0.0
 	github.com/retryguard/retryguard/hack/e2e v0.0.0
+	github.com/retryguard/retryguard/runtime v0.0.0
+	github.com/retryguard/retryguard/runtime/watch/informer v0.0.0-00010101000000-000000000000
 	golang.org/x/sync v0.23.0
 	helm.sh/helm/v3 v3.22.0
 	k8s.io/api v0.37.2
@@ -148,4 +150,10 @@ require (
 	sigs.k8s.io/kustomize/kyaml v0.21.1 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
+)
+
+// The runtime modules are developed in this repository.
+replace (
+	github.com/retryguard/retryguard/runtime => ../../runtime
+	github.com/retryguard/retryguard/runtime/watch/informer => ../../runtime/watch/informer
 )

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/retryguard/retryguard/api/codes"
+	"github.com/retryguard/retryguard/runtime/codes"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 	"github.com/retryguard/retryguard/runtime/retry"
 )

@@ -19,6 +19,7 @@ import (
 	"github.com/retryguard/retryguard/controllers"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 	"github.com/retryguard/retryguard/runtime/watch"
+	"github.com/retryguard/retryguard/runtime/watch/informer"
 )
 
 // samplePolicy is the RetryPolicy of config/samples the drill runs under.
@@ -151,7 +152,7 @@ func startWatcher(ctx context.Context, src policySource) (watch.Watcher, error) 
 		if err != nil {
 			return nil, err
 		}
-		w = watch.NewInformer(client, src.Namespace)
+		w = informer.New(client, src.Namespace)
 	default:
 		return nil, fmt.Errorf("unknown policy source %q", src.Kind)
 	}

@@ -30,6 +30,7 @@ import (
 
 	"github.com/retryguard/retryguard/runtime/retry"
 	"github.com/retryguard/retryguard/runtime/watch"
+	"github.com/retryguard/retryguard/runtime/watch/informer"
 )
 
 // policy is the one policy this application runs under.
@@ -71,7 +72,7 @@ func run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		src = watch.NewInformer(cs, os.Getenv("POD_NAMESPACE"))
+		src = informer.New(cs, os.Getenv("POD_NAMESPACE"))
 	case "files":
 		src = watch.NewFiles(os.Getenv("POLICY_DIR"))
 	default:

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/retryguard/retryguard/api/httprules"
+	"github.com/retryguard/retryguard/runtime/httprules"
 )
 
 func TestIsSecureEndpoint(t *testing.T) {

@@ -1,4 +1,9 @@
-package watch
+// Package informer serves published policies to a pod from a client-go
+// ConfigMap informer over the pod's own namespace. It lives in a module of
+// its own so that only applications that watch the API server take
+// client-go into their module graph; the file watcher (runtime/watch.Files)
+// needs nothing beyond the standard library.
+package informer
 
 import (
 	"context"
@@ -14,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/retryguard/retryguard/runtime/policyconfig"
+	"github.com/retryguard/retryguard/runtime/watch"
 )
 
 // Informer watches the published ConfigMaps of one namespace (the pod's)
@@ -26,7 +32,7 @@ import (
 // ConfigMap's own namespace. Anything else is ignored, logged and counted
 // (Ignored); a deletion removes only the policy that ConfigMap supplied.
 type Informer struct {
-	*store
+	store     *watch.Store
 	Client    kubernetes.Interface
 	Namespace string
 	Logger    *slog.Logger
@@ -35,10 +41,24 @@ type Informer struct {
 	supplied map[string]string // ConfigMap name → the policy it supplies
 }
 
-// NewInformer watches namespace through client.
-func NewInformer(client kubernetes.Interface, namespace string) *Informer {
-	return &Informer{store: newStore(), Client: client, Namespace: namespace, Logger: slog.Default(), supplied: map[string]string{}}
+// New watches namespace through client.
+func New(client kubernetes.Interface, namespace string) *Informer {
+	return &Informer{store: watch.NewStore(), Client: client, Namespace: namespace, Logger: slog.Default(), supplied: map[string]string{}}
 }
+
+var _ watch.Watcher = (*Informer)(nil)
+
+// Policy returns the last good payload published under name.
+func (i *Informer) Policy(name string) (*policyconfig.Payload, bool) { return i.store.Policy(name) }
+
+// OnChange registers f to run after every applied change.
+func (i *Informer) OnChange(f func(name string)) { i.store.OnChange(f) }
+
+// Rejected counts payloads that did not parse since start.
+func (i *Informer) Rejected() uint64 { return i.store.Rejected() }
+
+// Ignored counts ConfigMaps that were not trusted since start.
+func (i *Informer) Ignored() uint64 { return i.store.Ignored() }
 
 // Start runs the informer until ctx ends and returns after its first sync.
 func (i *Informer) Start(ctx context.Context) error {
@@ -82,7 +102,7 @@ func (i *Informer) upsert(o any) {
 	}
 	p, err := policyconfig.Parse([]byte(cm.Data[policyconfig.DataKey]))
 	if err != nil {
-		i.rejected.Add(1)
+		i.store.Reject()
 		log.Error("policy payload rejected; keeping the last good one", "err", err)
 		return
 	}
@@ -93,7 +113,7 @@ func (i *Informer) upsert(o any) {
 	i.mu.Lock()
 	i.supplied[cm.Name] = p.Policy.Name
 	i.mu.Unlock()
-	i.set(p.Policy.Name, p)
+	i.store.Set(p.Policy.Name, p)
 }
 
 // remove forgets the policy cm supplied, and nothing else.
@@ -103,12 +123,12 @@ func (i *Informer) remove(cm *corev1.ConfigMap) {
 	delete(i.supplied, cm.Name)
 	i.mu.Unlock()
 	if ok {
-		i.set(name, nil)
+		i.store.Set(name, nil)
 	}
 }
 
 func (i *Informer) ignore(log *slog.Logger, reason string) {
-	i.ignored.Add(1)
+	i.store.Ignore()
 	log.Warn("ConfigMap ignored: not published by the Retryguard operator", "reason", reason)
 }
 

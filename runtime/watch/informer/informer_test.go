@@ -1,7 +1,8 @@
-package watch_test
+package informer_test
 
 import (
 	"context"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -9,19 +10,21 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/retryguard/retryguard/hack/devenv"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 	"github.com/retryguard/retryguard/runtime/policyconfig/fixtures"
 	"github.com/retryguard/retryguard/runtime/watch"
+	"github.com/retryguard/retryguard/runtime/watch/informer"
 )
 
 func startAPIServer(tb testing.TB) kubernetes.Interface {
 	tb.Helper()
-	env, err := devenv.NewEnvironment()
-	if err != nil {
-		tb.Fatal(err)
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		tb.Fatal("KUBEBUILDER_ASSETS must name a directory with kube-apiserver and etcd; run the tests with `make test`, or export KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh)")
 	}
+	// A bare API server: the informer reads ConfigMaps and needs no CRD.
+	env := &envtest.Environment{}
 	cfg, err := env.Start()
 	if err != nil {
 		tb.Fatal(err)
@@ -86,7 +89,7 @@ func TestInformerHotReload(t *testing.T) {
 	if _, err := cs.CoreV1().ConfigMaps("auth").Create(ctx, other, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	w := watch.NewInformer(cs, "auth")
+	w := informer.New(cs, "auth")
 	changed := make(chan string, 64)
 	w.OnChange(func(n string) { changed <- n })
 	if err := w.Start(ctx); err != nil {
@@ -141,7 +144,7 @@ func BenchmarkInformerApplyToEnforced(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	w := watch.NewInformer(cs, "auth")
+	w := informer.New(cs, "auth")
 	changed := make(chan string, 1024)
 	w.OnChange(func(n string) {
 		select {

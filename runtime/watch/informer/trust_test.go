@@ -1,4 +1,4 @@
-package watch_test
+package informer_test
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 	"github.com/retryguard/retryguard/runtime/policyconfig/fixtures"
 	"github.com/retryguard/retryguard/runtime/watch"
+	"github.com/retryguard/retryguard/runtime/watch/informer"
 )
 
 // published is the ConfigMap the operator writes for payload p: managed-by
@@ -53,9 +54,9 @@ func (l logSink) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-func startTrusting(t *testing.T, cs kubernetes.Interface) (*watch.Informer, chan string, logSink) {
+func startTrusting(t *testing.T, cs kubernetes.Interface) (*informer.Informer, chan string, logSink) {
 	t.Helper()
-	w := watch.NewInformer(cs, "auth")
+	w := informer.New(cs, "auth")
 	logs := logSink{lines: make(chan string, 256)}
 	w.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	changed := make(chan string, 256)
