@@ -117,6 +117,10 @@ dev-cluster: manifests envtest ## Run a local control plane in the foreground; k
 build: manifests generate fmt vet ## Build the manager binary.
 	$(GO) build -o bin/manager .
 
+.PHONY: plugin
+plugin: ## Build the kubectl plugin (kubectl retryguard graph | explain | lint).
+	$(GO) build -o bin/kubectl-retryguard ./cmd/kubectl-retryguard
+
 .PHONY: run
 run: manifests generate fmt vet ## Run the controllers against the current kubeconfig (webhooks need certificates: see make dev-cluster).
 	$(GO) run . --leader-elect=false --enable-webhooks=false

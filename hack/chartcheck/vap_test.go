@@ -2,6 +2,7 @@ package chartcheck
 
 import (
 	"context"
+	"github.com/retryguard/retryguard/runtime/codes"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,7 @@ import (
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
-const reservedCode = "ERR_PUBLISHED_CONFIGMAP_RESERVED"
+var reservedCode = codes.PublishedConfigMapReserved.String()
 
 // The chart's ValidatingAdmissionPolicy reserves the published ConfigMaps
 // for the operator's ServiceAccount, while the garbage collector and the

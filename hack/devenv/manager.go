@@ -46,9 +46,10 @@ func NewManager(env *envtest.Environment, cfg *rest.Config) (ctrl.Manager, error
 	return ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:  env.Scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"},
-		WebhookServer: webhook.NewServer(webhook.Options{
+		// Refusals are counted by code, as main.go's server counts them.
+		WebhookServer: webhooks.CountDenials(webhook.NewServer(webhook.Options{
 			Host: w.LocalServingHost, Port: w.LocalServingPort, CertDir: w.LocalServingCertDir,
-		}),
+		})),
 		HealthProbeBindAddress: "0",
 		Controller:             controllerOptions,
 		Cache:                  controllers.CacheOptions(),

@@ -42,6 +42,10 @@ const (
 // Cross-object codes: rules that need other objects, checked by the webhooks
 // and re-checked by the controllers.
 const (
+	// PublishedConfigMapReserved: a write to a published ConfigMap (the
+	// managed-by label, or a retrypolicy-* name) by anyone but the operator,
+	// refused by the ValidatingAdmissionPolicy in config/vap and the chart.
+	PublishedConfigMapReserved Code = "ERR_PUBLISHED_CONFIGMAP_RESERVED"
 	// LayerAmplification: the attempt product along a parentRef chain is above the limit.
 	LayerAmplification Code = "ERR_LAYER_AMPLIFICATION"
 	// LayerCycle: a parentRef chain loops back on itself.
@@ -64,8 +68,6 @@ const (
 	PermanentFailure Code = "ERR_PERMANENT_FAILURE"
 	// UnknownOutcome: the request may have been applied and cannot be safely replayed.
 	UnknownOutcome Code = "ERR_UNKNOWN_OUTCOME"
-	// AttemptsExhausted: every allowed attempt failed.
-	AttemptsExhausted Code = "ERR_ATTEMPTS_EXHAUSTED"
 	// MissingKeyVariable: the key template names a variable the caller did not supply.
 	MissingKeyVariable Code = "ERR_MISSING_KEY_VARIABLE"
 	// PolicyNotEnforced: the policy is unknown or published as NoRetry.
