@@ -7,9 +7,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/retryguard/retryguard/runtime/httprules"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/runtime/httprules"
 )
 
 // FuzzValidateRetryPolicySpec feeds arbitrary JSON specs to the validator. It

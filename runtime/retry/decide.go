@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/retryguard/retryguard/runtime/codes"
 	"github.com/retryguard/retryguard/runtime/budget"
+	"github.com/retryguard/retryguard/runtime/codes"
 )
 
 // DecisionInput is everything one retry decision rests on. Do fills it
