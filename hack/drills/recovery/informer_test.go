@@ -37,9 +37,14 @@ func TestKubeconfigReadsThePublishedConfigMap(t *testing.T) {
 		t.Fatal(err)
 	}
 	client := kubernetes.NewForConfigOrDie(cfg)
+	controller := true
 	cm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: policyconfig.ConfigMapName(samplePolicy), Namespace: "default",
-			Labels: map[string]string{policyconfig.ManagedByLabel: policyconfig.ManagedByValue, policyconfig.PolicyLabel: samplePolicy}},
+			Labels: map[string]string{policyconfig.ManagedByLabel: policyconfig.ManagedByValue, policyconfig.PolicyLabel: samplePolicy},
+			// Pods serve only what the operator published: its label, and a
+			// controller owner reference to the RetryPolicy.
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: policyconfig.OwnerAPIVersion, Kind: policyconfig.OwnerKind,
+				Name: samplePolicy, UID: "00000000-0000-0000-0000-000000002901", Controller: &controller}}},
 		Data: map[string]string{policyconfig.DataKey: string(data)},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
