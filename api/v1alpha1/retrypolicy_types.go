@@ -129,7 +129,7 @@ type Backoff struct {
 
 	// base is the first backoff window. It must be positive.
 	// +optional
-	// +kubebuilder:default="100ms"
+	// +default="100ms"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="ERR_INVALID_DURATION: must be a duration such as 100ms, 4s or 1m (digits, then ns, us, ms, s, m or h)"
@@ -137,7 +137,7 @@ type Backoff struct {
 
 	// cap is the largest backoff window. It must be at least base.
 	// +optional
-	// +kubebuilder:default="3s"
+	// +default="3s"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="ERR_INVALID_DURATION: must be a duration such as 100ms, 4s or 1m (digits, then ns, us, ms, s, m or h)"
@@ -145,7 +145,7 @@ type Backoff struct {
 
 	// multiplier grows the window per attempt: base·multiplier^n, from 1 to 10.
 	// +optional
-	// +kubebuilder:default=2
+	// +default=2
 	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 10",message="ERR_OUT_OF_RANGE: backoff.multiplier must be between 1 and 10"
 	Multiplier *int32 `json:"multiplier,omitempty"`
 }
@@ -169,7 +169,7 @@ type RetryOn struct {
 	// 501 and 505 may appear: a 4xx is the caller's fault and retrying burns money.
 	// +optional
 	// +listType=set
-	// +kubebuilder:default={429,503,504}
+	// +default=[429,503,504]
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:XValidation:rule="self.all(c, c == 429 || (c >= 500 && c <= 599 && c != 501 && c != 505))",message="ERR_NON_RETRYABLE_STATUS: retryOn.statusCodes may hold only 429 and 5xx other than 501 and 505; other statuses never succeed on retry"
 	StatusCodes []int32 `json:"statusCodes,omitempty"`
@@ -180,7 +180,7 @@ type RetryOn struct {
 	// an idempotency key or an idempotent method (see maxAttempts).
 	// +optional
 	// +listType=set
-	// +kubebuilder:default={ConnectionRefused,DNSFailure}
+	// +default=["ConnectionRefused","DNSFailure"]
 	// +kubebuilder:validation:MaxItems=4
 	Errors []TransportError `json:"errors,omitempty"`
 }
@@ -190,7 +190,7 @@ type RetryOn struct {
 type Idempotency struct {
 	// header is the request header that carries the key.
 	// +optional
-	// +kubebuilder:default="Idempotency-Key"
+	// +default="Idempotency-Key"
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=128
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z0-9!#$%&\\'*+.^_|~-]+$')",message="ERR_INVALID_HEADER: idempotency.header must be an HTTP field name: letters, digits and !#$%&'*+.^_|~- only, no space, CR or LF"
@@ -305,7 +305,7 @@ type RetryPolicySpec struct {
 	// minRemaining is the reserve: no retry starts when the remaining deadline
 	// is at or below it.
 	// +optional
-	// +kubebuilder:default="500ms"
+	// +default="500ms"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="ERR_INVALID_DURATION: must be a duration such as 100ms, 4s or 1m (digits, then ns, us, ms, s, m or h)"
@@ -321,17 +321,17 @@ type RetryPolicySpec struct {
 
 	// retryAfter governs the server's Retry-After header.
 	// +optional
-	// +kubebuilder:default={}
+	// +default={}
 	RetryAfter *RetryAfter `json:"retryAfter,omitempty"`
 
 	// retryOn lists the failures that may be retried.
 	// +optional
-	// +kubebuilder:default={}
+	// +default={}
 	RetryOn *RetryOn `json:"retryOn,omitempty"`
 
 	// idempotency makes replays safe.
 	// +optional
-	// +kubebuilder:default={}
+	// +default={}
 	Idempotency *Idempotency `json:"idempotency,omitempty"`
 
 	// budgetRef names the RetryBudget, in the same namespace, that every retry
@@ -346,7 +346,7 @@ type RetryPolicySpec struct {
 	// criticality separates failure domains: Critical and Standard callers may
 	// share neither a pool nor a budget.
 	// +optional
-	// +kubebuilder:default=Standard
+	// +default="Standard"
 	Criticality *Criticality `json:"criticality,omitempty"`
 
 	// fallback lists where exhausted operations may be compensated.
@@ -365,7 +365,9 @@ type RetryPolicyStatus struct {
 	// +optional
 	// +listType=map
 	// +listMapKey=type
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// +patchStrategy=merge
+	// +patchMergeKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type" protobuf:"bytes,1,rep,name=conditions"`
 
 	// observedGeneration is the generation last published successfully.
 	// +optional
