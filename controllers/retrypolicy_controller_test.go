@@ -9,7 +9,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -45,7 +44,7 @@ var _ = Describe("Publishing", func() {
 			_, stored := readyOf(g, ns, p.Name)
 			g.Expect(stored.Status.LeafAttempts).To(BeEquivalentTo(3))
 			g.Expect(stored.Status.ConfigMapName).To(Equal("retrypolicy-sms-2fa-dispatch"))
-			g.Expect(stored.Status.WorstCaseDuration).To(HaveValue(Equal(metav1.Duration{Duration: 4 * time.Second})))
+			g.Expect(stored.Status.WorstCaseDuration).To(HaveValue(Equal(v1.DurationOf(4 * time.Second))))
 
 			var budget v1.RetryBudget
 			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: fixtures.DefaultBudget}, &budget)).To(Succeed())

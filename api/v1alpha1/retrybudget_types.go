@@ -29,11 +29,8 @@ type RetryBudgetSpec struct {
 	// window is the rolling window of the ratio cap, from 1s to 1h.
 	// +optional
 	// +default="60s"
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="ERR_INVALID_DURATION: must be a duration such as 100ms, 4s or 1m (digits, then ns, us, ms, s, m or h)"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || (duration(self) >= duration('1s') && duration(self) <= duration('1h'))",message="ERR_OUT_OF_RANGE: window must be between 1s and 1h"
-	Window *metav1.Duration `json:"window,omitempty"`
+	Window *Duration `json:"window,omitempty"`
 
 	// maxTokens is the bucket's capacity, the largest burst of retries, from 1 to 1000.
 	// +optional

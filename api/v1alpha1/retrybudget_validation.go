@@ -16,8 +16,9 @@ func ValidateRetryBudgetSpec(spec *RetryBudgetSpec, fldPath *field.Path) field.E
 		errs = append(errs, field.Invalid(fldPath.Child("retryPercent"), s.RetryPercent, codes.OutOfRange.Message(
 			"retryPercent must be between 1 and 100")))
 	}
-	if w := s.Window.Duration; w < limits.MinBudgetWindow || w > limits.MaxBudgetWindow {
-		errs = append(errs, field.Invalid(fldPath.Child("window"), w.String(), codes.OutOfRange.Message(
+	errs = append(errs, validateDuration(*s.Window, fldPath.Child("window"))...)
+	if w := s.Window.Duration(); s.Window.Valid() && (w < limits.MinBudgetWindow || w > limits.MaxBudgetWindow) {
+		errs = append(errs, field.Invalid(fldPath.Child("window"), string(*s.Window), codes.OutOfRange.Message(
 			"window must be between 1s and 1h")))
 	}
 	if t := *s.MaxTokens; t < 1 || t > MaxBudgetTokens {

@@ -130,18 +130,12 @@ type Backoff struct {
 	// base is the first backoff window. It must be positive.
 	// +optional
 	// +default="100ms"
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="ERR_INVALID_DURATION: must be a duration such as 100ms, 4s or 1m (digits, then ns, us, ms, s, m or h)"
-	Base *metav1.Duration `json:"base,omitempty"`
+	Base *Duration `json:"base,omitempty"`
 
 	// cap is the largest backoff window. It must be at least base.
 	// +optional
 	// +default="3s"
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="ERR_INVALID_DURATION: must be a duration such as 100ms, 4s or 1m (digits, then ns, us, ms, s, m or h)"
-	Cap *metav1.Duration `json:"cap,omitempty"`
+	Cap *Duration `json:"cap,omitempty"`
 
 	// multiplier grows the window per attempt: base·multiplier^n, from 1 to 10.
 	// +optional
@@ -157,10 +151,7 @@ type RetryAfter struct {
 	// absent it is 3s, or deadline − minRemaining when that is shorter, so
 	// that an honoured Retry-After never outlives the operation.
 	// +optional
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="ERR_INVALID_DURATION: must be a duration such as 100ms, 4s or 1m (digits, then ns, us, ms, s, m or h)"
-	MaxDelay *metav1.Duration `json:"maxDelay,omitempty"`
+	MaxDelay *Duration `json:"maxDelay,omitempty"`
 }
 
 // RetryOn lists the failures that may be retried. Anything else is terminal.
@@ -297,27 +288,18 @@ type RetryPolicySpec struct {
 	// deadline is the end-to-end deadline of one logical operation; attempts
 	// spend it, they do not reset it.
 	// +required
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="ERR_INVALID_DURATION: must be a duration such as 100ms, 4s or 1m (digits, then ns, us, ms, s, m or h)"
-	Deadline metav1.Duration `json:"deadline"`
+	Deadline Duration `json:"deadline"`
 
 	// minRemaining is the reserve: no retry starts when the remaining deadline
 	// is at or below it.
 	// +optional
 	// +default="500ms"
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="ERR_INVALID_DURATION: must be a duration such as 100ms, 4s or 1m (digits, then ns, us, ms, s, m or h)"
-	MinRemaining *metav1.Duration `json:"minRemaining,omitempty"`
+	MinRemaining *Duration `json:"minRemaining,omitempty"`
 
 	// perAttemptTimeout bounds each attempt; it is also the expected cost of
 	// an attempt when deciding whether a retry still fits the deadline.
 	// +optional
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="ERR_INVALID_DURATION: must be a duration such as 100ms, 4s or 1m (digits, then ns, us, ms, s, m or h)"
-	PerAttemptTimeout *metav1.Duration `json:"perAttemptTimeout,omitempty"`
+	PerAttemptTimeout *Duration `json:"perAttemptTimeout,omitempty"`
 
 	// retryAfter governs the server's Retry-After header.
 	// +optional
@@ -381,7 +363,7 @@ type RetryPolicyStatus struct {
 	// worstCaseDuration is the longest schedule: every attempt plus every
 	// maximum backoff, bounded by the deadline.
 	// +optional
-	WorstCaseDuration *metav1.Duration `json:"worstCaseDuration,omitempty"`
+	WorstCaseDuration *Duration `json:"worstCaseDuration,omitempty"`
 
 	// configMapName is the ConfigMap the policy is published in.
 	// +optional

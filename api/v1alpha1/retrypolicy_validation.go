@@ -60,12 +60,15 @@ func validateBackoff(b *Backoff, fldPath *field.Path) field.ErrorList {
 	default:
 		errs = append(errs, field.NotSupported(fldPath.Child("jitter"), b.Jitter, supportedJitter))
 	}
-	if b.Base.Duration <= 0 {
-		errs = append(errs, field.Invalid(fldPath.Child("base"), b.Base.Duration.String(), codes.JitterRequired.Message(
+	errs = append(errs, validateDuration(*b.Base, fldPath.Child("base"))...)
+	errs = append(errs, validateDuration(*b.Cap, fldPath.Child("cap"))...)
+	// Like the CRD's rules, the comparisons hold only between durations that parse.
+	if b.Base.Valid() && b.Base.Duration() <= 0 {
+		errs = append(errs, field.Invalid(fldPath.Child("base"), string(*b.Base), codes.JitterRequired.Message(
 			"backoff.base 0s is an immediate retry; use a positive base such as 100ms")))
 	}
-	if b.Cap.Duration < b.Base.Duration {
-		errs = append(errs, field.Invalid(fldPath.Child("cap"), b.Cap.Duration.String(), codes.BackoffInvalid.Message(
+	if b.Base.Valid() && b.Cap.Valid() && b.Cap.Duration() < b.Base.Duration() {
+		errs = append(errs, field.Invalid(fldPath.Child("cap"), string(*b.Cap), codes.BackoffInvalid.Message(
 			"backoff.cap must be at least backoff.base")))
 	}
 	if m := *b.Multiplier; m < 1 || m > limits.MaxBackoffMultiplier {
@@ -130,26 +133,46 @@ var keyTemplateMessages = map[httprules.KeyTemplateProblem]string{
 
 func validateDeadlines(s *RetryPolicySpec, fldPath *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	deadline := s.Deadline.Duration
+	errs = append(errs, validateDuration(s.Deadline, fldPath.Child("deadline"))...)
+	errs = append(errs, validateDuration(*s.MinRemaining, fldPath.Child("minRemaining"))...)
+	if t := s.PerAttemptTimeout; t != nil {
+		errs = append(errs, validateDuration(*t, fldPath.Child("perAttemptTimeout"))...)
+	}
+	if d := s.RetryAfter.MaxDelay; d != nil {
+		errs = append(errs, validateDuration(*d, fldPath.Child("retryAfter", "maxDelay"))...)
+	}
+	// Like the CRD's rules, the comparisons hold only between durations that parse.
+	if !s.Deadline.Valid() {
+		return errs
+	}
+	deadline := s.Deadline.Duration()
 	if deadline <= 0 {
-		errs = append(errs, field.Invalid(fldPath.Child("deadline"), deadline.String(), codes.DeadlineInfeasible.Message(
+		errs = append(errs, field.Invalid(fldPath.Child("deadline"), string(s.Deadline), codes.DeadlineInfeasible.Message(
 			"deadline must be positive")))
 	}
-	if s.MaxAttempts > 1 && deadline <= s.MinRemaining.Duration {
-		errs = append(errs, field.Invalid(fldPath.Child("deadline"), deadline.String(), codes.DeadlineInfeasible.Message(
+	if m := s.MinRemaining; s.MaxAttempts > 1 && m.Valid() && deadline <= m.Duration() {
+		errs = append(errs, field.Invalid(fldPath.Child("deadline"), string(s.Deadline), codes.DeadlineInfeasible.Message(
 			"deadline must exceed minRemaining, or no retry could ever start")))
 	}
 	// Only a maxDelay the user wrote can break this: the absent default is
 	// derived from the deadline (RetryAfterMaxDelay).
-	if d := s.RetryAfter.MaxDelay; s.MaxAttempts > 1 && d != nil && d.Duration >= deadline {
-		errs = append(errs, field.Invalid(fldPath.Child("retryAfter", "maxDelay"), d.Duration.String(), codes.DeadlineInfeasible.Message(
+	if d := s.RetryAfter.MaxDelay; s.MaxAttempts > 1 && d != nil && d.Valid() && d.Duration() >= deadline {
+		errs = append(errs, field.Invalid(fldPath.Child("retryAfter", "maxDelay"), string(*d), codes.DeadlineInfeasible.Message(
 			"retryAfter.maxDelay must be below deadline, or an honoured Retry-After would outlive the operation")))
 	}
-	if t := s.PerAttemptTimeout; t != nil && t.Duration > deadline {
-		errs = append(errs, field.Invalid(fldPath.Child("perAttemptTimeout"), t.Duration.String(), codes.DeadlineInfeasible.Message(
+	if t := s.PerAttemptTimeout; t != nil && t.Valid() && t.Duration() > deadline {
+		errs = append(errs, field.Invalid(fldPath.Child("perAttemptTimeout"), string(*t), codes.DeadlineInfeasible.Message(
 			"perAttemptTimeout must not exceed deadline")))
 	}
 	return errs
+}
+
+// validateDuration refuses what the Duration type's CEL rule refuses.
+func validateDuration(d Duration, fldPath *field.Path) field.ErrorList {
+	if d.Valid() {
+		return nil
+	}
+	return field.ErrorList{field.Invalid(fldPath, string(d), codes.InvalidDuration.Message(durationMessage))}
 }
 
 func validateFallbackChannel(c *FallbackChannel, fldPath *field.Path) field.ErrorList {
@@ -172,11 +195,11 @@ func validateFallbackChannel(c *FallbackChannel, fldPath *field.Path) field.Erro
 // Retry-After the deadline could not hold fails fast instead of waiting.
 func (s *RetryPolicySpec) RetryAfterMaxDelay() time.Duration {
 	if s.RetryAfter != nil && s.RetryAfter.MaxDelay != nil {
-		return s.RetryAfter.MaxDelay.Duration
+		return s.RetryAfter.MaxDelay.Duration()
 	}
-	minRemaining := mustDuration(DefaultMinRemaining).Duration
+	minRemaining := mustDuration(DefaultMinRemaining).Duration()
 	if s.MinRemaining != nil {
-		minRemaining = s.MinRemaining.Duration
+		minRemaining = s.MinRemaining.Duration()
 	}
-	return max(0, min(DefaultRetryAfterMaxDelay, s.Deadline.Duration-minRemaining))
+	return max(0, min(DefaultRetryAfterMaxDelay, s.Deadline.Duration()-minRemaining))
 }

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 )
@@ -89,12 +89,12 @@ func TestRetryAfterMaxDelayIsDerived(t *testing.T) {
 		{deadline: "400ms", want: 0},
 		{deadline: "3s", written: "1s", want: time.Second},
 	} {
-		s := v1.RetryPolicySpec{Deadline: metav1.Duration{Duration: mustParse(tc.deadline)}}
+		s := v1.RetryPolicySpec{Deadline: v1.DurationOf(mustParse(tc.deadline))}
 		if tc.minRemaining != "" {
-			s.MinRemaining = &metav1.Duration{Duration: mustParse(tc.minRemaining)}
+			s.MinRemaining = ptr.To(v1.DurationOf(mustParse(tc.minRemaining)))
 		}
 		if tc.written != "" {
-			s.RetryAfter = &v1.RetryAfter{MaxDelay: &metav1.Duration{Duration: mustParse(tc.written)}}
+			s.RetryAfter = &v1.RetryAfter{MaxDelay: ptr.To(v1.DurationOf(mustParse(tc.written)))}
 		}
 		if got := s.RetryAfterMaxDelay(); got != tc.want {
 			t.Errorf("%+v: %v, want %v", tc, got, tc.want)

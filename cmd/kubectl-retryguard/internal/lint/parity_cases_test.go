@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -28,13 +27,8 @@ type parityCase struct {
 	objs func(tb testing.TB) []client.Object
 }
 
-func dur(s string) *metav1.Duration {
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		panic(err)
-	}
-	return &metav1.Duration{Duration: d}
-}
+// dur is a Duration as written, so that a table can hold a malformed one.
+func dur(s string) *v1.Duration { d := v1.Duration(s); return &d }
 
 func loadSample[T any](tb testing.TB, file string) *T {
 	tb.Helper()
@@ -136,6 +130,12 @@ var celCases = []parityCase{
 	{"retry-after max equal to deadline", samplePolicy(func(s *v1.RetryPolicySpec) { s.RetryAfter.MaxDelay = dur("4s") })},
 	{"per-attempt timeout above deadline", samplePolicy(func(s *v1.RetryPolicySpec) { s.PerAttemptTimeout = dur("5s") })},
 	{"zero deadline breaks three rules", samplePolicy(func(s *v1.RetryPolicySpec) { s.Deadline = *dur("0s") })},
+	{"negative deadline", samplePolicy(func(s *v1.RetryPolicySpec) { s.Deadline = *dur("-1s") })},
+	{"durations without a unit, a leading digit or a number", samplePolicy(func(s *v1.RetryPolicySpec) {
+		s.Backoff.Base = dur(".5s")
+		s.Backoff.Cap = dur("0")
+		s.PerAttemptTimeout = dur("soon")
+	})},
 	{"http fallback", samplePolicy(func(s *v1.RetryPolicySpec) { s.Fallback.Channels[0].Endpoint = "http://push.auth.internal/v1" })},
 	{"fallback that is not a URL", samplePolicy(func(s *v1.RetryPolicySpec) { s.Fallback.Channels[0].Endpoint = "push.auth.internal/v1" })},
 	{"unverified fallback", samplePolicy(func(s *v1.RetryPolicySpec) { s.Fallback.Channels[0].Verified = ptr.To(false) })},
@@ -162,6 +162,7 @@ var celCases = []parityCase{
 	{"retryPercent 101", sampleBudget(func(s *v1.RetryBudgetSpec) { s.RetryPercent = 101 })},
 	{"window 500ms", sampleBudget(func(s *v1.RetryBudgetSpec) { s.Window = dur("500ms") })},
 	{"window 2h", sampleBudget(func(s *v1.RetryBudgetSpec) { s.Window = dur("2h") })},
+	{"negative window", sampleBudget(func(s *v1.RetryBudgetSpec) { s.Window = dur("-1m") })},
 	{"maxTokens 0", sampleBudget(func(s *v1.RetryBudgetSpec) { s.MaxTokens = ptr.To[int32](0) })},
 	{"maxTokens 1001", sampleBudget(func(s *v1.RetryBudgetSpec) { s.MaxTokens = ptr.To[int32](1001) })},
 	{"negative floor", sampleBudget(func(s *v1.RetryBudgetSpec) { s.MinRetriesPerSecond = ptr.To[int32](-1) })},
