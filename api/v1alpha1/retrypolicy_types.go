@@ -92,7 +92,7 @@ type RetryTarget struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
-	Service string `json:"service"`
+	Service string `json:"service,omitempty"`
 
 	// operation is the call this policy covers, for example "POST /v1/messages".
 	// When it starts with an HTTP method, that method's RFC 9110 idempotency
@@ -110,7 +110,7 @@ type RetryLayer struct {
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
-	Name string `json:"name"`
+	Name string `json:"name,omitempty"`
 
 	// parentRef names the RetryPolicy of the calling layer, in the same namespace.
 	// +optional
@@ -125,7 +125,7 @@ type Backoff struct {
 	// jitter randomises each delay so that callers do not retry in lockstep.
 	// Full draws uniform(0, min(cap, base·multiplier^n)). None is rejected.
 	// +required
-	Jitter JitterMode `json:"jitter"`
+	Jitter JitterMode `json:"jitter,omitempty"`
 
 	// base is the first backoff window. It must be positive.
 	// +optional
@@ -207,7 +207,7 @@ type ConnectionPool struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
-	Name string `json:"name"`
+	Name string `json:"name,omitempty"`
 
 	// maxConnections bounds the pool's connections, from 1 to 1000.
 	// +required
@@ -223,13 +223,13 @@ type FallbackChannel struct {
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
-	Name string `json:"name"`
+	Name string `json:"name,omitempty"`
 
 	// endpoint is the channel's https:// URL.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
-	Endpoint string `json:"endpoint"`
+	Endpoint string `json:"endpoint,omitempty"`
 
 	// verified records that the channel passed a security review; unverified
 	// channels are refused.
@@ -267,11 +267,11 @@ type Events struct {
 type RetryPolicySpec struct {
 	// target is the dependency this policy governs.
 	// +required
-	Target RetryTarget `json:"target"`
+	Target RetryTarget `json:"target,omitzero"`
 
 	// layer places this policy in the call tree.
 	// +required
-	Layer RetryLayer `json:"layer"`
+	Layer RetryLayer `json:"layer,omitzero"`
 
 	// maxAttempts is the number of total attempts, the first call included:
 	// 3 means one call and at most two retries. From 1 to 3. Above 1 the
@@ -283,7 +283,7 @@ type RetryPolicySpec struct {
 
 	// backoff is the delay between attempts.
 	// +required
-	Backoff Backoff `json:"backoff"`
+	Backoff Backoff `json:"backoff,omitzero"`
 
 	// deadline is the end-to-end deadline of one logical operation; attempts
 	// spend it, they do not reset it.
@@ -391,7 +391,7 @@ type RetryPolicy struct {
 
 	// spec is the desired retry behaviour.
 	// +required
-	Spec RetryPolicySpec `json:"spec"`
+	Spec RetryPolicySpec `json:"spec,omitzero"`
 
 	// status is the observed state.
 	// +optional
