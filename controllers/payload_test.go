@@ -125,7 +125,7 @@ func TestNoRetryPayloadDropsATemplateThatCannotRender(t *testing.T) {
 	p := load[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
 	p.Namespace, p.Generation = "auth", 2
 	p.Spec.Idempotency.KeyTemplate = ptr.To("SMS-{user_id")
-	noRetry := policyconfig.Enforcement{Mode: policyconfig.NoRetry, Reason: controllers.ReasonInvalidSpec, Message: "bad template"}
+	noRetry := policyconfig.Enforcement{Mode: policyconfig.NoRetry, Reason: v1.ReasonInvalidSpec, Message: "bad template"}
 	raw, err := policyconfig.Marshal(controllers.BuildPayload(p, nil, 3, noRetry))
 	if err != nil {
 		t.Fatalf("a NoRetry verdict could not be published: %v", err)
