@@ -108,7 +108,3 @@ type RetryBudgetList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []RetryBudget `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&RetryBudget{}, &RetryBudgetList{})
-}
