@@ -36,7 +36,7 @@ test: manifests generate fmt vet api-lint envtest chart-check image-check drill-
 ##@ Development
 
 .PHONY: api-lint
-api-lint: ## Run Kube API Linter over the API types; exclusions and their reasons are in hack/kal.
+api-lint: ## Run Kube API Linter over the API types (api/v1alpha1: the other api/ packages serialize nothing); exclusions and their reasons are in hack/kal.
 	cd hack/kal && $(GO) build -o ../../bin/kal .
 	bin/kal -test=false ./api/v1alpha1/
 
