@@ -34,11 +34,16 @@ demo: manifests envtest ## Run the story on an embedded local control plane, the
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) run ./hack/demo
 
 .PHONY: test
-test: manifests generate fmt vet envtest chart-check image-check drill-check consumer-check ## Regenerate, check and run every test against a real API server.
+test: manifests generate fmt vet api-lint envtest chart-check image-check drill-check consumer-check ## Regenerate, check and run every test against a real API server.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test $(TEST_FLAGS) $(TEST_PKGS)
 	for m in $(RUNTIME_MODULES); do KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) -C $$m test $(TEST_FLAGS) ./...; done
 
 ##@ Development
+
+.PHONY: api-lint
+api-lint: ## Run Kube API Linter over the API types (api/v1alpha1: the other api/ packages serialize nothing); exclusions and their reasons are in hack/kal.
+	cd hack/kal && $(GO) build -o ../../bin/kal .
+	bin/kal -test=false ./api/v1alpha1/
 
 .PHONY: manifests
 manifests: ## Generate CRDs, RBAC and webhook configuration from markers.

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/retryguard/retryguard/api/policygraph"
+	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
 	"github.com/retryguard/retryguard/controllers"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
@@ -32,7 +33,7 @@ var _ = Describe("Drift", func() {
 		Expect(k8s.Create(ctx, fixtures.Budget(ns, fixtures.DefaultBudget, 10))).To(Succeed())
 		p := fixtures.Policy(ns, "forged", "connector", 3)
 		Expect(k8s.Create(ctx, p)).To(Succeed())
-		expectReason(ns, p.Name, controllers.ReasonPublished)
+		expectReason(ns, p.Name, v1.ReasonPublished)
 
 		// A valid payload that says one attempt, with a hash that matches it.
 		payload, cm := payloadOf(Default, ns, p.Name)
@@ -54,7 +55,7 @@ var _ = Describe("Drift", func() {
 		Expect(k8s.Create(ctx, fixtures.Budget(ns, fixtures.DefaultBudget, 10))).To(Succeed())
 		p := fixtures.Policy(ns, "unlabelled", "connector", 3)
 		Expect(k8s.Create(ctx, p)).To(Succeed())
-		expectReason(ns, p.Name, controllers.ReasonPublished)
+		expectReason(ns, p.Name, v1.ReasonPublished)
 		_, cm := payloadOf(Default, ns, p.Name)
 		edit(cm, func(cm *corev1.ConfigMap) {
 			delete(cm.Labels, policyconfig.ManagedByLabel)
@@ -67,11 +68,11 @@ var _ = Describe("Drift", func() {
 			g.Expect(payload.Policy.Name).To(Equal(p.Name))
 			c, _ := readyOf(g, ns, p.Name)
 			g.Expect(c).NotTo(BeNil())
-			g.Expect(c.Reason).To(Equal(controllers.ReasonPublished))
+			g.Expect(c.Reason).To(Equal(v1.ReasonPublished))
 		}).Should(Succeed())
 		Consistently(func(g Gomega) {
 			c, _ := readyOf(g, ns, p.Name)
-			g.Expect(c.Reason).To(Equal(controllers.ReasonPublished))
+			g.Expect(c.Reason).To(Equal(v1.ReasonPublished))
 		}, time.Second).Should(Succeed())
 	})
 
@@ -80,7 +81,7 @@ var _ = Describe("Drift", func() {
 		Expect(k8s.Create(ctx, fixtures.Budget(ns, fixtures.DefaultBudget, 10))).To(Succeed())
 		p := fixtures.Policy(ns, "applied", "connector", 3)
 		Expect(k8s.Create(ctx, p)).To(Succeed())
-		expectReason(ns, p.Name, controllers.ReasonPublished)
+		expectReason(ns, p.Name, v1.ReasonPublished)
 		_, cm := payloadOf(Default, ns, p.Name)
 		Expect(cm.ManagedFields).To(ContainElement(And(
 			HaveField("Manager", controllers.FieldOwner),
@@ -94,7 +95,7 @@ var _ = Describe("Drift", func() {
 		Expect(k8s.Create(ctx, fixtures.Budget(ns, fixtures.DefaultBudget, 10))).To(Succeed())
 		p := fixtures.Policy(ns, "resynced", "connector", 3)
 		Expect(k8s.Create(ctx, p)).To(Succeed())
-		expectReason(ns, p.Name, controllers.ReasonPublished)
+		expectReason(ns, p.Name, v1.ReasonPublished)
 		r := &controllers.RetryPolicyReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
 			Recorder: mgr.GetEventRecorder("test"), Limits: policygraph.DefaultLimits(), ResyncPeriod: 7 * time.Minute}
 		res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: p.Name}})

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -32,7 +31,7 @@ func load[T any](t *testing.T, file string) *T {
 // specOf rebuilds a RetryPolicySpec from a parsed payload: the inverse of
 // BuildPayload, written independently so the test can catch a lost field.
 func specOf(p *policyconfig.Policy) v1.RetryPolicySpec {
-	d := func(x policyconfig.Duration) *metav1.Duration { return &metav1.Duration{Duration: time.Duration(x)} }
+	d := func(x policyconfig.Duration) *v1.Duration { return ptr.To(v1.DurationOf(time.Duration(x))) }
 	s := v1.RetryPolicySpec{
 		Target:       v1.RetryTarget{Service: p.Service},
 		Layer:        v1.RetryLayer{Name: p.Layer},
@@ -100,7 +99,7 @@ func TestEverySampleRoundTrips(t *testing.T) {
 			}
 			want := p.Spec.WithDefaults()
 			if want.RetryAfter.MaxDelay == nil { // published as derived from the deadline
-				want.RetryAfter.MaxDelay = &metav1.Duration{Duration: want.RetryAfterMaxDelay()}
+				want.RetryAfter.MaxDelay = ptr.To(v1.DurationOf(want.RetryAfterMaxDelay()))
 			}
 			if !equality.Semantic.DeepEqual(specOf(&got.Policy), want) {
 				t.Errorf("the payload lost part of the policy:\n got %+v\nwant %+v", specOf(&got.Policy), want)
@@ -110,7 +109,7 @@ func TestEverySampleRoundTrips(t *testing.T) {
 			}
 			bs := budget.Spec.WithDefaults()
 			if got.Budget == nil || got.Budget.Name != budget.Name || got.Budget.Generation != 4 ||
-				got.Budget.RetryPercent != bs.RetryPercent || got.Budget.Window.D() != bs.Window.Duration ||
+				got.Budget.RetryPercent != bs.RetryPercent || got.Budget.Window.D() != bs.Window.Duration() ||
 				got.Budget.MaxTokens != *bs.MaxTokens || got.Budget.Partitions != *bs.Partitions {
 				t.Errorf("budget %+v, want %+v", got.Budget, bs)
 			}
@@ -126,7 +125,7 @@ func TestNoRetryPayloadDropsATemplateThatCannotRender(t *testing.T) {
 	p := load[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
 	p.Namespace, p.Generation = "auth", 2
 	p.Spec.Idempotency.KeyTemplate = ptr.To("SMS-{user_id")
-	noRetry := policyconfig.Enforcement{Mode: policyconfig.NoRetry, Reason: controllers.ReasonInvalidSpec, Message: "bad template"}
+	noRetry := policyconfig.Enforcement{Mode: policyconfig.NoRetry, Reason: v1.ReasonInvalidSpec, Message: "bad template"}
 	raw, err := policyconfig.Marshal(controllers.BuildPayload(p, nil, 3, noRetry))
 	if err != nil {
 		t.Fatalf("a NoRetry verdict could not be published: %v", err)

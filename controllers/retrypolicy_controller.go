@@ -100,7 +100,7 @@ func (r *RetryPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	meta.SetStatusCondition(&p.Status.Conditions, ready)
 	p.Status.ObservedGeneration = p.Generation
 	p.Status.LeafAttempts = int32(min(leaf, math.MaxInt32))
-	p.Status.WorstCaseDuration = &metav1.Duration{Duration: facts.Verdict.Schedule.Duration}
+	p.Status.WorstCaseDuration = ptr.To(v1.DurationOf(facts.Verdict.Schedule.Duration))
 	p.Status.ConfigMapName = policyconfig.ConfigMapName(p.Name)
 	return ctrl.Result{RequeueAfter: r.resyncPeriod()}, nil
 }

@@ -9,7 +9,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,7 +27,7 @@ var _ = Describe("Publishing", func() {
 		Expect(k8s.Create(ctx, fixtures.Budget(ns, fixtures.DefaultBudget, 10))).To(Succeed())
 		p := fixtures.Policy(ns, "sms-2fa-dispatch", "connector", 3, fixtures.Critical, fixtures.Deadline(4*time.Second))
 		Expect(k8s.Create(ctx, p)).To(Succeed())
-		expectReason(ns, p.Name, controllers.ReasonPublished)
+		expectReason(ns, p.Name, v1.ReasonPublished)
 
 		Eventually(func(g Gomega) {
 			payload, cm := payloadOf(g, ns, p.Name)
@@ -45,12 +44,12 @@ var _ = Describe("Publishing", func() {
 			_, stored := readyOf(g, ns, p.Name)
 			g.Expect(stored.Status.LeafAttempts).To(BeEquivalentTo(3))
 			g.Expect(stored.Status.ConfigMapName).To(Equal("retrypolicy-sms-2fa-dispatch"))
-			g.Expect(stored.Status.WorstCaseDuration).To(HaveValue(Equal(metav1.Duration{Duration: 4 * time.Second})))
+			g.Expect(stored.Status.WorstCaseDuration).To(HaveValue(Equal(v1.DurationOf(4 * time.Second))))
 
 			var budget v1.RetryBudget
 			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: fixtures.DefaultBudget}, &budget)).To(Succeed())
 			g.Expect(budget.Status.PolicyCount).To(BeEquivalentTo(1))
-			g.Expect(budget.Status.Conditions).To(ContainElement(HaveField("Reason", controllers.ReasonAccepted)))
+			g.Expect(budget.Status.Conditions).To(ContainElement(HaveField("Reason", v1.ReasonAccepted)))
 		}).Should(Succeed())
 	})
 
@@ -60,7 +59,7 @@ var _ = Describe("Publishing", func() {
 		p := fixtures.Policy(ns, "short", "connector", 3, fixtures.Deadline(2*time.Second))
 		Expect(k8s.Create(ctx, p)).To(Succeed())
 		Expect(p.Spec.RetryAfter).To(HaveValue(HaveField("MaxDelay", BeNil())), "the API server stored a fixed default")
-		expectReason(ns, p.Name, controllers.ReasonPublished)
+		expectReason(ns, p.Name, v1.ReasonPublished)
 		payload, _ := payloadOf(Default, ns, p.Name)
 		Expect(payload.Policy.RetryAfterMax.D()).To(Equal(1500 * time.Millisecond))
 	})
@@ -70,7 +69,7 @@ var _ = Describe("Publishing", func() {
 		Expect(k8s.Create(ctx, fixtures.Budget(ns, fixtures.DefaultBudget, 10))).To(Succeed())
 		p := fixtures.Policy(ns, "p", "connector", 3)
 		Expect(k8s.Create(ctx, p)).To(Succeed())
-		expectReason(ns, p.Name, controllers.ReasonPublished)
+		expectReason(ns, p.Name, v1.ReasonPublished)
 		edit(p, func(p *v1.RetryPolicy) { p.Spec.MaxAttempts = 2 })
 		Eventually(func(g Gomega) {
 			payload, _ := payloadOf(g, ns, p.Name)
@@ -84,7 +83,7 @@ var _ = Describe("Publishing", func() {
 		Expect(k8s.Create(ctx, fixtures.Budget(ns, fixtures.DefaultBudget, 10))).To(Succeed())
 		p := fixtures.Policy(ns, "steady", "connector", 3)
 		Expect(k8s.Create(ctx, p)).To(Succeed())
-		expectReason(ns, p.Name, controllers.ReasonPublished)
+		expectReason(ns, p.Name, v1.ReasonPublished)
 		var cmVersion, policyVersion string
 		Eventually(func(g Gomega) {
 			_, cm := payloadOf(g, ns, p.Name)
@@ -114,7 +113,7 @@ var _ = Describe("Publishing", func() {
 		Expect(k8s.Create(ctx, fixtures.Budget(ns, fixtures.DefaultBudget, 10))).To(Succeed())
 		p := fixtures.Policy(ns, "tampered", "connector", 3)
 		Expect(k8s.Create(ctx, p)).To(Succeed())
-		expectReason(ns, p.Name, controllers.ReasonPublished)
+		expectReason(ns, p.Name, v1.ReasonPublished)
 		_, cm := payloadOf(Default, ns, p.Name)
 		edit(cm, func(cm *corev1.ConfigMap) { cm.Data[policyconfig.DataKey] = `{"schemaVersion":"forged"}` })
 		Eventually(func(g Gomega) {
@@ -134,7 +133,7 @@ var _ = Describe("Budgets", func() {
 			Expect(k8s.Create(ctx, fixtures.Policy(ns, n, "connector", 3))).To(Succeed())
 		}
 		for _, n := range names {
-			expectReason(ns, n, controllers.ReasonPublished)
+			expectReason(ns, n, v1.ReasonPublished)
 		}
 		edit(b, func(b *v1.RetryBudget) { b.Spec.RetryPercent = 5 })
 		Eventually(func(g Gomega) {
@@ -154,16 +153,16 @@ var _ = Describe("Budgets", func() {
 		ns := newNamespace()
 		p := fixtures.Policy(ns, "orphan", "connector", 3)
 		Expect(k8s.Create(ctx, p)).To(Succeed())
-		expectReason(ns, p.Name, controllers.ReasonBudgetNotFound)
+		expectReason(ns, p.Name, v1.ReasonBudgetNotFound)
 		Eventually(func(g Gomega) {
 			var evs eventsv1.EventList
 			g.Expect(k8s.List(ctx, &evs, client.InNamespace(ns))).To(Succeed())
 			g.Expect(evs.Items).To(ContainElement(And(
-				HaveField("Type", "Warning"), HaveField("Reason", controllers.ReasonBudgetNotFound),
+				HaveField("Type", "Warning"), HaveField("Reason", v1.ReasonBudgetNotFound),
 				HaveField("Regarding.Name", p.Name))))
 		}).Should(Succeed())
 		Expect(k8s.Create(ctx, fixtures.Budget(ns, fixtures.DefaultBudget, 10))).To(Succeed())
-		expectReason(ns, p.Name, controllers.ReasonPublished)
+		expectReason(ns, p.Name, v1.ReasonPublished)
 	})
 })
 
@@ -172,10 +171,10 @@ var _ = Describe("Call trees", func() {
 		ns := newNamespace()
 		Expect(k8s.Create(ctx, fixtures.Budget(ns, fixtures.DefaultBudget, 10))).To(Succeed())
 		Expect(k8s.Create(ctx, fixtures.Policy(ns, "connector", "connector", 3, fixtures.Parent("job")))).To(Succeed())
-		expectReason(ns, "connector", controllers.ReasonParentNotFound)
+		expectReason(ns, "connector", v1.ReasonParentNotFound)
 		Expect(k8s.Create(ctx, fixtures.Policy(ns, "job", "job", 1))).To(Succeed())
-		expectReason(ns, "connector", controllers.ReasonPublished)
-		expectReason(ns, "job", controllers.ReasonPublished)
+		expectReason(ns, "connector", v1.ReasonPublished)
+		expectReason(ns, "job", v1.ReasonPublished)
 	})
 
 	It("fail a racing pair closed: both end AmplificationExceeded", func() {
@@ -191,8 +190,8 @@ var _ = Describe("Call trees", func() {
 			})
 		}
 		wg.Wait()
-		expectReason(ns, "job", controllers.ReasonAmplificationExceeded)
-		expectReason(ns, "connector", controllers.ReasonAmplificationExceeded)
+		expectReason(ns, "job", v1.ReasonAmplificationExceeded)
+		expectReason(ns, "connector", v1.ReasonAmplificationExceeded)
 		Eventually(func(g Gomega) {
 			_, c := readyOf(g, ns, "connector")
 			g.Expect(c.Status.LeafAttempts).To(BeEquivalentTo(9))
@@ -200,8 +199,8 @@ var _ = Describe("Call trees", func() {
 
 		// Lowering the parent repairs both.
 		edit(parent, func(p *v1.RetryPolicy) { p.Spec.MaxAttempts = 1 })
-		expectReason(ns, "job", controllers.ReasonPublished)
-		expectReason(ns, "connector", controllers.ReasonPublished)
+		expectReason(ns, "job", v1.ReasonPublished)
+		expectReason(ns, "connector", v1.ReasonPublished)
 	})
 
 	It("fail a pool shared across criticalities closed, on both sides", func() {
@@ -211,10 +210,10 @@ var _ = Describe("Call trees", func() {
 		Expect(k8s.Create(ctx, fixtures.Policy(ns, "sms-2fa", "connector", 3, fixtures.Pool("pool-sms-auth"), fixtures.Critical))).To(Succeed())
 		mkt := fixtures.Policy(ns, "marketing", "connector", 2, fixtures.Pool("pool-sms-auth"), fixtures.BudgetRef("marketing"))
 		Expect(k8s.Create(ctx, mkt)).To(Succeed())
-		expectReason(ns, "sms-2fa", controllers.ReasonSharedFailureDomain)
-		expectReason(ns, "marketing", controllers.ReasonSharedFailureDomain)
+		expectReason(ns, "sms-2fa", v1.ReasonSharedFailureDomain)
+		expectReason(ns, "marketing", v1.ReasonSharedFailureDomain)
 		Expect(k8s.Delete(ctx, mkt)).To(Succeed())
-		expectReason(ns, "sms-2fa", controllers.ReasonPublished)
+		expectReason(ns, "sms-2fa", v1.ReasonPublished)
 	})
 })
 
@@ -222,9 +221,9 @@ var _ = Describe("Metrics", func() {
 	It("count policies by Ready reason", func() {
 		ns := newNamespace()
 		Expect(k8s.Create(ctx, fixtures.Policy(ns, "lonely", "connector", 2, fixtures.BudgetRef("nowhere")))).To(Succeed())
-		expectReason(ns, "lonely", controllers.ReasonBudgetNotFound)
+		expectReason(ns, "lonely", v1.ReasonBudgetNotFound)
 		Eventually(func(g Gomega) float64 {
-			return gaugeValue(g, "retryguard_retrypolicies", map[string]string{"ready": "False", "reason": controllers.ReasonBudgetNotFound})
+			return gaugeValue(g, "retryguard_retrypolicies", map[string]string{"ready": "False", "reason": v1.ReasonBudgetNotFound})
 		}).Should(BeNumerically(">=", 1))
 	})
 })

@@ -26,12 +26,12 @@ func BuildPayload(p *v1.RetryPolicy, budget *v1.RetryBudget, leafAttempts int64,
 			LeafAttempts: int32(min(leafAttempts, math.MaxInt32)),
 			Backoff: policyconfig.Backoff{
 				Jitter:     string(s.Backoff.Jitter),
-				Base:       dur(s.Backoff.Base.Duration),
-				Cap:        dur(s.Backoff.Cap.Duration),
+				Base:       dur(s.Backoff.Base.Duration()),
+				Cap:        dur(s.Backoff.Cap.Duration()),
 				Multiplier: *s.Backoff.Multiplier,
 			},
-			Deadline:          dur(s.Deadline.Duration),
-			MinRemaining:      dur(s.MinRemaining.Duration),
+			Deadline:          dur(s.Deadline.Duration()),
+			MinRemaining:      dur(s.MinRemaining.Duration()),
 			RetryAfterMax:     dur(s.RetryAfterMaxDelay()),
 			RetryOnStatus:     append([]int32{}, s.RetryOn.StatusCodes...),
 			RetryOnErrors:     make([]string, 0, len(s.RetryOn.Errors)),
@@ -48,7 +48,7 @@ func BuildPayload(p *v1.RetryPolicy, budget *v1.RetryBudget, leafAttempts int64,
 		pol.Parent = s.Layer.ParentRef.Name
 	}
 	if s.PerAttemptTimeout != nil {
-		pol.PerAttemptTimeout = dur(s.PerAttemptTimeout.Duration)
+		pol.PerAttemptTimeout = dur(s.PerAttemptTimeout.Duration())
 	}
 	for _, e := range s.RetryOn.Errors {
 		pol.RetryOnErrors = append(pol.RetryOnErrors, string(e))
@@ -84,7 +84,7 @@ func BuildPayload(p *v1.RetryPolicy, budget *v1.RetryBudget, leafAttempts int64,
 			Name:                budget.Name,
 			Generation:          budget.Generation,
 			RetryPercent:        b.RetryPercent,
-			Window:              dur(b.Window.Duration),
+			Window:              dur(b.Window.Duration()),
 			MaxTokens:           *b.MaxTokens,
 			MinRetriesPerSecond: *b.MinRetriesPerSecond,
 			Partitions:          *b.Partitions,

@@ -13,19 +13,6 @@ import (
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
-// Reasons of a RetryPolicy's Ready condition; every not-Ready reason is also
-// the NoRetry reason its pods see.
-const (
-	ReasonPublished             = "Published"
-	ReasonInvalidSpec           = "InvalidSpec"
-	ReasonLayerCycle            = "LayerCycle"
-	ReasonAmplificationExceeded = "AmplificationExceeded"
-	ReasonSharedFailureDomain   = "SharedFailureDomain"
-	ReasonParentNotFound        = "ParentNotFound"
-	ReasonBudgetNotFound        = "BudgetNotFound"
-	ReasonPublishFailed         = "PublishFailed"
-)
-
 // policyFacts is what one reconcile observed about a policy.
 type policyFacts struct {
 	// SpecErrors are single-object violations (possible only where the CRD
@@ -43,9 +30,9 @@ var graphReasons = []struct {
 	code   codes.Code
 	reason string
 }{
-	{codes.LayerCycle, ReasonLayerCycle},
-	{codes.LayerAmplification, ReasonAmplificationExceeded},
-	{codes.SharedFailureDomainLeak, ReasonSharedFailureDomain},
+	{codes.LayerCycle, v1.ReasonLayerCycle},
+	{codes.LayerAmplification, v1.ReasonAmplificationExceeded},
+	{codes.SharedFailureDomainLeak, v1.ReasonSharedFailureDomain},
 }
 
 // evaluatePolicy decides a policy's enforcement and Ready condition from
@@ -58,7 +45,7 @@ func evaluatePolicy(f policyFacts, generation int64) (policyconfig.Enforcement, 
 				Message: msg + "; pods make a single attempt until this is fixed", ObservedGeneration: generation}
 	}
 	if len(f.SpecErrors) > 0 {
-		return notReady(ReasonInvalidSpec, f.SpecErrors.ToAggregate().Error())
+		return notReady(v1.ReasonInvalidSpec, f.SpecErrors.ToAggregate().Error())
 	}
 	for _, gr := range graphReasons {
 		if msgs := detailsWithCode(f.Verdict.Errors, gr.code); msgs != "" {
@@ -66,26 +53,26 @@ func evaluatePolicy(f policyFacts, generation int64) (policyconfig.Enforcement, 
 		}
 	}
 	if parent := f.Verdict.Analysis.MissingParent; parent != "" {
-		return notReady(ReasonParentNotFound, fmt.Sprintf("layer.parentRef: RetryPolicy %q does not exist", parent))
+		return notReady(v1.ReasonParentNotFound, fmt.Sprintf("layer.parentRef: RetryPolicy %q does not exist", parent))
 	}
 	if f.BudgetRef != "" && !f.BudgetFound {
-		return notReady(ReasonBudgetNotFound, fmt.Sprintf("budgetRef: RetryBudget %q does not exist", f.BudgetRef))
+		return notReady(v1.ReasonBudgetNotFound, fmt.Sprintf("budgetRef: RetryBudget %q does not exist", f.BudgetRef))
 	}
 	return policyconfig.Enforcement{Mode: policyconfig.Enforced},
-		metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonPublished,
+		metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1.ReasonPublished,
 			Message: fmt.Sprintf("enforced by pods; %d leaf attempts", f.Verdict.Analysis.LeafAttempts()), ObservedGeneration: generation}
 }
 
 // publishFailedCondition reports a ConfigMap that could not be written.
 func publishFailedCondition(err error, generation int64) metav1.Condition {
-	return metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonPublishFailed,
+	return metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1.ReasonPublishFailed,
 		Message: "publishing the ConfigMap failed: " + err.Error(), ObservedGeneration: generation}
 }
 
 func detailsWithCode(errs field.ErrorList, c codes.Code) string {
 	var msgs []string
 	for _, e := range errs {
-		if strings.HasPrefix(e.Detail, string(c)+":") {
+		if v1.CodeOf(e) == c {
 			msgs = append(msgs, e.Field+": "+e.Detail)
 		}
 	}

@@ -41,7 +41,7 @@ func (v *RetryBudgetValidator) validate(b *v1.RetryBudget) (admission.Warnings, 
 	spec := field.NewPath("spec")
 	errs := v1.ValidateRetryBudgetSpec(&b.Spec, spec)
 	verdict := policygraph.ValidateRetryBudget(b, v.Limits, spec)
-	errs = append(errs, verdict.Errors...)
+	errs = v1.SortErrors(append(errs, verdict.Errors...))
 	if len(errs) > 0 {
 		return verdict.Warnings, apierrors.NewInvalid(v1.GroupVersion.WithKind("RetryBudget").GroupKind(), b.Name, errs)
 	}

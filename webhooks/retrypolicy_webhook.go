@@ -48,7 +48,7 @@ func (v *RetryPolicyValidator) validate(ctx context.Context, p *v1.RetryPolicy) 
 	if err != nil {
 		return nil, apierrors.NewInternalError(err)
 	}
-	errs = append(errs, verdict.Errors...)
+	errs = v1.SortErrors(append(errs, verdict.Errors...))
 	if len(errs) > 0 {
 		return verdict.Warnings, apierrors.NewInvalid(v1.GroupVersion.WithKind("RetryPolicy").GroupKind(), p.Name, errs)
 	}

@@ -10,6 +10,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -91,7 +92,7 @@ func TestRetryBudgetValidator(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := budgetIn("ns", "bad", 0)
-	b.Spec.Window = &metav1.Duration{Duration: time.Millisecond}
+	b.Spec.Window = ptr.To(v1.DurationOf(time.Millisecond))
 	_, err := v.ValidateCreate(context.Background(), b)
 	if err == nil || !strings.Contains(err.Error(), "spec.retryPercent") || !strings.Contains(err.Error(), "spec.window") {
 		t.Fatalf("want both range errors, got %v", err)

@@ -6,7 +6,6 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -114,8 +113,8 @@ var _ = Describe("Feasibility", func() {
 	It("accepts a schedule that cannot fit its deadline, warning how many attempts can run", func() {
 		ns := newNamespace()
 		p := policyIn(ns, "slow", "connector", 3)
-		p.Spec.Deadline = metav1.Duration{Duration: 4 * time.Second}
-		p.Spec.PerAttemptTimeout = &metav1.Duration{Duration: 2 * time.Second}
+		p.Spec.Deadline = v1.DurationOf(4 * time.Second)
+		p.Spec.PerAttemptTimeout = ptr.To(v1.DurationOf(2 * time.Second))
 		create(p)
 		Expect(warnings.take()).To(ContainElement(ContainSubstring("only 1 of 3 attempts can run")))
 	})

@@ -36,16 +36,16 @@ func ValidateRetryPolicy(ctx context.Context, lk Lookup, p *v1.RetryPolicy, limi
 	parentPath := fldPath.Child("layer", "parentRef", "name")
 	switch {
 	case len(a.Cycle) > 0:
-		v.Errors = append(v.Errors, field.Invalid(parentPath, p.Spec.Layer.ParentRef.Name, codes.LayerCycle.Message(
-			fmt.Sprintf("layer.parentRef forms a cycle: %s; a caller cannot be its own caller", strings.Join(a.Cycle, " → ")))))
+		v.Errors = append(v.Errors, v1.Invalid(parentPath, p.Spec.Layer.ParentRef.Name, codes.LayerCycle,
+			fmt.Sprintf("layer.parentRef forms a cycle: %s; a caller cannot be its own caller", strings.Join(a.Cycle, " → "))))
 	case a.TooDeep:
-		v.Errors = append(v.Errors, field.Invalid(parentPath, p.Spec.Layer.ParentRef.Name, codes.LayerCycle.Message(
-			fmt.Sprintf("layer.parentRef chain is deeper than %d layers", MaxDepth))))
+		v.Errors = append(v.Errors, v1.Invalid(parentPath, p.Spec.Layer.ParentRef.Name, codes.LayerCycle,
+			fmt.Sprintf("layer.parentRef chain is deeper than %d layers", MaxDepth)))
 	default:
 		if worst := a.Worst(); worst.Product() > limits.MaxLeafAttempts {
-			v.Errors = append(v.Errors, field.Invalid(fldPath.Child("maxAttempts"), p.Spec.MaxAttempts, codes.LayerAmplification.Message(
+			v.Errors = append(v.Errors, v1.Invalid(fldPath.Child("maxAttempts"), p.Spec.MaxAttempts, codes.LayerAmplification,
 				fmt.Sprintf("%s > %d: attempts multiply across layers (%s); lower maxAttempts so that one layer owns the retries",
-					worst, limits.MaxLeafAttempts, worst.Policies()))))
+					worst, limits.MaxLeafAttempts, worst.Policies())))
 		}
 	}
 	if a.MissingParent != "" {
@@ -79,9 +79,9 @@ func validateFailureDomains(ctx context.Context, lk Lookup, p *v1.RetryPolicy, f
 		if others := conflicting(users, p.Name, func(q *v1.RetryPolicy) bool {
 			return criticality(q) != crit || q.Spec.Target.Service != p.Spec.Target.Service
 		}); len(others) > 0 {
-			errs = append(errs, field.Invalid(fldPath.Child("connectionPool", "name"), pool.Name, codes.SharedFailureDomainLeak.Message(
+			errs = append(errs, v1.Invalid(fldPath.Child("connectionPool", "name"), pool.Name, codes.SharedFailureDomainLeak,
 				fmt.Sprintf("connectionPool %q is already used by %s; a pool may be shared only by policies with the same criticality (%s) and target.service (%s)",
-					pool.Name, strings.Join(others, ", "), crit, p.Spec.Target.Service))))
+					pool.Name, strings.Join(others, ", "), crit, p.Spec.Target.Service)))
 		}
 	}
 	if b := p.Spec.BudgetRef; b != nil {
@@ -90,9 +90,9 @@ func validateFailureDomains(ctx context.Context, lk Lookup, p *v1.RetryPolicy, f
 			return nil, err
 		}
 		if others := conflicting(users, p.Name, func(*v1.RetryPolicy) bool { return true }); len(others) > 0 {
-			errs = append(errs, field.Invalid(fldPath.Child("budgetRef", "name"), b.Name, codes.SharedFailureDomainLeak.Message(
+			errs = append(errs, v1.Invalid(fldPath.Child("budgetRef", "name"), b.Name, codes.SharedFailureDomainLeak,
 				fmt.Sprintf("RetryBudget %q is already drawn on by %s; Critical and Standard callers must not share a retry quota",
-					b.Name, strings.Join(others, ", ")))))
+					b.Name, strings.Join(others, ", "))))
 		}
 	}
 	return errs, nil
@@ -134,9 +134,9 @@ func ClashingCriticality(p *v1.RetryPolicy) v1.Criticality {
 func ValidateRetryBudget(b *v1.RetryBudget, limits Limits, fldPath *field.Path) Verdict {
 	var v Verdict
 	if b.Spec.RetryPercent > limits.MaxRetryPercent {
-		v.Errors = append(v.Errors, field.Invalid(fldPath.Child("retryPercent"), b.Spec.RetryPercent, codes.BudgetAbovePlatformCap.Message(
+		v.Errors = append(v.Errors, v1.Invalid(fldPath.Child("retryPercent"), b.Spec.RetryPercent, codes.BudgetAbovePlatformCap,
 			fmt.Sprintf("retryPercent %d is above the platform cap of %d%% (--max-retry-percent); retries beyond it turn a dependency's bad minute into a storm",
-				b.Spec.RetryPercent, limits.MaxRetryPercent))))
+				b.Spec.RetryPercent, limits.MaxRetryPercent)))
 	}
 	if f := b.Spec.MinRetriesPerSecond; f != nil && *f > 0 {
 		v.Warnings = append(v.Warnings, fmt.Sprintf(

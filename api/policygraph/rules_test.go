@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
@@ -226,7 +225,7 @@ func TestWorstCase(t *testing.T) {
 	// The sample: 3 attempts of up to 1s, waits of at most 200ms and 400ms,
 	// deadline 4s: everything fits, 3.6s in the worst case.
 	p := pol("sms", "connector", 3, perAttempt(time.Second))
-	p.Spec.Deadline = metav1.Duration{Duration: 4 * time.Second}
+	p.Spec.Deadline = v1.DurationOf(4 * time.Second)
 	s := policygraph.WorstCase(&p.Spec)
 	if s.FeasibleAttempts != 3 || s.Duration != 3600*time.Millisecond {
 		t.Errorf("sample: %d attempts in %v, want 3 in 3.6s", s.FeasibleAttempts, s.Duration)
@@ -240,7 +239,7 @@ func TestWorstCase(t *testing.T) {
 		t.Errorf("unbounded attempts: %+v", s)
 	}
 	// The seed's rule at its edge: the third attempt needs remaining ≥ wait + cost.
-	p.Spec.PerAttemptTimeout = &metav1.Duration{Duration: 1500 * time.Millisecond}
+	p.Spec.PerAttemptTimeout = ptr.To(v1.DurationOf(1500 * time.Millisecond))
 	if s := policygraph.WorstCase(&p.Spec); s.FeasibleAttempts != 2 {
 		t.Errorf("1.5s attempts: %d feasible, want 2 (1.5+0.2+1.5=3.2s, then 0.8s left < 0.4+1.5)", s.FeasibleAttempts)
 	}

@@ -36,7 +36,7 @@ func MaxBackoff(s *v1.RetryPolicySpec, retry int) time.Duration {
 
 // maxBackoff is MaxBackoff for a spec whose defaults are already applied.
 func maxBackoff(d *v1.RetryPolicySpec, retry int) time.Duration {
-	base, capd := d.Backoff.Base.Duration, d.Backoff.Cap.Duration
+	base, capd := d.Backoff.Base.Duration(), d.Backoff.Cap.Duration()
 	if d.Backoff.Jitter == v1.JitterDecorrelated {
 		return backoff.DecorrelatedMax(base, capd, retry)
 	}
@@ -46,9 +46,9 @@ func maxBackoff(d *v1.RetryPolicySpec, retry int) time.Duration {
 // WorstCase computes the worst-case schedule of a policy.
 func WorstCase(spec *v1.RetryPolicySpec) Schedule {
 	d := spec.WithDefaults()
-	s := Schedule{Deadline: d.Deadline.Duration, MinRemaining: d.MinRemaining.Duration}
+	s := Schedule{Deadline: d.Deadline.Duration(), MinRemaining: d.MinRemaining.Duration()}
 	if d.PerAttemptTimeout != nil {
-		s.AttemptCost = d.PerAttemptTimeout.Duration
+		s.AttemptCost = d.PerAttemptTimeout.Duration()
 	}
 	var elapsed time.Duration
 	for k := int32(1); k <= d.MaxAttempts; k++ {

@@ -5,9 +5,7 @@ import (
 	"regexp"
 	"slices"
 	"testing"
-	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
@@ -34,13 +32,8 @@ type budgetCase struct {
 	want   []string
 }
 
-func dur(s string) *metav1.Duration {
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		panic(err)
-	}
-	return &metav1.Duration{Duration: d}
-}
+// dur is a Duration as written, so that a table can hold a malformed one.
+func dur(s string) *v1.Duration { d := v1.Duration(s); return &d }
 
 func fe(path string, c codes.Code) string { return path + " " + string(c) }
 
@@ -156,6 +149,16 @@ var policyCases = []policyCase{
 			fe("spec.deadline", codes.DeadlineInfeasible), fe("spec.deadline", codes.DeadlineInfeasible),
 			fe("spec.retryAfter.maxDelay", codes.DeadlineInfeasible),
 		}},
+	{name: "negative deadline", mutate: func(s *v1.RetryPolicySpec) { s.Deadline = *dur("-1s") },
+		want: []string{fe("spec.deadline", codes.InvalidDuration)}},
+	{name: "durations without a unit, a leading digit or a number", mutate: func(s *v1.RetryPolicySpec) {
+		s.Backoff.Base = dur(".5s")
+		s.Backoff.Cap = dur("0")
+		s.PerAttemptTimeout = dur("soon")
+	}, want: []string{
+		fe("spec.backoff.base", codes.InvalidDuration), fe("spec.backoff.cap", codes.InvalidDuration),
+		fe("spec.perAttemptTimeout", codes.InvalidDuration),
+	}},
 	{name: "http fallback", mutate: func(s *v1.RetryPolicySpec) { s.Fallback.Channels[0].Endpoint = "http://push.auth.internal/v1" },
 		want: []string{fe("spec.fallback.channels[0].endpoint", codes.UntestedCompensationBlocked)}},
 	{name: "fallback that is not a URL", mutate: func(s *v1.RetryPolicySpec) { s.Fallback.Channels[0].Endpoint = "push.auth.internal/v1" },
@@ -195,6 +198,8 @@ var budgetCases = []budgetCase{
 		want: []string{fe("spec.window", codes.OutOfRange)}},
 	{name: "window 2h", mutate: func(s *v1.RetryBudgetSpec) { s.Window = dur("2h") },
 		want: []string{fe("spec.window", codes.OutOfRange)}},
+	{name: "negative window", mutate: func(s *v1.RetryBudgetSpec) { s.Window = dur("-1m") },
+		want: []string{fe("spec.window", codes.InvalidDuration)}},
 	{name: "maxTokens 0", mutate: func(s *v1.RetryBudgetSpec) { s.MaxTokens = ptr.To[int32](0) },
 		want: []string{fe("spec.maxTokens", codes.OutOfRange)}},
 	{name: "maxTokens 1001", mutate: func(s *v1.RetryBudgetSpec) { s.MaxTokens = ptr.To[int32](1001) },

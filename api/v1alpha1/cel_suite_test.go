@@ -154,7 +154,7 @@ var _ = Describe("Samples", func() {
 		var mkt v1.RetryPolicy
 		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: "cel", Name: "marketing-campaign-notify"}, &mkt)).To(Succeed())
 		Expect(mkt.Spec.Backoff.Multiplier).To(HaveValue(BeEquivalentTo(2)))
-		Expect(mkt.Spec.MinRemaining.Duration.String()).To(Equal("500ms"))
+		Expect(mkt.Spec.MinRemaining.Duration().String()).To(Equal("500ms"))
 		// retryAfter.maxDelay has no CRD default: it is derived from the deadline.
 		Expect(mkt.Spec.RetryAfter).To(HaveValue(HaveField("MaxDelay", BeNil())))
 		Expect(mkt.Spec.RetryAfterMaxDelay().String()).To(Equal("3s"))
@@ -176,9 +176,9 @@ var _ = Describe("Samples", func() {
 		}
 		want := minimal.Spec.WithDefaults()
 		Expect(k8s.Create(ctx, minimal)).To(Succeed())
-		Expect(minimal.Spec.Backoff.Base.Duration.String()).To(Equal("100ms"))
-		Expect(minimal.Spec.Backoff.Cap.Duration.String()).To(Equal("3s"))
-		Expect(minimal.Spec.MinRemaining.Duration.String()).To(Equal("500ms"))
+		Expect(minimal.Spec.Backoff.Base.Duration().String()).To(Equal("100ms"))
+		Expect(minimal.Spec.Backoff.Cap.Duration().String()).To(Equal("3s"))
+		Expect(minimal.Spec.MinRemaining.Duration().String()).To(Equal("500ms"))
 		Expect(minimal.Spec.Criticality).To(HaveValue(Equal(v1.CriticalityStandard)))
 		Expect(minimal.Spec).To(Equal(want), "API server defaults and WithDefaults differ")
 
@@ -188,7 +188,7 @@ var _ = Describe("Samples", func() {
 		}
 		wantBudget := budget.Spec.WithDefaults()
 		Expect(k8s.Create(ctx, budget)).To(Succeed())
-		Expect(budget.Spec.Window.Duration.String()).To(Equal("1m0s"))
+		Expect(budget.Spec.Window.Duration().String()).To(Equal("1m0s"))
 		Expect(budget.Spec.MaxTokens).To(HaveValue(BeEquivalentTo(10)))
 		Expect(budget.Spec.Partitions).To(HaveValue(BeEquivalentTo(1)))
 		Expect(budget.Spec).To(Equal(wantBudget), "API server defaults and WithDefaults differ")

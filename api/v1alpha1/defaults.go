@@ -1,19 +1,16 @@
 package v1alpha1
 
 import (
-	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
 
 // mustDuration turns one of this package's default literals into a Duration.
-func mustDuration(s string) *metav1.Duration {
-	d, err := time.ParseDuration(s)
-	if err != nil {
+func mustDuration(s string) *Duration {
+	d := Duration(s)
+	if !d.Valid() {
 		panic("v1alpha1: bad default duration " + s) // a programming error caught by tests
 	}
-	return &metav1.Duration{Duration: d}
+	return &d
 }
 
 // WithDefaults returns a deep copy of the spec with every absent optional

@@ -36,13 +36,13 @@ func FuzzValidateRetryPolicySpec(f *testing.F) {
 		switch {
 		case s.MaxAttempts < 1 || s.MaxAttempts > 3:
 			t.Fatalf("accepted maxAttempts %d", s.MaxAttempts)
-		case s.Backoff.Jitter == v1.JitterNone || s.Backoff.Base.Duration <= 0:
+		case s.Backoff.Jitter == v1.JitterNone || s.Backoff.Base.Duration() <= 0:
 			t.Fatalf("accepted an immediate or unjittered retry: %+v", s.Backoff)
-		case s.Backoff.Cap.Duration < s.Backoff.Base.Duration:
+		case s.Backoff.Cap.Duration() < s.Backoff.Base.Duration():
 			t.Fatalf("accepted cap < base: %+v", s.Backoff)
 		case s.MaxAttempts > 1 && s.BudgetRef == nil:
 			t.Fatal("accepted retries without a budget")
-		case s.Deadline.Duration <= 0:
+		case s.Deadline.Duration() <= 0:
 			t.Fatal("accepted a non-positive deadline")
 		}
 		for _, c := range s.RetryOn.StatusCodes {
@@ -75,7 +75,7 @@ func FuzzValidateRetryBudgetSpec(f *testing.F) {
 			return
 		}
 		s := spec.WithDefaults()
-		if s.RetryPercent < 1 || s.RetryPercent > 100 || *s.MaxTokens < 1 || *s.Partitions < 1 || s.Window.Duration <= 0 {
+		if s.RetryPercent < 1 || s.RetryPercent > 100 || *s.MaxTokens < 1 || *s.Partitions < 1 || s.Window.Duration() <= 0 {
 			t.Fatalf("accepted %+v", s)
 		}
 	})

@@ -28,16 +28,13 @@ type RetryBudgetSpec struct {
 
 	// window is the rolling window of the ratio cap, from 1s to 1h.
 	// +optional
-	// +kubebuilder:default="60s"
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="ERR_INVALID_DURATION: must be a duration such as 100ms, 4s or 1m (digits, then ns, us, ms, s, m or h)"
+	// +default="60s"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || (duration(self) >= duration('1s') && duration(self) <= duration('1h'))",message="ERR_OUT_OF_RANGE: window must be between 1s and 1h"
-	Window *metav1.Duration `json:"window,omitempty"`
+	Window *Duration `json:"window,omitempty"`
 
 	// maxTokens is the bucket's capacity, the largest burst of retries, from 1 to 1000.
 	// +optional
-	// +kubebuilder:default=10
+	// +default=10
 	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 1000",message="ERR_OUT_OF_RANGE: maxTokens must be between 1 and 1000"
 	MaxTokens *int32 `json:"maxTokens,omitempty"`
 
@@ -45,14 +42,14 @@ type RetryBudgetSpec struct {
 	// that low-traffic callers can still retry. Below that traffic the ratio
 	// guarantee does not hold.
 	// +optional
-	// +kubebuilder:default=0
+	// +default=0
 	// +kubebuilder:validation:XValidation:rule="self >= 0 && self <= 10000",message="ERR_OUT_OF_RANGE: minRetriesPerSecond must be between 0 and 10000"
 	MinRetriesPerSecond *int32 `json:"minRetriesPerSecond,omitempty"`
 
 	// partitions is the number of pods that share the budget. Each pod gets
 	// maxTokens/partitions and minRetriesPerSecond/partitions, rounded up.
 	// +optional
-	// +kubebuilder:default=1
+	// +default=1
 	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 1000",message="ERR_OUT_OF_RANGE: partitions must be between 1 and 1000"
 	Partitions *int32 `json:"partitions,omitempty"`
 }
@@ -63,7 +60,9 @@ type RetryBudgetStatus struct {
 	// +optional
 	// +listType=map
 	// +listMapKey=type
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// +patchStrategy=merge
+	// +patchMergeKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type" protobuf:"bytes,1,rep,name=conditions"`
 
 	// observedGeneration is the generation last reconciled successfully.
 	// +optional
@@ -108,8 +107,4 @@ type RetryBudgetList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []RetryBudget `json:"items"`
-}
-
-func init() {
-	SchemeBuilder.Register(&RetryBudget{}, &RetryBudgetList{})
 }

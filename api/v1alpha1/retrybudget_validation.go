@@ -13,24 +13,25 @@ func ValidateRetryBudgetSpec(spec *RetryBudgetSpec, fldPath *field.Path) field.E
 	s := spec.WithDefaults()
 	var errs field.ErrorList
 	if s.RetryPercent < 1 || s.RetryPercent > limits.MaxBudgetRetryPercent {
-		errs = append(errs, field.Invalid(fldPath.Child("retryPercent"), s.RetryPercent, codes.OutOfRange.Message(
-			"retryPercent must be between 1 and 100")))
+		errs = append(errs, Invalid(fldPath.Child("retryPercent"), s.RetryPercent, codes.OutOfRange,
+			"retryPercent must be between 1 and 100"))
 	}
-	if w := s.Window.Duration; w < limits.MinBudgetWindow || w > limits.MaxBudgetWindow {
-		errs = append(errs, field.Invalid(fldPath.Child("window"), w.String(), codes.OutOfRange.Message(
-			"window must be between 1s and 1h")))
+	errs = append(errs, validateDuration(*s.Window, fldPath.Child("window"))...)
+	if w := s.Window.Duration(); s.Window.Valid() && (w < limits.MinBudgetWindow || w > limits.MaxBudgetWindow) {
+		errs = append(errs, Invalid(fldPath.Child("window"), string(*s.Window), codes.OutOfRange,
+			"window must be between 1s and 1h"))
 	}
 	if t := *s.MaxTokens; t < 1 || t > MaxBudgetTokens {
-		errs = append(errs, field.Invalid(fldPath.Child("maxTokens"), t, codes.OutOfRange.Message(
-			"maxTokens must be between 1 and 1000")))
+		errs = append(errs, Invalid(fldPath.Child("maxTokens"), t, codes.OutOfRange,
+			"maxTokens must be between 1 and 1000"))
 	}
 	if f := *s.MinRetriesPerSecond; f < 0 || f > limits.MaxBudgetMinRetriesPerSecond {
-		errs = append(errs, field.Invalid(fldPath.Child("minRetriesPerSecond"), f, codes.OutOfRange.Message(
-			"minRetriesPerSecond must be between 0 and 10000")))
+		errs = append(errs, Invalid(fldPath.Child("minRetriesPerSecond"), f, codes.OutOfRange,
+			"minRetriesPerSecond must be between 0 and 10000"))
 	}
 	if p := *s.Partitions; p < 1 || p > MaxBudgetPartitions {
-		errs = append(errs, field.Invalid(fldPath.Child("partitions"), p, codes.OutOfRange.Message(
-			"partitions must be between 1 and 1000")))
+		errs = append(errs, Invalid(fldPath.Child("partitions"), p, codes.OutOfRange,
+			"partitions must be between 1 and 1000"))
 	}
-	return errs
+	return SortErrors(errs)
 }

@@ -92,7 +92,7 @@ type RetryTarget struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
-	Service string `json:"service"`
+	Service string `json:"service,omitempty"`
 
 	// operation is the call this policy covers, for example "POST /v1/messages".
 	// When it starts with an HTTP method, that method's RFC 9110 idempotency
@@ -110,7 +110,7 @@ type RetryLayer struct {
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
-	Name string `json:"name"`
+	Name string `json:"name,omitempty"`
 
 	// parentRef names the RetryPolicy of the calling layer, in the same namespace.
 	// +optional
@@ -118,34 +118,25 @@ type RetryLayer struct {
 }
 
 // Backoff is the delay between attempts.
-// +kubebuilder:validation:XValidation:rule="self.jitter != 'None'",message="ERR_JITTER_REQUIRED: backoff.jitter None makes every caller retry in lockstep; use Full, Equal or Decorrelated",fieldPath=".jitter"
-// +kubebuilder:validation:XValidation:rule="!has(self.base) || !self.base.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.base) > duration('0s')",message="ERR_JITTER_REQUIRED: backoff.base 0s is an immediate retry; use a positive base such as 100ms",fieldPath=".base"
-// +kubebuilder:validation:XValidation:rule="!has(self.base) || !has(self.cap) || !self.base.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.cap.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.cap) >= duration(self.base)",message="ERR_BACKOFF_INVALID: backoff.cap must be at least backoff.base",fieldPath=".cap"
 type Backoff struct {
 	// jitter randomises each delay so that callers do not retry in lockstep.
 	// Full draws uniform(0, min(cap, base·multiplier^n)). None is rejected.
 	// +required
-	Jitter JitterMode `json:"jitter"`
+	Jitter JitterMode `json:"jitter,omitempty"`
 
 	// base is the first backoff window. It must be positive.
 	// +optional
-	// +kubebuilder:default="100ms"
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="ERR_INVALID_DURATION: must be a duration such as 100ms, 4s or 1m (digits, then ns, us, ms, s, m or h)"
-	Base *metav1.Duration `json:"base,omitempty"`
+	// +default="100ms"
+	Base *Duration `json:"base,omitempty"`
 
 	// cap is the largest backoff window. It must be at least base.
 	// +optional
-	// +kubebuilder:default="3s"
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="ERR_INVALID_DURATION: must be a duration such as 100ms, 4s or 1m (digits, then ns, us, ms, s, m or h)"
-	Cap *metav1.Duration `json:"cap,omitempty"`
+	// +default="3s"
+	Cap *Duration `json:"cap,omitempty"`
 
 	// multiplier grows the window per attempt: base·multiplier^n, from 1 to 10.
 	// +optional
-	// +kubebuilder:default=2
+	// +default=2
 	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 10",message="ERR_OUT_OF_RANGE: backoff.multiplier must be between 1 and 10"
 	Multiplier *int32 `json:"multiplier,omitempty"`
 }
@@ -157,10 +148,7 @@ type RetryAfter struct {
 	// absent it is 3s, or deadline − minRemaining when that is shorter, so
 	// that an honoured Retry-After never outlives the operation.
 	// +optional
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="ERR_INVALID_DURATION: must be a duration such as 100ms, 4s or 1m (digits, then ns, us, ms, s, m or h)"
-	MaxDelay *metav1.Duration `json:"maxDelay,omitempty"`
+	MaxDelay *Duration `json:"maxDelay,omitempty"`
 }
 
 // RetryOn lists the failures that may be retried. Anything else is terminal.
@@ -169,7 +157,7 @@ type RetryOn struct {
 	// 501 and 505 may appear: a 4xx is the caller's fault and retrying burns money.
 	// +optional
 	// +listType=set
-	// +kubebuilder:default={429,503,504}
+	// +default=[429,503,504]
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:XValidation:rule="self.all(c, c == 429 || (c >= 500 && c <= 599 && c != 501 && c != 505))",message="ERR_NON_RETRYABLE_STATUS: retryOn.statusCodes may hold only 429 and 5xx other than 501 and 505; other statuses never succeed on retry"
 	StatusCodes []int32 `json:"statusCodes,omitempty"`
@@ -180,7 +168,7 @@ type RetryOn struct {
 	// an idempotency key or an idempotent method (see maxAttempts).
 	// +optional
 	// +listType=set
-	// +kubebuilder:default={ConnectionRefused,DNSFailure}
+	// +default=["ConnectionRefused","DNSFailure"]
 	// +kubebuilder:validation:MaxItems=4
 	Errors []TransportError `json:"errors,omitempty"`
 }
@@ -190,7 +178,7 @@ type RetryOn struct {
 type Idempotency struct {
 	// header is the request header that carries the key.
 	// +optional
-	// +kubebuilder:default="Idempotency-Key"
+	// +default="Idempotency-Key"
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=128
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z0-9!#$%&\\'*+.^_|~-]+$')",message="ERR_INVALID_HEADER: idempotency.header must be an HTTP field name: letters, digits and !#$%&'*+.^_|~- only, no space, CR or LF"
@@ -216,7 +204,7 @@ type ConnectionPool struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
-	Name string `json:"name"`
+	Name string `json:"name,omitempty"`
 
 	// maxConnections bounds the pool's connections, from 1 to 1000.
 	// +required
@@ -232,13 +220,13 @@ type FallbackChannel struct {
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
-	Name string `json:"name"`
+	Name string `json:"name,omitempty"`
 
 	// endpoint is the channel's https:// URL.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
-	Endpoint string `json:"endpoint"`
+	Endpoint string `json:"endpoint,omitempty"`
 
 	// verified records that the channel passed a security review; unverified
 	// channels are refused.
@@ -267,71 +255,71 @@ type Events struct {
 }
 
 // RetryPolicySpec is how one layer of one caller retries one dependency.
+//
+// Its rules sit here, on the spec, even those about one backoff field or
+// maxAttempts: the API server evaluates the rules of a spec's fields in map
+// order, which varies from request to request, but one object's own rules in
+// the order written. Written in field-path order, they make a refusal read
+// the same every time, and in the order ValidateRetryPolicySpec gives.
+// +kubebuilder:validation:XValidation:rule="!has(self.backoff.base) || !self.backoff.base.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.backoff.base) > duration('0s')",message="ERR_JITTER_REQUIRED: backoff.base 0s is an immediate retry; use a positive base such as 100ms",fieldPath=".backoff.base"
+// +kubebuilder:validation:XValidation:rule="!has(self.backoff.base) || !has(self.backoff.cap) || !self.backoff.base.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.backoff.cap.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.backoff.cap) >= duration(self.backoff.base)",message="ERR_BACKOFF_INVALID: backoff.cap must be at least backoff.base",fieldPath=".backoff.cap"
+// +kubebuilder:validation:XValidation:rule="self.backoff.jitter != 'None'",message="ERR_JITTER_REQUIRED: backoff.jitter None makes every caller retry in lockstep; use Full, Equal or Decorrelated",fieldPath=".backoff.jitter"
 // +kubebuilder:validation:XValidation:rule="self.maxAttempts <= 1 || has(self.budgetRef)",message="ERR_BUDGET_REQUIRED: a policy with maxAttempts above 1 must name a RetryBudget in budgetRef; retries without a budget caused INC-2901",fieldPath=".budgetRef"
-// +kubebuilder:validation:XValidation:rule="self.maxAttempts <= 1 || (has(self.idempotency) && has(self.idempotency.keyTemplate)) || (has(self.target.operation) && self.target.operation.matches('^(GET|HEAD|PUT|DELETE|OPTIONS|TRACE)( |$)'))",message="ERR_AMBIGUOUS_WITHOUT_IDEMPOTENCY: a policy with maxAttempts above 1 must be safe to replay; set idempotency.keyTemplate or use an idempotent method (GET, HEAD, PUT, DELETE, OPTIONS, TRACE) in target.operation",fieldPath=".maxAttempts"
 // +kubebuilder:validation:XValidation:rule="!self.deadline.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.deadline) > duration('0s')",message="ERR_DEADLINE_INFEASIBLE: deadline must be positive",fieldPath=".deadline"
 // +kubebuilder:validation:XValidation:rule="self.maxAttempts <= 1 || !has(self.minRemaining) || !self.deadline.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.minRemaining.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.deadline) > duration(self.minRemaining)",message="ERR_DEADLINE_INFEASIBLE: deadline must exceed minRemaining, or no retry could ever start",fieldPath=".deadline"
-// +kubebuilder:validation:XValidation:rule="self.maxAttempts <= 1 || !has(self.retryAfter) || !has(self.retryAfter.maxDelay) || !self.deadline.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.retryAfter.maxDelay.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.retryAfter.maxDelay) < duration(self.deadline)",message="ERR_DEADLINE_INFEASIBLE: retryAfter.maxDelay must be below deadline, or an honoured Retry-After would outlive the operation",fieldPath=".retryAfter.maxDelay"
+// +kubebuilder:validation:XValidation:rule="self.maxAttempts <= 1 || (has(self.idempotency) && has(self.idempotency.keyTemplate)) || (has(self.target.operation) && self.target.operation.matches('^(GET|HEAD|PUT|DELETE|OPTIONS|TRACE)( |$)'))",message="ERR_AMBIGUOUS_WITHOUT_IDEMPOTENCY: a policy with maxAttempts above 1 must be safe to replay; set idempotency.keyTemplate or use an idempotent method (GET, HEAD, PUT, DELETE, OPTIONS, TRACE) in target.operation",fieldPath=".maxAttempts"
+// +kubebuilder:validation:XValidation:rule="self.maxAttempts >= 1 && self.maxAttempts <= 3",message="ERR_RETRY_LIMIT_EXCEEDED: maxAttempts counts total attempts (the first call included) and must be between 1 and 3",fieldPath=".maxAttempts"
 // +kubebuilder:validation:XValidation:rule="!has(self.perAttemptTimeout) || !self.deadline.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.perAttemptTimeout.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.perAttemptTimeout) <= duration(self.deadline)",message="ERR_DEADLINE_INFEASIBLE: perAttemptTimeout must not exceed deadline",fieldPath=".perAttemptTimeout"
+// +kubebuilder:validation:XValidation:rule="self.maxAttempts <= 1 || !has(self.retryAfter) || !has(self.retryAfter.maxDelay) || !self.deadline.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.retryAfter.maxDelay.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.retryAfter.maxDelay) < duration(self.deadline)",message="ERR_DEADLINE_INFEASIBLE: retryAfter.maxDelay must be below deadline, or an honoured Retry-After would outlive the operation",fieldPath=".retryAfter.maxDelay"
 type RetryPolicySpec struct {
 	// target is the dependency this policy governs.
 	// +required
-	Target RetryTarget `json:"target"`
+	Target RetryTarget `json:"target,omitzero"`
 
 	// layer places this policy in the call tree.
 	// +required
-	Layer RetryLayer `json:"layer"`
+	Layer RetryLayer `json:"layer,omitzero"`
 
 	// maxAttempts is the number of total attempts, the first call included:
 	// 3 means one call and at most two retries. From 1 to 3. Above 1 the
 	// operation must be safe to replay: idempotency.keyTemplate is set, or
 	// target.operation starts with an idempotent method.
 	// +required
-	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 3",message="ERR_RETRY_LIMIT_EXCEEDED: maxAttempts counts total attempts (the first call included) and must be between 1 and 3"
 	MaxAttempts int32 `json:"maxAttempts"`
 
 	// backoff is the delay between attempts.
 	// +required
-	Backoff Backoff `json:"backoff"`
+	Backoff Backoff `json:"backoff,omitzero"`
 
 	// deadline is the end-to-end deadline of one logical operation; attempts
 	// spend it, they do not reset it.
 	// +required
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="ERR_INVALID_DURATION: must be a duration such as 100ms, 4s or 1m (digits, then ns, us, ms, s, m or h)"
-	Deadline metav1.Duration `json:"deadline"`
+	Deadline Duration `json:"deadline"`
 
 	// minRemaining is the reserve: no retry starts when the remaining deadline
 	// is at or below it.
 	// +optional
-	// +kubebuilder:default="500ms"
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="ERR_INVALID_DURATION: must be a duration such as 100ms, 4s or 1m (digits, then ns, us, ms, s, m or h)"
-	MinRemaining *metav1.Duration `json:"minRemaining,omitempty"`
+	// +default="500ms"
+	MinRemaining *Duration `json:"minRemaining,omitempty"`
 
 	// perAttemptTimeout bounds each attempt; it is also the expected cost of
 	// an attempt when deciding whether a retry still fits the deadline.
 	// +optional
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="ERR_INVALID_DURATION: must be a duration such as 100ms, 4s or 1m (digits, then ns, us, ms, s, m or h)"
-	PerAttemptTimeout *metav1.Duration `json:"perAttemptTimeout,omitempty"`
+	PerAttemptTimeout *Duration `json:"perAttemptTimeout,omitempty"`
 
 	// retryAfter governs the server's Retry-After header.
 	// +optional
-	// +kubebuilder:default={}
+	// +default={}
 	RetryAfter *RetryAfter `json:"retryAfter,omitempty"`
 
 	// retryOn lists the failures that may be retried.
 	// +optional
-	// +kubebuilder:default={}
+	// +default={}
 	RetryOn *RetryOn `json:"retryOn,omitempty"`
 
 	// idempotency makes replays safe.
 	// +optional
-	// +kubebuilder:default={}
+	// +default={}
 	Idempotency *Idempotency `json:"idempotency,omitempty"`
 
 	// budgetRef names the RetryBudget, in the same namespace, that every retry
@@ -346,7 +334,7 @@ type RetryPolicySpec struct {
 	// criticality separates failure domains: Critical and Standard callers may
 	// share neither a pool nor a budget.
 	// +optional
-	// +kubebuilder:default=Standard
+	// +default="Standard"
 	Criticality *Criticality `json:"criticality,omitempty"`
 
 	// fallback lists where exhausted operations may be compensated.
@@ -365,7 +353,9 @@ type RetryPolicyStatus struct {
 	// +optional
 	// +listType=map
 	// +listMapKey=type
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// +patchStrategy=merge
+	// +patchMergeKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type" protobuf:"bytes,1,rep,name=conditions"`
 
 	// observedGeneration is the generation last published successfully.
 	// +optional
@@ -379,7 +369,7 @@ type RetryPolicyStatus struct {
 	// worstCaseDuration is the longest schedule: every attempt plus every
 	// maximum backoff, bounded by the deadline.
 	// +optional
-	WorstCaseDuration *metav1.Duration `json:"worstCaseDuration,omitempty"`
+	WorstCaseDuration *Duration `json:"worstCaseDuration,omitempty"`
 
 	// configMapName is the ConfigMap the policy is published in.
 	// +optional
@@ -407,7 +397,7 @@ type RetryPolicy struct {
 
 	// spec is the desired retry behaviour.
 	// +required
-	Spec RetryPolicySpec `json:"spec"`
+	Spec RetryPolicySpec `json:"spec,omitzero"`
 
 	// status is the observed state.
 	// +optional
@@ -421,8 +411,4 @@ type RetryPolicyList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []RetryPolicy `json:"items"`
-}
-
-func init() {
-	SchemeBuilder.Register(&RetryPolicy{}, &RetryPolicyList{})
 }

@@ -24,20 +24,20 @@ func ValidateRetryPolicySpec(spec *RetryPolicySpec, fldPath *field.Path) field.E
 	s := spec.WithDefaults()
 	var errs field.ErrorList
 	if s.MaxAttempts < 1 || s.MaxAttempts > MaxAttemptsCeiling {
-		errs = append(errs, field.Invalid(fldPath.Child("maxAttempts"), s.MaxAttempts, codes.RetryLimitExceeded.Message(
-			"maxAttempts counts total attempts (the first call included) and must be between 1 and 3")))
+		errs = append(errs, Invalid(fldPath.Child("maxAttempts"), s.MaxAttempts, codes.RetryLimitExceeded,
+			"maxAttempts counts total attempts (the first call included) and must be between 1 and 3"))
 	}
 	errs = append(errs, validateBackoff(&s.Backoff, fldPath.Child("backoff"))...)
 	errs = append(errs, validateRetryOn(s.RetryOn, fldPath.Child("retryOn"))...)
 	errs = append(errs, validateIdempotency(&s, fldPath)...)
 	errs = append(errs, validateDeadlines(&s, fldPath)...)
 	if s.MaxAttempts > 1 && s.BudgetRef == nil {
-		errs = append(errs, field.Invalid(fldPath.Child("budgetRef"), nil, codes.BudgetRequired.Message(
-			"a policy with maxAttempts above 1 must name a RetryBudget in budgetRef; retries without a budget caused INC-2901")))
+		errs = append(errs, Invalid(fldPath.Child("budgetRef"), nil, codes.BudgetRequired,
+			"a policy with maxAttempts above 1 must name a RetryBudget in budgetRef; retries without a budget caused INC-2901"))
 	}
 	if p := s.ConnectionPool; p != nil && (p.MaxConnections < 1 || p.MaxConnections > MaxConnectionsPerPoolLimit) {
-		errs = append(errs, field.Invalid(fldPath.Child("connectionPool", "maxConnections"), p.MaxConnections, codes.OutOfRange.Message(
-			"connectionPool.maxConnections must be between 1 and 1000")))
+		errs = append(errs, Invalid(fldPath.Child("connectionPool", "maxConnections"), p.MaxConnections, codes.OutOfRange,
+			"connectionPool.maxConnections must be between 1 and 1000"))
 	}
 	if c := *s.Criticality; c != CriticalityCritical && c != CriticalityStandard {
 		errs = append(errs, field.NotSupported(fldPath.Child("criticality"), c, supportedCrit))
@@ -47,30 +47,33 @@ func ValidateRetryPolicySpec(spec *RetryPolicySpec, fldPath *field.Path) field.E
 			errs = append(errs, validateFallbackChannel(&s.Fallback.Channels[i], fldPath.Child("fallback", "channels").Index(i))...)
 		}
 	}
-	return errs
+	return SortErrors(errs)
 }
 
 func validateBackoff(b *Backoff, fldPath *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	switch b.Jitter {
 	case JitterNone:
-		errs = append(errs, field.Invalid(fldPath.Child("jitter"), b.Jitter, codes.JitterRequired.Message(
-			"backoff.jitter None makes every caller retry in lockstep; use Full, Equal or Decorrelated")))
+		errs = append(errs, Invalid(fldPath.Child("jitter"), b.Jitter, codes.JitterRequired,
+			"backoff.jitter None makes every caller retry in lockstep; use Full, Equal or Decorrelated"))
 	case JitterFull, JitterEqual, JitterDecorrelated:
 	default:
 		errs = append(errs, field.NotSupported(fldPath.Child("jitter"), b.Jitter, supportedJitter))
 	}
-	if b.Base.Duration <= 0 {
-		errs = append(errs, field.Invalid(fldPath.Child("base"), b.Base.Duration.String(), codes.JitterRequired.Message(
-			"backoff.base 0s is an immediate retry; use a positive base such as 100ms")))
+	errs = append(errs, validateDuration(*b.Base, fldPath.Child("base"))...)
+	errs = append(errs, validateDuration(*b.Cap, fldPath.Child("cap"))...)
+	// Like the CRD's rules, the comparisons hold only between durations that parse.
+	if b.Base.Valid() && b.Base.Duration() <= 0 {
+		errs = append(errs, Invalid(fldPath.Child("base"), string(*b.Base), codes.JitterRequired,
+			"backoff.base 0s is an immediate retry; use a positive base such as 100ms"))
 	}
-	if b.Cap.Duration < b.Base.Duration {
-		errs = append(errs, field.Invalid(fldPath.Child("cap"), b.Cap.Duration.String(), codes.BackoffInvalid.Message(
-			"backoff.cap must be at least backoff.base")))
+	if b.Base.Valid() && b.Cap.Valid() && b.Cap.Duration() < b.Base.Duration() {
+		errs = append(errs, Invalid(fldPath.Child("cap"), string(*b.Cap), codes.BackoffInvalid,
+			"backoff.cap must be at least backoff.base"))
 	}
 	if m := *b.Multiplier; m < 1 || m > limits.MaxBackoffMultiplier {
-		errs = append(errs, field.Invalid(fldPath.Child("multiplier"), m, codes.OutOfRange.Message(
-			"backoff.multiplier must be between 1 and 10")))
+		errs = append(errs, Invalid(fldPath.Child("multiplier"), m, codes.OutOfRange,
+			"backoff.multiplier must be between 1 and 10"))
 	}
 	return errs
 }
@@ -79,8 +82,8 @@ func validateRetryOn(r *RetryOn, fldPath *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	for _, c := range r.StatusCodes {
 		if !httprules.IsRetryableStatus(c) {
-			errs = append(errs, field.Invalid(fldPath.Child("statusCodes"), r.StatusCodes, codes.NonRetryableStatus.Message(
-				"retryOn.statusCodes may hold only 429 and 5xx other than 501 and 505; other statuses never succeed on retry")))
+			errs = append(errs, Invalid(fldPath.Child("statusCodes"), r.StatusCodes, codes.NonRetryableStatus,
+				"retryOn.statusCodes may hold only 429 and 5xx other than 501 and 505; other statuses never succeed on retry"))
 			break
 		}
 	}
@@ -97,14 +100,14 @@ func validateRetryOn(r *RetryOn, fldPath *field.Path) field.ErrorList {
 func validateIdempotency(s *RetryPolicySpec, fldPath *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	if h := *s.Idempotency.Header; !httprules.IsHeaderToken(h) {
-		errs = append(errs, field.Invalid(fldPath.Child("idempotency", "header"), h, codes.InvalidHeader.Message(
-			"idempotency.header must be an HTTP field name: letters, digits and !#$%&'*+.^_|~- only, no space, CR or LF")))
+		errs = append(errs, Invalid(fldPath.Child("idempotency", "header"), h, codes.InvalidHeader,
+			"idempotency.header must be an HTTP field name: letters, digits and !#$%&'*+.^_|~- only, no space, CR or LF"))
 	}
 	tmpl := s.Idempotency.KeyTemplate
 	if tmpl != nil {
 		p := fldPath.Child("idempotency", "keyTemplate")
 		for _, problem := range httprules.KeyTemplateProblems(*tmpl) {
-			errs = append(errs, field.Invalid(p, *tmpl, keyTemplateMessages[problem]))
+			errs = append(errs, Invalid(p, *tmpl, keyTemplateMessages[problem].code, keyTemplateMessages[problem].text))
 		}
 	}
 	operation := ""
@@ -112,55 +115,78 @@ func validateIdempotency(s *RetryPolicySpec, fldPath *field.Path) field.ErrorLis
 		operation = *s.Target.Operation
 	}
 	if s.MaxAttempts > 1 && !httprules.IsReplaySafe(operation, tmpl != nil) {
-		errs = append(errs, field.Invalid(fldPath.Child("maxAttempts"), s.MaxAttempts, codes.AmbiguousWithoutIdempotency.Message(
-			"a policy with maxAttempts above 1 must be safe to replay; set idempotency.keyTemplate or use an idempotent method (GET, HEAD, PUT, DELETE, OPTIONS, TRACE) in target.operation")))
+		errs = append(errs, Invalid(fldPath.Child("maxAttempts"), s.MaxAttempts, codes.AmbiguousWithoutIdempotency,
+			"a policy with maxAttempts above 1 must be safe to replay; set idempotency.keyTemplate or use an idempotent method (GET, HEAD, PUT, DELETE, OPTIONS, TRACE) in target.operation"))
 	}
 	return errs
 }
 
-// keyTemplateMessages are the CEL rules' messages, one per broken rule.
-var keyTemplateMessages = map[httprules.KeyTemplateProblem]string{
-	httprules.KeyTemplateMalformed: codes.InvalidKeyTemplate.Message(
-		"idempotency.keyTemplate placeholders are {name} with letters, digits and underscores, and braces must pair"),
-	httprules.KeyTemplateConstant: codes.UnstableIdempotencyKey.Message(
-		"idempotency.keyTemplate has no {placeholder}, so every operation would share one key"),
-	httprules.KeyTemplatePerAttempt: codes.UnstableIdempotencyKey.Message(
-		"idempotency.keyTemplate uses a per-attempt value ({attempt}, {random}, {uuid}, {now} or {timestamp}), so retries would carry new keys"),
+// keyTemplateMessages are the CEL rules' codes and messages, one per broken rule.
+var keyTemplateMessages = map[httprules.KeyTemplateProblem]struct {
+	code codes.Code
+	text string
+}{
+	httprules.KeyTemplateMalformed: {codes.InvalidKeyTemplate,
+		"idempotency.keyTemplate placeholders are {name} with letters, digits and underscores, and braces must pair"},
+	httprules.KeyTemplateConstant: {codes.UnstableIdempotencyKey,
+		"idempotency.keyTemplate has no {placeholder}, so every operation would share one key"},
+	httprules.KeyTemplatePerAttempt: {codes.UnstableIdempotencyKey,
+		"idempotency.keyTemplate uses a per-attempt value ({attempt}, {random}, {uuid}, {now} or {timestamp}), so retries would carry new keys"},
 }
 
 func validateDeadlines(s *RetryPolicySpec, fldPath *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	deadline := s.Deadline.Duration
-	if deadline <= 0 {
-		errs = append(errs, field.Invalid(fldPath.Child("deadline"), deadline.String(), codes.DeadlineInfeasible.Message(
-			"deadline must be positive")))
+	errs = append(errs, validateDuration(s.Deadline, fldPath.Child("deadline"))...)
+	errs = append(errs, validateDuration(*s.MinRemaining, fldPath.Child("minRemaining"))...)
+	if t := s.PerAttemptTimeout; t != nil {
+		errs = append(errs, validateDuration(*t, fldPath.Child("perAttemptTimeout"))...)
 	}
-	if s.MaxAttempts > 1 && deadline <= s.MinRemaining.Duration {
-		errs = append(errs, field.Invalid(fldPath.Child("deadline"), deadline.String(), codes.DeadlineInfeasible.Message(
-			"deadline must exceed minRemaining, or no retry could ever start")))
+	if d := s.RetryAfter.MaxDelay; d != nil {
+		errs = append(errs, validateDuration(*d, fldPath.Child("retryAfter", "maxDelay"))...)
+	}
+	// Like the CRD's rules, the comparisons hold only between durations that parse.
+	if !s.Deadline.Valid() {
+		return errs
+	}
+	deadline := s.Deadline.Duration()
+	if deadline <= 0 {
+		errs = append(errs, Invalid(fldPath.Child("deadline"), string(s.Deadline), codes.DeadlineInfeasible,
+			"deadline must be positive"))
+	}
+	if m := s.MinRemaining; s.MaxAttempts > 1 && m.Valid() && deadline <= m.Duration() {
+		errs = append(errs, Invalid(fldPath.Child("deadline"), string(s.Deadline), codes.DeadlineInfeasible,
+			"deadline must exceed minRemaining, or no retry could ever start"))
 	}
 	// Only a maxDelay the user wrote can break this: the absent default is
 	// derived from the deadline (RetryAfterMaxDelay).
-	if d := s.RetryAfter.MaxDelay; s.MaxAttempts > 1 && d != nil && d.Duration >= deadline {
-		errs = append(errs, field.Invalid(fldPath.Child("retryAfter", "maxDelay"), d.Duration.String(), codes.DeadlineInfeasible.Message(
-			"retryAfter.maxDelay must be below deadline, or an honoured Retry-After would outlive the operation")))
+	if d := s.RetryAfter.MaxDelay; s.MaxAttempts > 1 && d != nil && d.Valid() && d.Duration() >= deadline {
+		errs = append(errs, Invalid(fldPath.Child("retryAfter", "maxDelay"), string(*d), codes.DeadlineInfeasible,
+			"retryAfter.maxDelay must be below deadline, or an honoured Retry-After would outlive the operation"))
 	}
-	if t := s.PerAttemptTimeout; t != nil && t.Duration > deadline {
-		errs = append(errs, field.Invalid(fldPath.Child("perAttemptTimeout"), t.Duration.String(), codes.DeadlineInfeasible.Message(
-			"perAttemptTimeout must not exceed deadline")))
+	if t := s.PerAttemptTimeout; t != nil && t.Valid() && t.Duration() > deadline {
+		errs = append(errs, Invalid(fldPath.Child("perAttemptTimeout"), string(*t), codes.DeadlineInfeasible,
+			"perAttemptTimeout must not exceed deadline"))
 	}
 	return errs
+}
+
+// validateDuration refuses what the Duration type's CEL rule refuses.
+func validateDuration(d Duration, fldPath *field.Path) field.ErrorList {
+	if d.Valid() {
+		return nil
+	}
+	return field.ErrorList{Invalid(fldPath, string(d), codes.InvalidDuration, durationMessage)}
 }
 
 func validateFallbackChannel(c *FallbackChannel, fldPath *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	if !httprules.IsSecureEndpoint(c.Endpoint) {
-		errs = append(errs, field.Invalid(fldPath.Child("endpoint"), c.Endpoint, codes.UntestedCompensationBlocked.Message(
-			"fallback endpoint must be an https:// URL; secrets must not leave on an unencrypted channel")))
+		errs = append(errs, Invalid(fldPath.Child("endpoint"), c.Endpoint, codes.UntestedCompensationBlocked,
+			"fallback endpoint must be an https:// URL; secrets must not leave on an unencrypted channel"))
 	}
 	if c.Verified == nil || !*c.Verified {
-		errs = append(errs, field.Invalid(fldPath.Child("verified"), c.Verified, codes.UntestedCompensationBlocked.Message(
-			"fallback channel must be verified: true before operations may be routed to it")))
+		errs = append(errs, Invalid(fldPath.Child("verified"), c.Verified, codes.UntestedCompensationBlocked,
+			"fallback channel must be verified: true before operations may be routed to it"))
 	}
 	return errs
 }
@@ -172,11 +198,11 @@ func validateFallbackChannel(c *FallbackChannel, fldPath *field.Path) field.Erro
 // Retry-After the deadline could not hold fails fast instead of waiting.
 func (s *RetryPolicySpec) RetryAfterMaxDelay() time.Duration {
 	if s.RetryAfter != nil && s.RetryAfter.MaxDelay != nil {
-		return s.RetryAfter.MaxDelay.Duration
+		return s.RetryAfter.MaxDelay.Duration()
 	}
-	minRemaining := mustDuration(DefaultMinRemaining).Duration
+	minRemaining := mustDuration(DefaultMinRemaining).Duration()
 	if s.MinRemaining != nil {
-		minRemaining = s.MinRemaining.Duration
+		minRemaining = s.MinRemaining.Duration()
 	}
-	return max(0, min(DefaultRetryAfterMaxDelay, s.Deadline.Duration-minRemaining))
+	return max(0, min(DefaultRetryAfterMaxDelay, s.Deadline.Duration()-minRemaining))
 }

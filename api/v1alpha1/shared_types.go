@@ -11,5 +11,24 @@ type LocalObjectReference struct {
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
-	Name string `json:"name"`
+	Name string `json:"name,omitempty"`
 }
+
+// Reasons of a RetryPolicy's Ready condition. Every not-Ready reason is also
+// the NoRetry reason the policy's pods see, so users and pods read them too.
+const (
+	ReasonPublished             = "Published"
+	ReasonInvalidSpec           = "InvalidSpec"
+	ReasonLayerCycle            = "LayerCycle"
+	ReasonAmplificationExceeded = "AmplificationExceeded"
+	ReasonSharedFailureDomain   = "SharedFailureDomain"
+	ReasonParentNotFound        = "ParentNotFound"
+	ReasonBudgetNotFound        = "BudgetNotFound"
+	ReasonPublishFailed         = "PublishFailed"
+)
+
+// Reasons of a RetryBudget's Ready condition.
+const (
+	ReasonAccepted         = "Accepted"
+	ReasonAbovePlatformCap = "AbovePlatformCap"
+)

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 )
@@ -89,12 +89,12 @@ func TestRetryAfterMaxDelayIsDerived(t *testing.T) {
 		{deadline: "400ms", want: 0},
 		{deadline: "3s", written: "1s", want: time.Second},
 	} {
-		s := v1.RetryPolicySpec{Deadline: metav1.Duration{Duration: mustParse(tc.deadline)}}
+		s := v1.RetryPolicySpec{Deadline: v1.DurationOf(mustParse(tc.deadline))}
 		if tc.minRemaining != "" {
-			s.MinRemaining = &metav1.Duration{Duration: mustParse(tc.minRemaining)}
+			s.MinRemaining = ptr.To(v1.DurationOf(mustParse(tc.minRemaining)))
 		}
 		if tc.written != "" {
-			s.RetryAfter = &v1.RetryAfter{MaxDelay: &metav1.Duration{Duration: mustParse(tc.written)}}
+			s.RetryAfter = &v1.RetryAfter{MaxDelay: ptr.To(v1.DurationOf(mustParse(tc.written)))}
 		}
 		if got := s.RetryAfterMaxDelay(); got != tc.want {
 			t.Errorf("%+v: %v, want %v", tc, got, tc.want)
@@ -112,4 +112,37 @@ func mustParse(s string) time.Duration {
 		panic(err)
 	}
 	return d
+}
+
+// Errors come sorted by field path, then code, so that one object refused
+// twice reads the same, and each carries its code as a value that agrees
+// with the code its message starts with.
+func TestValidationErrorsAreOrderedAndCoded(t *testing.T) {
+	for _, tc := range policyCases {
+		errs := v1.ValidateRetryPolicySpec(&policyFor(t, tc).Spec, field.NewPath("spec"))
+		var keys []string
+		for _, e := range errs {
+			keys = append(keys, e.Field+" "+string(v1.CodeOf(e)))
+			if c := codeOf(e.Detail); c != "" && string(v1.CodeOf(e)) != c {
+				t.Errorf("%s: %s carries code %q, its message says %q", tc.name, e.Field, v1.CodeOf(e), c)
+			}
+		}
+		if !slices.IsSorted(keys) {
+			t.Errorf("%s: errors out of order: %v", tc.name, keys)
+		}
+	}
+	inc := v1.ValidateRetryPolicySpec(&policyFor(t, policyCase{mutate: func(s *v1.RetryPolicySpec) {
+		s.MaxAttempts = 5
+		s.Backoff.Jitter = v1.JitterNone
+		s.Backoff.Base = dur("0s")
+		s.BudgetRef = nil
+	}}).Spec, field.NewPath("spec"))
+	var got []string
+	for _, e := range inc {
+		got = append(got, e.Field)
+	}
+	want := []string{"spec.backoff.base", "spec.backoff.jitter", "spec.budgetRef", "spec.maxAttempts"}
+	if !slices.Equal(got, want) {
+		t.Errorf("INC-2901 refused in the order %v, want %v (the API server's order)", got, want)
+	}
 }

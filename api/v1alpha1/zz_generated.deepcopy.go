@@ -30,12 +30,12 @@ func (in *Backoff) DeepCopyInto(out *Backoff) {
 	*out = *in
 	if in.Base != nil {
 		in, out := &in.Base, &out.Base
-		*out = new(v1.Duration)
+		*out = new(Duration)
 		**out = **in
 	}
 	if in.Cap != nil {
 		in, out := &in.Cap, &out.Cap
-		*out = new(v1.Duration)
+		*out = new(Duration)
 		**out = **in
 	}
 	if in.Multiplier != nil {
@@ -177,7 +177,7 @@ func (in *RetryAfter) DeepCopyInto(out *RetryAfter) {
 	*out = *in
 	if in.MaxDelay != nil {
 		in, out := &in.MaxDelay, &out.MaxDelay
-		*out = new(v1.Duration)
+		*out = new(Duration)
 		**out = **in
 	}
 }
@@ -256,7 +256,7 @@ func (in *RetryBudgetSpec) DeepCopyInto(out *RetryBudgetSpec) {
 	*out = *in
 	if in.Window != nil {
 		in, out := &in.Window, &out.Window
-		*out = new(v1.Duration)
+		*out = new(Duration)
 		**out = **in
 	}
 	if in.MaxTokens != nil {
@@ -418,15 +418,14 @@ func (in *RetryPolicySpec) DeepCopyInto(out *RetryPolicySpec) {
 	in.Target.DeepCopyInto(&out.Target)
 	in.Layer.DeepCopyInto(&out.Layer)
 	in.Backoff.DeepCopyInto(&out.Backoff)
-	out.Deadline = in.Deadline
 	if in.MinRemaining != nil {
 		in, out := &in.MinRemaining, &out.MinRemaining
-		*out = new(v1.Duration)
+		*out = new(Duration)
 		**out = **in
 	}
 	if in.PerAttemptTimeout != nil {
 		in, out := &in.PerAttemptTimeout, &out.PerAttemptTimeout
-		*out = new(v1.Duration)
+		*out = new(Duration)
 		**out = **in
 	}
 	if in.RetryAfter != nil {
@@ -493,7 +492,7 @@ func (in *RetryPolicyStatus) DeepCopyInto(out *RetryPolicyStatus) {
 	}
 	if in.WorstCaseDuration != nil {
 		in, out := &in.WorstCaseDuration, &out.WorstCaseDuration
-		*out = new(v1.Duration)
+		*out = new(Duration)
 		**out = **in
 	}
 }

@@ -28,6 +28,7 @@ spec:
   backoff: {jitter: Full}
   deadline: 10s
   budgetRef: {name: telephony}
+  idempotency: {keyTemplate: "msg-{message_id}"}
 %s`, name, name, parentRef, attempts, strings.Join(extra, "\n"))
 }
 
@@ -81,7 +82,7 @@ func TestLintExitCodesAndFiles(t *testing.T) {
 			args: []string{"lint", "-f", seed333}, code: 1,
 			// Admitted in order, job is the first to cross the limit; connector
 			// then finds no job and is admitted with a warning, as with kubectl apply.
-			want: []string{"333.yaml:15: RetryPolicy default/job: refused", "ERR_LAYER_AMPLIFICATION",
+			want: []string{"333.yaml:16: RetryPolicy default/job: refused", "ERR_LAYER_AMPLIFICATION",
 				"workflow(3) × job(3) = 9 > 3", `RetryPolicy "job" does not exist yet`,
 				"3 documents: 2 created, 0 updated, 1 refused"},
 		},

@@ -114,7 +114,7 @@ func sameNamespace(policies []v1.RetryPolicy, ns string) []v1.RetryPolicy {
 func sleepBounds(spec *v1.RetryPolicySpec, s policygraph.Schedule) (lo, hi []time.Duration) {
 	d := spec.WithDefaults()
 	strategy := backoff.Strategy{
-		Jitter: backoff.Jitter(d.Backoff.Jitter), Base: d.Backoff.Base.Duration, Cap: d.Backoff.Cap.Duration,
+		Jitter: backoff.Jitter(d.Backoff.Jitter), Base: d.Backoff.Base.Duration(), Cap: d.Backoff.Cap.Duration(),
 		Multiplier: *d.Backoff.Multiplier, Rand: func(int64) int64 { return 0 },
 	}
 	var prev time.Duration
@@ -198,7 +198,7 @@ func writeBudget(w io.Writer, in Input) {
 	}
 	s := b.Budget.Spec.WithDefaults()
 	fmt.Fprintf(w, "  RetryBudget %s: retries at most %d%% of primary attempts over %s; bucket of %d tokens, floor %d retries/s\n",
-		b.Key, s.RetryPercent, s.Window.Duration, *s.MaxTokens, *s.MinRetriesPerSecond)
+		b.Key, s.RetryPercent, s.Window.Duration(), *s.MaxTokens, *s.MinRetriesPerSecond)
 	parts := *s.Partitions
 	fmt.Fprintf(w, "  split over %d partition(s): each pod holds %d token(s) and a floor of %d retries/s (rounded up); the %d%% ratio needs no split\n",
 		parts, ceilDiv(*s.MaxTokens, parts), ceilDiv(*s.MinRetriesPerSecond, parts), s.RetryPercent)

@@ -71,7 +71,7 @@ func (f *Forest) WriteText(w io.Writer, o Options) {
 		}
 		s := b.Budget.Spec.WithDefaults()
 		fmt.Fprintf(w, "  %s: %d%% of primaries over %s, maxTokens %d, partitions %d, %s; used by %s\n",
-			b.Key, s.RetryPercent, s.Window.Duration, *s.MaxTokens, *s.Partitions,
+			b.Key, s.RetryPercent, s.Window.Duration(), *s.MaxTokens, *s.Partitions,
 			readyText(ReadyOf(b.Budget.Status.Conditions, b.Budget.Generation)), orNone(users))
 	}
 }
@@ -151,7 +151,7 @@ func (f *Forest) WriteDot(w io.Writer, o Options) {
 			label := fmt.Sprintf("RetryBudget %s\nMISSING", b.Name)
 			if b.Budget != nil {
 				s := b.Budget.Spec.WithDefaults()
-				label = fmt.Sprintf("RetryBudget %s\n%d%% / %s", b.Name, s.RetryPercent, s.Window.Duration)
+				label = fmt.Sprintf("RetryBudget %s\n%d%% / %s", b.Name, s.RetryPercent, s.Window.Duration())
 			}
 			fmt.Fprintf(w, "    %q [shape=ellipse, label=%q];\n", "budget:"+b.Key.String(), label)
 		}

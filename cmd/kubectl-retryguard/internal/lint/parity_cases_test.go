@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -28,13 +27,8 @@ type parityCase struct {
 	objs func(tb testing.TB) []client.Object
 }
 
-func dur(s string) *metav1.Duration {
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		panic(err)
-	}
-	return &metav1.Duration{Duration: d}
-}
+// dur is a Duration as written, so that a table can hold a malformed one.
+func dur(s string) *v1.Duration { d := v1.Duration(s); return &d }
 
 func loadSample[T any](tb testing.TB, file string) *T {
 	tb.Helper()
@@ -136,6 +130,36 @@ var celCases = []parityCase{
 	{"retry-after max equal to deadline", samplePolicy(func(s *v1.RetryPolicySpec) { s.RetryAfter.MaxDelay = dur("4s") })},
 	{"per-attempt timeout above deadline", samplePolicy(func(s *v1.RetryPolicySpec) { s.PerAttemptTimeout = dur("5s") })},
 	{"zero deadline breaks three rules", samplePolicy(func(s *v1.RetryPolicySpec) { s.Deadline = *dur("0s") })},
+	{"negative deadline", samplePolicy(func(s *v1.RetryPolicySpec) { s.Deadline = *dur("-1s") })},
+	{"durations without a unit, a leading digit or a number", samplePolicy(func(s *v1.RetryPolicySpec) {
+		s.Backoff.Base = dur(".5s")
+		s.Backoff.Cap = dur("0")
+		s.PerAttemptTimeout = dur("soon")
+	})},
+	{"retrying a POST on 429 and safe errors only still needs a key", samplePolicy(func(s *v1.RetryPolicySpec) {
+		s.Idempotency.KeyTemplate = nil
+		s.RetryOn.Errors = []v1.TransportError{v1.ConnectionRefused, v1.DNSFailure}
+	})},
+	{"two attempts of a POST without a key", samplePolicy(func(s *v1.RetryPolicySpec) { s.MaxAttempts = 2; s.Idempotency = nil; s.RetryOn = nil })},
+	{"one attempt of a POST needs no key, whatever it lists", samplePolicy(func(s *v1.RetryPolicySpec) {
+		s.MaxAttempts = 1
+		s.BudgetRef = nil
+		s.Idempotency.KeyTemplate = nil
+	})},
+	{"header with CR LF", samplePolicy(func(s *v1.RetryPolicySpec) { s.Idempotency.Header = ptr.To("Idempotency-Key\r\nX-Evil: 1") })},
+	{"header with a space", samplePolicy(func(s *v1.RetryPolicySpec) { s.Idempotency.Header = ptr.To("Idempotency Key") })},
+	{"deadline 3s that never mentions retryAfter is accepted", samplePolicy(func(s *v1.RetryPolicySpec) { s.Deadline = *dur("3s"); s.RetryAfter = nil })},
+	{"deadline 2s that never mentions retryAfter is accepted", samplePolicy(func(s *v1.RetryPolicySpec) {
+		s.Deadline = *dur("2s")
+		s.RetryAfter = nil
+		s.MinRemaining = nil
+	})},
+	{"deadline 3s with retryAfter.maxDelay 3s written", samplePolicy(func(s *v1.RetryPolicySpec) {
+		s.Deadline = *dur("3s")
+		s.RetryAfter = &v1.RetryAfter{MaxDelay: dur("3s")}
+	})},
+	{"key with a lone closing brace", samplePolicy(func(s *v1.RetryPolicySpec) { s.Idempotency.KeyTemplate = ptr.To("SMS-{user_id}}") })},
+	{"key with an empty placeholder", samplePolicy(func(s *v1.RetryPolicySpec) { s.Idempotency.KeyTemplate = ptr.To("SMS-{}-{user_id}") })},
 	{"http fallback", samplePolicy(func(s *v1.RetryPolicySpec) { s.Fallback.Channels[0].Endpoint = "http://push.auth.internal/v1" })},
 	{"fallback that is not a URL", samplePolicy(func(s *v1.RetryPolicySpec) { s.Fallback.Channels[0].Endpoint = "push.auth.internal/v1" })},
 	{"unverified fallback", samplePolicy(func(s *v1.RetryPolicySpec) { s.Fallback.Channels[0].Verified = ptr.To(false) })},
@@ -162,10 +186,13 @@ var celCases = []parityCase{
 	{"retryPercent 101", sampleBudget(func(s *v1.RetryBudgetSpec) { s.RetryPercent = 101 })},
 	{"window 500ms", sampleBudget(func(s *v1.RetryBudgetSpec) { s.Window = dur("500ms") })},
 	{"window 2h", sampleBudget(func(s *v1.RetryBudgetSpec) { s.Window = dur("2h") })},
+	{"negative window", sampleBudget(func(s *v1.RetryBudgetSpec) { s.Window = dur("-1m") })},
 	{"maxTokens 0", sampleBudget(func(s *v1.RetryBudgetSpec) { s.MaxTokens = ptr.To[int32](0) })},
 	{"maxTokens 1001", sampleBudget(func(s *v1.RetryBudgetSpec) { s.MaxTokens = ptr.To[int32](1001) })},
 	{"negative floor", sampleBudget(func(s *v1.RetryBudgetSpec) { s.MinRetriesPerSecond = ptr.To[int32](-1) })},
 	{"zero partitions", sampleBudget(func(s *v1.RetryBudgetSpec) { s.Partitions = ptr.To[int32](0) })},
+	{"1001 partitions", sampleBudget(func(s *v1.RetryBudgetSpec) { s.Partitions = ptr.To[int32](1001) })},
+	{"floor of 10001 retries per second", sampleBudget(func(s *v1.RetryBudgetSpec) { s.MinRetriesPerSecond = ptr.To[int32](10001) })},
 }
 
 func raised[T client.Object](obj T, change func(T)) T {

@@ -1,0 +1,193 @@
+package v1alpha1_test
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"sigs.k8s.io/yaml"
+
+	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/runtime/codes"
+	"github.com/retryguard/retryguard/runtime/limits"
+)
+
+// The CRD's markers restate facts whose home is Go: the codes, the bounds in
+// package limits, the enum sets, the duration syntax. Markers cannot import
+// constants, so this test reads the generated CRD and holds each copy to its
+// home; a bound changed on one side only fails here.
+
+// admissionCodes are the codes a CRD rule may carry.
+var admissionCodes = []codes.Code{
+	codes.RetryLimitExceeded, codes.JitterRequired, codes.BackoffInvalid, codes.NonRetryableStatus,
+	codes.BudgetRequired, codes.AmbiguousWithoutIdempotency, codes.UnstableIdempotencyKey,
+	codes.InvalidHeader, codes.InvalidKeyTemplate, codes.DeadlineInfeasible,
+	codes.UntestedCompensationBlocked, codes.OutOfRange, codes.InvalidDuration,
+}
+
+func loadCRDSchema(t *testing.T, plural string) *apiextensionsv1.JSONSchemaProps {
+	t.Helper()
+	raw, err := os.ReadFile("../../config/crd/bases/policy.retryguard.io_" + plural + ".yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd apiextensionsv1.CustomResourceDefinition
+	if err := yaml.Unmarshal(raw, &crd); err != nil {
+		t.Fatal(err)
+	}
+	return crd.Spec.Versions[0].Schema.OpenAPIV3Schema
+}
+
+// at walks properties (and list items, written "[]") from s.
+func at(t *testing.T, s *apiextensionsv1.JSONSchemaProps, path string) *apiextensionsv1.JSONSchemaProps {
+	t.Helper()
+	for _, p := range strings.Split(path, ".") {
+		if p == "[]" {
+			s = s.Items.Schema
+			continue
+		}
+		next, ok := s.Properties[p]
+		if !ok {
+			t.Fatalf("CRD has no %s (at %q)", path, p)
+		}
+		s = &next
+	}
+	return s
+}
+
+// walk calls f on every schema under s, with its path.
+func walk(path string, s *apiextensionsv1.JSONSchemaProps, f func(string, *apiextensionsv1.JSONSchemaProps)) {
+	f(path, s)
+	for name, p := range s.Properties {
+		walk(path+"."+name, &p, f)
+	}
+	if s.Items != nil && s.Items.Schema != nil {
+		walk(path+".[]", s.Items.Schema, f)
+	}
+}
+
+var (
+	ruleCode     = regexp.MustCompile(`^(ERR_[A-Z_]+): `)
+	ruleMatches  = regexp.MustCompile(`matches\('((?:[^']|\\')*)'\)`)
+	ruleDuration = regexp.MustCompile(`duration\('([^']*)'\)`)
+	ruleBound    = regexp.MustCompile(`<= (\d+)\b`)
+)
+
+func TestCRDRulesCarryKnownCodesAndOneDurationSyntax(t *testing.T) {
+	for _, plural := range []string{"retrypolicies", "retrybudgets"} {
+		walk(plural, loadCRDSchema(t, plural), func(path string, s *apiextensionsv1.JSONSchemaProps) {
+			for _, r := range s.XValidations {
+				m := ruleCode.FindStringSubmatch(r.Message)
+				if m == nil || !slices.Contains(admissionCodes, codes.Code(m[1])) {
+					t.Errorf("%s: rule %q has message %q, which does not start with a known admission code", path, r.Rule, r.Message)
+				}
+				for _, mm := range ruleMatches.FindAllStringSubmatch(r.Rule, -1) {
+					if strings.Contains(mm[1], "(ns|us") && mm[1] != v1.DurationPattern {
+						t.Errorf("%s: rule %q spells the duration syntax as %q, not v1alpha1.DurationPattern %q", path, r.Rule, mm[1], v1.DurationPattern)
+					}
+				}
+			}
+		})
+	}
+}
+
+// bound returns the single "<= N" of the one rule at s whose message has code c.
+func bound(t *testing.T, s *apiextensionsv1.JSONSchemaProps, c codes.Code, field string) string {
+	t.Helper()
+	for _, r := range s.XValidations {
+		if strings.HasPrefix(r.Message, string(c)+":") && strings.Contains(r.Rule, field) {
+			if m := ruleBound.FindAllStringSubmatch(r.Rule, -1); len(m) == 1 {
+				return m[0][1]
+			}
+		}
+	}
+	t.Fatalf("no %s rule with one upper bound on %q", c, field)
+	return ""
+}
+
+func TestCRDBoundsAreTheLimits(t *testing.T) {
+	policy := loadCRDSchema(t, "retrypolicies")
+	spec := at(t, policy, "spec")
+	budget := at(t, loadCRDSchema(t, "retrybudgets"), "spec")
+	n := func(v any) string { return fmt.Sprint(v) }
+	for _, tc := range []struct {
+		name      string
+		got, want string
+	}{
+		{"maxAttempts", bound(t, spec, codes.RetryLimitExceeded, "self.maxAttempts"), n(limits.MaxAttemptsCeiling)},
+		{"backoff.multiplier", bound(t, at(t, spec, "backoff.multiplier"), codes.OutOfRange, "self"), n(limits.MaxBackoffMultiplier)},
+		{"connectionPool.maxConnections", bound(t, at(t, spec, "connectionPool.maxConnections"), codes.OutOfRange, "self"), n(limits.MaxConnectionsPerPool)},
+		{"retryPercent", bound(t, at(t, budget, "retryPercent"), codes.OutOfRange, "self"), n(limits.MaxBudgetRetryPercent)},
+		{"maxTokens", bound(t, at(t, budget, "maxTokens"), codes.OutOfRange, "self"), n(limits.MaxBudgetTokens)},
+		{"minRetriesPerSecond", bound(t, at(t, budget, "minRetriesPerSecond"), codes.OutOfRange, "self"), n(limits.MaxBudgetMinRetriesPerSecond)},
+		{"partitions", bound(t, at(t, budget, "partitions"), codes.OutOfRange, "self"), n(limits.MaxBudgetPartitions)},
+		{"retryOn.statusCodes maxItems", n(*at(t, spec, "retryOn.statusCodes").MaxItems), n(limits.MaxRetryOnStatusCodes)},
+		{"retryOn.errors maxItems", n(*at(t, spec, "retryOn.errors").MaxItems), n(limits.MaxRetryOnErrors)},
+		{"fallback.channels maxItems", n(*at(t, spec, "fallback.channels").MaxItems), n(limits.MaxFallbackChannels)},
+		{"idempotency.keyTemplate maxLength", n(*at(t, spec, "idempotency.keyTemplate").MaxLength), n(limits.MaxKeyTemplateLength)},
+		{"idempotency.header maxLength", n(*at(t, spec, "idempotency.header").MaxLength), n(limits.MaxHeaderLength)},
+		{"target.operation maxLength", n(*at(t, spec, "target.operation").MaxLength), n(limits.MaxOperationLength)},
+		{"target.service maxLength", n(*at(t, spec, "target.service").MaxLength), n(limits.MaxDNSLabelLength)},
+		{"budgetRef.name maxLength", n(*at(t, spec, "budgetRef.name").MaxLength), n(limits.MaxObjectNameLength)},
+		{"fallback endpoint maxLength", n(*at(t, spec, "fallback.channels.[].endpoint").MaxLength), n(limits.MaxFallbackEndpointLength)},
+		{"events.topic maxLength", n(*at(t, spec, "events.topic").MaxLength), n(limits.MaxEventsTopicLength)},
+		{"target.service pattern", at(t, spec, "target.service").Pattern, limits.DNS1123LabelPattern},
+		{"connectionPool.name pattern", at(t, spec, "connectionPool.name").Pattern, limits.DNS1123LabelPattern},
+		{"events.topic pattern", at(t, spec, "events.topic").Pattern, limits.EventsTopicPattern},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s: the CRD says %s, Go says %s", tc.name, tc.got, tc.want)
+		}
+	}
+
+	// The window's range is written as two duration literals.
+	var window []time.Duration
+	for _, r := range at(t, budget, "window").XValidations {
+		if strings.HasPrefix(r.Message, string(codes.OutOfRange)+":") {
+			for _, m := range ruleDuration.FindAllStringSubmatch(r.Rule, -1) {
+				d, err := time.ParseDuration(m[1])
+				if err != nil {
+					t.Fatal(err)
+				}
+				window = append(window, d)
+			}
+		}
+	}
+	if want := []time.Duration{limits.MinBudgetWindow, limits.MaxBudgetWindow}; !slices.Equal(window, want) {
+		t.Errorf("window range: the CRD says %v, Go says %v", window, want)
+	}
+}
+
+func TestCRDEnumsAreTheGoSets(t *testing.T) {
+	spec := at(t, loadCRDSchema(t, "retrypolicies"), "spec")
+	enum := func(path string) []string {
+		var out []string
+		for _, e := range at(t, spec, path).Enum {
+			var s string
+			if err := yaml.Unmarshal(e.Raw, &s); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, s)
+		}
+		slices.Sort(out)
+		return out
+	}
+	set := func(vs ...string) []string { slices.Sort(vs); return vs }
+	for _, tc := range []struct {
+		path string
+		want []string
+	}{
+		{"backoff.jitter", set(string(v1.JitterFull), string(v1.JitterEqual), string(v1.JitterDecorrelated), string(v1.JitterNone))},
+		{"retryOn.errors.[]", set(string(v1.ConnectionRefused), string(v1.ConnectionReset), string(v1.Timeout), string(v1.DNSFailure))},
+		{"criticality", set(string(v1.CriticalityCritical), string(v1.CriticalityStandard))},
+	} {
+		if got := enum(tc.path); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: the CRD's enum is %v, Go's set is %v", tc.path, got, tc.want)
+		}
+	}
+}
