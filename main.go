@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/retryguard/retryguard/api/policygraph"
+	"github.com/retryguard/retryguard/api/policygraph/policyindex"
 	policyv1alpha1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/controllers"
 	"github.com/retryguard/retryguard/webhooks"
@@ -138,7 +139,7 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
-	if err := policygraph.RegisterIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+	if err := policyindex.RegisterIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return fmt.Errorf("registering field indexes: %w", err)
 	}
 	if err := controllers.SetupWithManager(ctx, mgr, controllers.Options{Limits: limits, MaxConcurrentReconciles: concurrency, ResyncPeriod: resync}); err != nil {

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/retryguard/retryguard/api/policygraph"
+	"github.com/retryguard/retryguard/api/policygraph/policyindex"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 )
 
@@ -37,7 +38,7 @@ func (r *RetryBudgetReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}()
 
 	var users v1.RetryPolicyList
-	if err := r.List(ctx, &users, client.InNamespace(b.Namespace), client.MatchingFields{policygraph.IndexBudgetRef: b.Name}); err != nil {
+	if err := r.List(ctx, &users, client.InNamespace(b.Namespace), client.MatchingFields{policyindex.IndexBudgetRef: b.Name}); err != nil {
 		return ctrl.Result{}, err
 	}
 	b.Status.PolicyCount = int32(len(users.Items))

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/retryguard/retryguard/api/policygraph"
+	"github.com/retryguard/retryguard/api/policygraph/policyindex"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
@@ -127,7 +128,7 @@ func (r *RetryPolicyReconciler) observe(ctx context.Context, p *v1.RetryPolicy) 
 			return facts, nil, err
 		}
 	}
-	lookup := policygraph.CacheLookup{Reader: r.Client, Namespace: p.Namespace}
+	lookup := policyindex.CacheLookup{Reader: r.Client, Namespace: p.Namespace}
 	verdict, err := policygraph.ValidateRetryPolicy(ctx, lookup, p, r.Limits, spec)
 	facts.Verdict = verdict
 	return facts, budget, err

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/retryguard/retryguard/api/policygraph"
+	"github.com/retryguard/retryguard/api/policygraph/policyindex"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
@@ -42,7 +43,7 @@ type Options struct {
 }
 
 // SetupWithManager registers both controllers. The cache must have the
-// indexes from policygraph.RegisterIndexes.
+// indexes from policyindex.RegisterIndexes.
 func SetupWithManager(_ context.Context, mgr ctrl.Manager, opts Options) error {
 	if opts.MaxConcurrentReconciles < 1 {
 		opts.MaxConcurrentReconciles = 4
@@ -85,7 +86,7 @@ func (r *RetryPolicyReconciler) relatives(ctx context.Context, o client.Object) 
 	if !ok {
 		return nil
 	}
-	lookup := policygraph.CacheLookup{Reader: r.Client, Namespace: p.Namespace}
+	lookup := policyindex.CacheLookup{Reader: r.Client, Namespace: p.Namespace}
 	seen := map[string]bool{p.Name: true}
 	var out []reconcile.Request
 	add := func(names ...string) {
@@ -117,7 +118,7 @@ func (r *RetryPolicyReconciler) relatives(ctx context.Context, o client.Object) 
 // budgetUsers maps a budget to every policy that inlines it.
 func (r *RetryPolicyReconciler) budgetUsers(ctx context.Context, o client.Object) []reconcile.Request {
 	var list v1.RetryPolicyList
-	if err := r.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{policygraph.IndexBudgetRef: o.GetName()}); err != nil {
+	if err := r.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{policyindex.IndexBudgetRef: o.GetName()}); err != nil {
 		return nil
 	}
 	out := make([]reconcile.Request, 0, len(list.Items))

@@ -41,7 +41,7 @@ func boundedInt(s string, lo, hi int64) (int64, error) {
 }
 
 // SetupWithManager registers both validating webhooks. The cache must have
-// the indexes from policygraph.RegisterIndexes.
+// the indexes from policyindex.RegisterIndexes.
 func SetupWithManager(_ context.Context, mgr ctrl.Manager, limits policygraph.Limits) error {
 	if err := ctrl.NewWebhookManagedBy(mgr, &v1.RetryPolicy{}).
 		WithValidator(&RetryPolicyValidator{Reader: mgr.GetCache(), Limits: limits}).

@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/retryguard/retryguard/api/policygraph"
+	"github.com/retryguard/retryguard/api/policygraph/policyindex"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 )
 
@@ -43,7 +44,7 @@ func (v *RetryPolicyValidator) ValidateDelete(context.Context, *v1.RetryPolicy) 
 func (v *RetryPolicyValidator) validate(ctx context.Context, p *v1.RetryPolicy) (admission.Warnings, error) {
 	spec := field.NewPath("spec")
 	errs := v1.ValidateRetryPolicySpec(&p.Spec, spec)
-	lookup := policygraph.CacheLookup{Reader: v.Reader, Namespace: p.Namespace}
+	lookup := policyindex.CacheLookup{Reader: v.Reader, Namespace: p.Namespace}
 	verdict, err := policygraph.ValidateRetryPolicy(ctx, lookup, p, v.Limits, spec)
 	if err != nil {
 		return nil, apierrors.NewInternalError(err)

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/retryguard/retryguard/api/policygraph"
+	"github.com/retryguard/retryguard/api/policygraph/policyindex"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/hack/devenv"
 	"github.com/retryguard/retryguard/webhooks"
@@ -25,7 +26,7 @@ import (
 // for the manager's cache.
 func fakeReader(stored ...*v1.RetryPolicy) client.WithWatch {
 	b := fake.NewClientBuilder().WithScheme(devenv.Scheme())
-	for field, fn := range policygraph.IndexFuncs() {
+	for field, fn := range policyindex.IndexFuncs() {
 		b = b.WithIndex(&v1.RetryPolicy{}, field, fn)
 	}
 	for _, p := range stored {
@@ -111,7 +112,7 @@ func FuzzValidateRetryPolicy(f *testing.F) {
 		policyIn("ns", "loop-b", "b", 1, parent("loop-a")),
 	}
 	v := validator(stored...)
-	lookup := policygraph.CacheLookup{Reader: v.Reader, Namespace: "ns"}
+	lookup := policyindex.CacheLookup{Reader: v.Reader, Namespace: "ns"}
 	for _, p := range stored {
 		raw, _ := json.Marshal(p.Spec)
 		f.Add("new", raw)

@@ -70,14 +70,14 @@ func ValidateRetryPolicy(ctx context.Context, lk Lookup, p *v1.RetryPolicy, limi
 // the same criticality, so that a marketing outage cannot starve 2FA.
 func validateFailureDomains(ctx context.Context, lk Lookup, p *v1.RetryPolicy, fldPath *field.Path) (field.ErrorList, error) {
 	var errs field.ErrorList
-	crit := criticality(p)
+	crit := CriticalityOf(p)
 	if pool := p.Spec.ConnectionPool; pool != nil {
 		users, err := lk.PoolUsers(ctx, pool.Name)
 		if err != nil {
 			return nil, err
 		}
 		if others := conflicting(users, p.Name, func(q *v1.RetryPolicy) bool {
-			return criticality(q) != crit || q.Spec.Target.Service != p.Spec.Target.Service
+			return CriticalityOf(q) != crit || q.Spec.Target.Service != p.Spec.Target.Service
 		}); len(others) > 0 {
 			errs = append(errs, v1.Invalid(fldPath.Child("connectionPool", "name"), pool.Name, codes.SharedFailureDomainLeak,
 				fmt.Sprintf("connectionPool %q is already used by %s; a pool may be shared only by policies with the same criticality (%s) and target.service (%s)",
@@ -104,7 +104,7 @@ func conflicting(users []v1.RetryPolicy, self string, clash func(*v1.RetryPolicy
 	for i := range users {
 		q := &users[i]
 		if q.Name != self && clash(q) {
-			out = append(out, fmt.Sprintf("%s (%s, %s)", q.Name, criticality(q), q.Spec.Target.Service))
+			out = append(out, fmt.Sprintf("%s (%s, %s)", q.Name, CriticalityOf(q), q.Spec.Target.Service))
 		}
 	}
 	slices.Sort(out)
@@ -114,7 +114,8 @@ func conflicting(users []v1.RetryPolicy, self string, clash func(*v1.RetryPolicy
 	return out
 }
 
-func criticality(p *v1.RetryPolicy) v1.Criticality {
+// CriticalityOf is p's criticality, the default when unset.
+func CriticalityOf(p *v1.RetryPolicy) v1.Criticality {
 	if p.Spec.Criticality == nil {
 		return v1.DefaultCriticality
 	}
@@ -124,7 +125,7 @@ func criticality(p *v1.RetryPolicy) v1.Criticality {
 // ClashingCriticality is the criticality whose callers may not share a
 // budget with p: the other one.
 func ClashingCriticality(p *v1.RetryPolicy) v1.Criticality {
-	if criticality(p) == v1.CriticalityCritical {
+	if CriticalityOf(p) == v1.CriticalityCritical {
 		return v1.CriticalityStandard
 	}
 	return v1.CriticalityCritical

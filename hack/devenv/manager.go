@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/retryguard/retryguard/api/policygraph"
+	"github.com/retryguard/retryguard/api/policygraph/policyindex"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/controllers"
 	"github.com/retryguard/retryguard/webhooks"
@@ -67,7 +68,7 @@ var Everything = Features{Webhooks: true, Controllers: true}
 // SetupRetryguard wires Retryguard into mgr as main.go does: the field
 // indexes, then the controllers and the webhooks as selected.
 func SetupRetryguard(ctx context.Context, mgr ctrl.Manager, limits policygraph.Limits, f Features) error {
-	if err := policygraph.RegisterIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+	if err := policyindex.RegisterIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
 	if f.Controllers {

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/retryguard/retryguard/api/policygraph"
+	"github.com/retryguard/retryguard/api/policygraph/policyindex"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/kube"
 	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/manifest"
@@ -114,7 +115,7 @@ func New(opts Options) *Linter {
 		opts.Namespace = DefaultNamespace
 	}
 	b := fake.NewClientBuilder().WithScheme(kube.Scheme())
-	for f, fn := range policygraph.IndexFuncs() {
+	for f, fn := range policyindex.IndexFuncs() {
 		b = b.WithIndex(&v1.RetryPolicy{}, f, fn)
 	}
 	store := b.Build()
