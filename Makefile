@@ -105,8 +105,8 @@ e2e-cluster: ## Run a real single-node cluster (root; Ctrl-C tears it down and r
 
 E2E_FLAGS ?= -timeout 80m
 .PHONY: e2e
-e2e: manifests ## Install the chart into a real single-node cluster and run the story with real pods (root).
-	cd test/e2e && RETRYGUARD_E2E_TIMINGS=$${RETRYGUARD_E2E_TIMINGS:-/var/tmp/retryguard-e2e-timings.tsv} \
+e2e: manifests image ## Install the chart (with make image's image) into a real single-node cluster and run the story with real pods (root).
+	cd test/e2e && RETRYGUARD_E2E_MANAGER_IMAGE=$${RETRYGUARD_E2E_MANAGER_IMAGE:-$(abspath $(IMAGE_DIR))/retryguard-manager.tar} RETRYGUARD_E2E_TIMINGS=$${RETRYGUARD_E2E_TIMINGS:-/var/tmp/retryguard-e2e-timings.tsv} \
 		$(GO) test -v -count=1 $(E2E_FLAGS) . -args -ginkgo.v -ginkgo.label-filter=e2e
 
 .PHONY: bench

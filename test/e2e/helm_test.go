@@ -60,9 +60,11 @@ func selfManagedCerts(ch *chart.Chart) bool {
 
 // chartValues are the values the suite installs with, plus extra.
 func chartValues(ch *chart.Chart, extra map[string]any) map[string]any {
-	vals := map[string]any{
-		"image": map[string]any{"repository": managerRepository, "tag": managerTag, "pullPolicy": "Never"},
+	img := map[string]any{"repository": managerRepository, "pullPolicy": "Never"}
+	if managerTag != "" {
+		img["tag"] = managerTag
 	}
+	vals := map[string]any{"image": img}
 	if selfManagedCerts(ch) {
 		vals["webhook"] = map[string]any{"certManager": map[string]any{"enabled": false}}
 	}

@@ -25,10 +25,14 @@ import (
 // there is no registry.
 const (
 	managerRepository = "retryguard/manager"
-	managerTag        = "e2e"
 	vendorImage       = "retryguard.local/e2e/vendor:1"
 	smsappImage       = "retryguard.local/e2e/smsapp:1"
 )
+
+// managerTag is the manager image's tag: "" when the image is make image's
+// (tagged with the chart's appVersion, which the chart then defaults to, as
+// a user's install does), "e2e" when the suite builds its own.
+var managerTag string
 
 var (
 	repoRoot string
@@ -67,6 +71,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	smsappTar := filepath.Join(cluster.DefaultImageDir, "smsapp.tar")
 	var g errgroup.Group
 	if managerTar == "" {
+		managerTag = "e2e"
 		// Until `make image` exists: a static build of main.go packed the
 		// same way (user 65532, no shell, /manager).
 		managerTar = filepath.Join(cluster.DefaultImageDir, "manager.tar")
