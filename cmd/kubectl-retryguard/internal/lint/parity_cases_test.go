@@ -218,6 +218,10 @@ var webhookCases = []parityCase{
 	{"refuses an update that raises a parent above the limit for an existing child", seq(
 		policy("job", "job", 1), policy("connector", "connector", 3, parent("job")),
 		raised(policy("job", "job", 1), func(p *v1.RetryPolicy) { p.Spec.MaxAttempts = 2 }))},
+	{"counts a hidden layer: a connector whose SDK makes 3 attempts pushes a [1,1] chain over the limit", seq(
+		policy("job", "job", 1), policy("connector", "connector", 1, parent("job")),
+		policy("sdk", "sdk", 3, parent("connector"), fixtures.Hidden(3)),
+		policy("sdk", "sdk", 1, parent("connector"), fixtures.Hidden(3)))},
 	{"accepts a parentRef to a policy that does not exist yet, with a warning", seq(
 		policy("connector", "connector", 3, parent("job")))},
 	{"refuses a parentRef cycle", seq(policy("a", "a", 1, parent("b")), policy("b", "b", 1, parent("a")))},
