@@ -177,6 +177,29 @@ var _ = Describe("Call trees", func() {
 		expectReason(ns, "job", v1.ReasonPublished)
 	})
 
+	It("count a hidden layer in status and payload, and fail closed when it tips the product over", func() {
+		ns := newNamespace()
+		Expect(k8s.Create(ctx, fixtures.Budget(ns, fixtures.DefaultBudget, 10))).To(Succeed())
+		job := fixtures.Policy(ns, "job", "job", 1)
+		Expect(k8s.Create(ctx, job)).To(Succeed())
+		Expect(k8s.Create(ctx, fixtures.Policy(ns, "connector", "connector", 1, fixtures.Parent("job"), fixtures.Hidden(3)))).To(Succeed())
+		expectReason(ns, "connector", v1.ReasonPublished)
+		Eventually(func(g Gomega) {
+			_, c := readyOf(g, ns, "connector")
+			g.Expect(c.Status.LeafAttempts).To(BeEquivalentTo(3))
+			payload, _ := payloadOf(g, ns, "connector")
+			g.Expect(payload.Policy.LeafAttempts).To(BeEquivalentTo(3))
+			g.Expect(payload.Policy.MaxAttempts).To(BeEquivalentTo(1), "the runtime's own attempts stay maxAttempts")
+		}).Should(Succeed())
+
+		edit(job, func(p *v1.RetryPolicy) { p.Spec.MaxAttempts = 2 })
+		expectReason(ns, "connector", v1.ReasonAmplificationExceeded)
+		Eventually(func(g Gomega) {
+			_, c := readyOf(g, ns, "connector")
+			g.Expect(c.Status.LeafAttempts).To(BeEquivalentTo(6))
+		}).Should(Succeed())
+	})
+
 	It("fail a racing pair closed: both end AmplificationExceeded", func() {
 		ns := newNamespace()
 		Expect(k8s.Create(ctx, fixtures.Budget(ns, fixtures.DefaultBudget, 10))).To(Succeed())

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
 )
 
 // refused expects err to be the webhook's Invalid answer carrying every part.
@@ -46,6 +47,15 @@ var _ = Describe("Layer product", func() {
 		create(policyIn(ns, "connector", "connector", 3, parent("job")))
 		job.Spec.MaxAttempts = 2
 		refused(k8s.Update(ctx, job), "job(2) × connector(3) = 6 > 3")
+	})
+
+	It("counts a hidden layer: a connector whose SDK makes 3 attempts pushes a [1,1] chain over the limit", func() {
+		ns := newNamespace()
+		create(policyIn(ns, "job", "job", 1))
+		create(policyIn(ns, "connector", "connector", 1, parent("job")))
+		err := k8s.Create(ctx, policyIn(ns, "sdk", "sdk", 3, parent("connector"), fixtures.Hidden(3)))
+		refused(err, "spec.maxAttempts", "ERR_LAYER_AMPLIFICATION", "job(1) × connector(1) × sdk(3×3 hidden) = 9 > 3")
+		create(policyIn(ns, "sdk", "sdk", 1, parent("connector"), fixtures.Hidden(3)))
 	})
 
 	It("accepts a parentRef to a policy that does not exist yet, with a warning", func() {

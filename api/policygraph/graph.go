@@ -17,6 +17,8 @@ import (
 	"slices"
 	"strings"
 
+	"k8s.io/utils/ptr"
+
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 )
 
@@ -59,21 +61,33 @@ type Layer struct {
 	Policy   string
 	Layer    string
 	Attempts int32
+	// Hidden is layer.hiddenAttempts: the attempts someone else's code (an
+	// SDK, a proxy) makes for each of Attempts. 0 reads as 1, nothing hidden.
+	Hidden int32
 }
 
-func layerOf(p *v1.RetryPolicy) Layer {
-	return Layer{Policy: p.Name, Layer: p.Spec.Layer.Name, Attempts: p.Spec.MaxAttempts}
+// Calls is what the layer multiplies a chain by: its own attempts times
+// the hidden ones.
+func (l Layer) Calls() int64 {
+	return int64(max(l.Attempts, 0)) * int64(max(l.Hidden, 1))
+}
+
+// LayerOf is p's layer as a chain holds it, hidden attempts included.
+func LayerOf(p *v1.RetryPolicy) Layer {
+	return Layer{Policy: p.Name, Layer: p.Spec.Layer.Name, Attempts: p.Spec.MaxAttempts,
+		Hidden: ptr.Deref(p.Spec.Layer.HiddenAttempts, v1.DefaultHiddenAttempts)}
 }
 
 // Chain is a path of layers, the outermost caller first.
 type Chain []Layer
 
-// Product multiplies the attempts along the chain, saturating at MaxInt64.
-// Three layers of three total attempts make 27 calls to the dependency.
+// Product multiplies the attempts along the chain, hidden attempts
+// included, saturating at MaxInt64. Three layers of three total attempts
+// make 27 calls to the dependency.
 func (c Chain) Product() int64 {
 	p := int64(1)
 	for _, l := range c {
-		a := int64(max(l.Attempts, 0))
+		a := l.Calls()
 		if a != 0 && p > math.MaxInt64/a {
 			return math.MaxInt64
 		}
@@ -83,10 +97,15 @@ func (c Chain) Product() int64 {
 }
 
 // String renders the chain as the webhook's message shows it:
-// "workflow(3) × job(3) × connector(3) = 27".
+// "workflow(3) × job(3) × connector(3) = 27", and a layer with hidden
+// attempts as "connector(3×3 hidden)".
 func (c Chain) String() string {
 	parts := make([]string, len(c))
 	for i, l := range c {
+		if l.Hidden > 1 {
+			parts[i] = fmt.Sprintf("%s(%d×%d hidden)", l.Layer, l.Attempts, l.Hidden)
+			continue
+		}
 		parts[i] = fmt.Sprintf("%s(%d)", l.Layer, l.Attempts)
 	}
 	return fmt.Sprintf("%s = %d", strings.Join(parts, " × "), c.Product())
@@ -132,7 +151,7 @@ func (a Analysis) Worst() Chain {
 // Analyze places p, as it would be stored, in its call tree: it follows
 // parentRef up to the root and children down to the worst leaf.
 func Analyze(ctx context.Context, lk Lookup, p *v1.RetryPolicy) (Analysis, error) {
-	a := Analysis{Self: layerOf(p)}
+	a := Analysis{Self: LayerOf(p)}
 	path := []string{p.Name}
 	onPath := map[string]bool{p.Name: true}
 	for cur := p; cur.Spec.Layer.ParentRef != nil; {
@@ -153,7 +172,7 @@ func Analyze(ctx context.Context, lk Lookup, p *v1.RetryPolicy) (Analysis, error
 			a.MissingParent = name
 			break
 		}
-		a.Ancestors = append(Chain{layerOf(parent)}, a.Ancestors...)
+		a.Ancestors = append(Chain{LayerOf(parent)}, a.Ancestors...)
 		path = append(path, name)
 		onPath[name] = true
 		cur = parent
@@ -200,7 +219,7 @@ func worstDescendants(ctx context.Context, lk Lookup, name string, onPath map[st
 			return nil, false, err
 		}
 		tooDeep = tooDeep || deep
-		chain := append(Chain{layerOf(c)}, below...)
+		chain := append(Chain{LayerOf(c)}, below...)
 		if pr := chain.Product(); best == nil || pr > bestProduct {
 			best, bestProduct = chain, pr
 		}

@@ -79,6 +79,24 @@ func TestValidateRetryPolicy(t *testing.T) {
 			want:     []string{"spec.maxAttempts ERR_LAYER_AMPLIFICATION"},
 			message:  "workflow(2) × job(3) × connector(3) = 18 > 9",
 		},
+		"limit 9: a connector whose SDK makes 3 attempts under a job of 3 makes 27 and is refused": {
+			stored:   []v1.RetryPolicy{pol("job", "job", 3)},
+			incoming: pol("connector", "connector", 3, parent("job"), fixtures.Hidden(3)),
+			limits:   &limit9,
+			want:     []string{"spec.maxAttempts ERR_LAYER_AMPLIFICATION"},
+			message:  "job(3) × connector(3×3 hidden) = 27 > 9",
+		},
+		"limit 9: the same connector hiding nothing makes 9 and is accepted": {
+			stored:   []v1.RetryPolicy{pol("job", "job", 3)},
+			incoming: pol("connector", "connector", 3, parent("job"), fixtures.Hidden(1)),
+			limits:   &limit9, leaf: 9,
+		},
+		"a hidden layer in a stored child counts against its parent's update": {
+			stored:   []v1.RetryPolicy{pol("connector", "connector", 1, parent("job"), fixtures.Hidden(3))},
+			incoming: pol("job", "job", 3),
+			want:     []string{"spec.maxAttempts ERR_LAYER_AMPLIFICATION"},
+			message:  "job(3) × connector(1×3 hidden) = 9 > 3",
+		},
 		"a parent created after its children counts their attempts": {
 			stored:   []v1.RetryPolicy{pol("job", "job", 1, parent("workflow")), pol("connector", "connector", 3, parent("job"))},
 			incoming: pol("workflow", "workflow", 3),

@@ -29,6 +29,9 @@ func (s *RetryPolicySpec) WithDefaults() RetryPolicySpec {
 	if out.Backoff.Multiplier == nil {
 		out.Backoff.Multiplier = ptr.To(DefaultBackoffMultiplier)
 	}
+	if out.Layer.HiddenAttempts == nil {
+		out.Layer.HiddenAttempts = ptr.To(DefaultHiddenAttempts)
+	}
 	if out.MinRemaining == nil {
 		out.MinRemaining = mustDuration(DefaultMinRemaining)
 	}

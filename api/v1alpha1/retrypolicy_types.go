@@ -15,6 +15,7 @@ const (
 	DefaultBackoffBase         = "100ms"
 	DefaultBackoffCap          = "3s"
 	DefaultBackoffMultiplier   = int32(2)
+	DefaultHiddenAttempts      = int32(1)
 	DefaultMinRemaining        = "500ms"
 	DefaultIdempotencyHeader   = "Idempotency-Key"
 	DefaultCriticality         = CriticalityStandard
@@ -115,6 +116,16 @@ type RetryLayer struct {
 	// parentRef names the RetryPolicy of the calling layer, in the same namespace.
 	// +optional
 	ParentRef *LocalObjectReference `json:"parentRef,omitempty"`
+
+	// hiddenAttempts counts the attempts a layer Retryguard cannot see makes
+	// for each attempt of this policy: an SDK's or a proxy's own retries
+	// (Istio retries twice by default, 3 attempts; botocore's standard mode
+	// makes 3). It multiplies into the layer product like maxAttempts, but the
+	// runtime never makes these attempts itself. From 1 to 10; 1 hides nothing.
+	// +optional
+	// +default=1
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 10",message="ERR_OUT_OF_RANGE: layer.hiddenAttempts must be between 1 and 10"
+	HiddenAttempts *int32 `json:"hiddenAttempts,omitempty"`
 }
 
 // Backoff is the delay between attempts.

@@ -27,6 +27,10 @@ func ValidateRetryPolicySpec(spec *RetryPolicySpec, fldPath *field.Path) field.E
 		errs = append(errs, Invalid(fldPath.Child("maxAttempts"), s.MaxAttempts, codes.RetryLimitExceeded,
 			"maxAttempts counts total attempts (the first call included) and must be between 1 and 3"))
 	}
+	if h := *s.Layer.HiddenAttempts; h < 1 || h > limits.MaxHiddenAttempts {
+		errs = append(errs, Invalid(fldPath.Child("layer", "hiddenAttempts"), h, codes.OutOfRange,
+			"layer.hiddenAttempts must be between 1 and 10"))
+	}
 	errs = append(errs, validateBackoff(&s.Backoff, fldPath.Child("backoff"))...)
 	errs = append(errs, validateRetryOn(s.RetryOn, fldPath.Child("retryOn"))...)
 	errs = append(errs, validateIdempotency(&s, fldPath)...)

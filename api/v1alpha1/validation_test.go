@@ -146,3 +146,16 @@ func TestValidationErrorsAreOrderedAndCoded(t *testing.T) {
 		t.Errorf("INC-2901 refused in the order %v, want %v (the API server's order)", got, want)
 	}
 }
+
+// A layer that names no hidden attempts hides none: defaulting makes the
+// factor 1, so a policy written before the field existed keeps its product.
+func TestHiddenAttemptsDefaultsToOne(t *testing.T) {
+	s := v1.RetryPolicySpec{}
+	d := s.WithDefaults()
+	if d.Layer.HiddenAttempts == nil || *d.Layer.HiddenAttempts != v1.DefaultHiddenAttempts || v1.DefaultHiddenAttempts != 1 {
+		t.Fatalf("hiddenAttempts after defaulting = %v, want 1", d.Layer.HiddenAttempts)
+	}
+	if s.Layer.HiddenAttempts != nil {
+		t.Fatal("WithDefaults changed its receiver")
+	}
+}

@@ -96,6 +96,27 @@ func TestGraphDot(t *testing.T) {
 	}
 }
 
+// A connector whose SDK makes 3 attempts under a job of 3: graph and explain
+// both show the hidden factor and the 9 it makes.
+func TestGraphAndExplainShowHiddenAttempts(t *testing.T) {
+	withCluster(t, "checkout",
+		fixtures.Policy("checkout", "job", "job", 3),
+		fixtures.Policy("checkout", "connector", "connector", 1, fixtures.Parent("job"), fixtures.Hidden(3)),
+		fixtures.Budget("checkout", fixtures.DefaultBudget, 10))
+	code, out, errOut := runCLI(t, "", "graph")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	assertContains(t, out, "└─ connector  layer connector ×1 ×3 hidden  product 9 > 3", "= job(3) × connector(1×3 hidden) = 9")
+	code, out, errOut = runCLI(t, "", "explain", "rp/connector")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	assertContains(t, out,
+		"layer connector, 1 total attempts (×3 hidden, made by an SDK or a proxy), calling telephony-api",
+		"calls per top-level operation through this policy: job(3) × connector(1×3 hidden) = 9 (limit 3)")
+}
+
 func TestExplainANotReadyPolicy(t *testing.T) {
 	objs := seedChain("checkout")
 	withCluster(t, "checkout", objs...)

@@ -33,6 +33,11 @@ const (
 	MaxFallbackEndpointLength = 2048
 	// MaxEventsTopicLength bounds events.topic (Kafka's limit).
 	MaxEventsTopicLength = 249
+	// MaxHiddenAttempts bounds layer.hiddenAttempts. The hidden retriers in
+	// practice make 2 to 5 attempts (Istio 3, botocore standard 3, legacy 5,
+	// adaptive up to 5); 10 leaves room for an unusual SDK while keeping the
+	// product of a 32-deep chain of such layers far from overflow.
+	MaxHiddenAttempts = int32(10)
 	// MaxConnectionsPerPool bounds connectionPool.maxConnections.
 	MaxConnectionsPerPool = int32(1000)
 )

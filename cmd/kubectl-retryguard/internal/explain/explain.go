@@ -29,7 +29,11 @@ type Input struct {
 // Write renders the explanation.
 func Write(ctx context.Context, w io.Writer, in Input) error {
 	p := in.Policy
-	fmt.Fprintf(w, "RetryPolicy %s/%s: layer %s, %d total attempts, calling %s", p.Namespace, p.Name, p.Spec.Layer.Name, p.Spec.MaxAttempts, p.Spec.Target.Service)
+	fmt.Fprintf(w, "RetryPolicy %s/%s: layer %s, %d total attempts", p.Namespace, p.Name, p.Spec.Layer.Name, p.Spec.MaxAttempts)
+	if h := policygraph.LayerOf(p).Hidden; h > 1 {
+		fmt.Fprintf(w, " (×%d hidden, made by an SDK or a proxy)", h)
+	}
+	fmt.Fprintf(w, ", calling %s", p.Spec.Target.Service)
 	if op := p.Spec.Target.Operation; op != nil {
 		fmt.Fprintf(w, " (%s)", *op)
 	}

@@ -4,7 +4,8 @@
 // The product along a path is policygraph's Chain, the webhook's own
 // arithmetic. Two facts are read in one place each, so that the API's
 // coming additions slot in: ParentOf (a parentRef in another namespace) and
-// HiddenAttempts (the attempts of a layer Retryguard cannot see).
+// HiddenAttempts (layer.hiddenAttempts, the attempts of a layer Retryguard
+// cannot see).
 package graph
 
 import (
@@ -39,23 +40,10 @@ func ParentOf(p *v1.RetryPolicy) (Key, bool) {
 	return Key{Namespace: p.Namespace, Name: ref.Name}, true
 }
 
-// HiddenLayerName labels the attempts of a layer Retryguard cannot see.
-const HiddenLayerName = "hidden"
-
 // HiddenAttempts is how many attempts a layer Retryguard cannot see (an
-// SDK's or a proxy's own retries) makes for each attempt of p. The API has
-// no such field yet, so it is 1: nothing hidden.
-func HiddenAttempts(*v1.RetryPolicy) int32 { return 1 }
-
-// LayersOf is p's contribution to a chain: its own layer, then its hidden
-// layer when it multiplies.
-func LayersOf(p *v1.RetryPolicy) policygraph.Chain {
-	c := policygraph.Chain{{Policy: p.Name, Layer: p.Spec.Layer.Name, Attempts: p.Spec.MaxAttempts}}
-	if h := HiddenAttempts(p); h > 1 {
-		c = append(c, policygraph.Layer{Policy: p.Name, Layer: HiddenLayerName, Attempts: h})
-	}
-	return c
-}
+// SDK's or a proxy's own retries) makes for each attempt of p: its
+// layer.hiddenAttempts, as the webhook reads it.
+func HiddenAttempts(p *v1.RetryPolicy) int32 { return policygraph.LayerOf(p).Hidden }
 
 // Ready is a Ready condition as the controller reported it.
 type Ready struct {
@@ -93,7 +81,7 @@ type Node struct {
 func (n *Node) Chain() policygraph.Chain {
 	var c policygraph.Chain
 	for cur := n; cur != nil; cur = cur.Parent {
-		c = append(LayersOf(cur.Policy), c...)
+		c = append(policygraph.Chain{policygraph.LayerOf(cur.Policy)}, c...)
 	}
 	return c
 }

@@ -32,6 +32,28 @@ func TestTheSeedChainMultipliesTo27(t *testing.T) {
 	}
 }
 
+// A layer's hidden attempts multiply into every path through it, and both
+// renderings show where the factor comes from.
+func TestHiddenAttemptsMultiplyAndShow(t *testing.T) {
+	f := graph.Build([]v1.RetryPolicy{
+		pol("ns", "job", 3),
+		pol("ns", "connector", 1, fixtures.Parent("job"), fixtures.Hidden(3)),
+	}, nil)
+	leaf := f.Nodes[graph.Key{Namespace: "ns", Name: "connector"}]
+	if got := leaf.Chain(); got.Product() != 9 || got.String() != "job(3) × connector(1×3 hidden) = 9" {
+		t.Fatalf("chain %s", got)
+	}
+	var text, dot bytes.Buffer
+	f.WriteText(&text, graph.Options{MaxLeafAttempts: 3})
+	if !strings.Contains(text.String(), "layer connector ×1 ×3 hidden  product 9 > 3") {
+		t.Errorf("text does not show the hidden factor:\n%s", text.String())
+	}
+	f.WriteDot(&dot, graph.Options{MaxLeafAttempts: 3})
+	if !strings.Contains(dot.String(), `layer connector ×1 ×3 hidden\nproduct 9`) {
+		t.Errorf("dot does not show the hidden factor:\n%s", dot.String())
+	}
+}
+
 func TestCyclesAndMissingParentsAreReported(t *testing.T) {
 	f := graph.Build([]v1.RetryPolicy{
 		pol("ns", "b", 1, fixtures.Parent("a")),

@@ -137,7 +137,11 @@ func (f *Forest) WriteDot(w io.Writer, o Options) {
 			p := n.Policy
 			chain := n.Chain()
 			ready := ReadyOf(p.Status.Conditions, p.Generation)
-			label := fmt.Sprintf("%s\nlayer %s ×%d\nproduct %d\n%s", n.Name, p.Spec.Layer.Name, p.Spec.MaxAttempts, chain.Product(), readyText(ready))
+			layer := fmt.Sprintf("layer %s ×%d", p.Spec.Layer.Name, p.Spec.MaxAttempts)
+			if h := HiddenAttempts(p); h > 1 {
+				layer += fmt.Sprintf(" ×%d hidden", h)
+			}
+			label := fmt.Sprintf("%s\n%s\nproduct %d\n%s", n.Name, layer, chain.Product(), readyText(ready))
 			color := "black"
 			if (o.MaxLeafAttempts > 0 && chain.Product() > o.MaxLeafAttempts) || ready.Status == "False" {
 				color = "red"

@@ -91,6 +91,11 @@ var celCases = []parityCase{
 	{"cap below base", samplePolicy(func(s *v1.RetryPolicySpec) { s.Backoff.Base = dur("2s"); s.Backoff.Cap = dur("1s") })},
 	{"cap equal to base is accepted", samplePolicy(func(s *v1.RetryPolicySpec) { s.Backoff.Base = dur("1s"); s.Backoff.Cap = dur("1s") })},
 	{"multiplier 11", samplePolicy(func(s *v1.RetryPolicySpec) { s.Backoff.Multiplier = ptr.To[int32](11) })},
+	{"hiddenAttempts 0", samplePolicy(func(s *v1.RetryPolicySpec) { s.Layer.HiddenAttempts = ptr.To[int32](0) })},
+	{"hiddenAttempts negative", samplePolicy(func(s *v1.RetryPolicySpec) { s.Layer.HiddenAttempts = ptr.To[int32](-2) })},
+	{"hiddenAttempts above the cap", samplePolicy(func(s *v1.RetryPolicySpec) { s.Layer.HiddenAttempts = ptr.To[int32](11) })},
+	{"hiddenAttempts 3 (an SDK's own retries) is accepted", samplePolicy(func(s *v1.RetryPolicySpec) { s.Layer.HiddenAttempts = ptr.To[int32](3) })},
+	{"hiddenAttempts at the cap is accepted", samplePolicy(func(s *v1.RetryPolicySpec) { s.Layer.HiddenAttempts = ptr.To[int32](10) })},
 	{"retry on 400", samplePolicy(func(s *v1.RetryPolicySpec) { s.RetryOn.StatusCodes = []int32{429, 400} })},
 	{"retry on 404", samplePolicy(func(s *v1.RetryPolicySpec) { s.RetryOn.StatusCodes = []int32{404} })},
 	{"retry on 302", samplePolicy(func(s *v1.RetryPolicySpec) { s.RetryOn.StatusCodes = []int32{302} })},
@@ -213,6 +218,10 @@ var webhookCases = []parityCase{
 	{"refuses an update that raises a parent above the limit for an existing child", seq(
 		policy("job", "job", 1), policy("connector", "connector", 3, parent("job")),
 		raised(policy("job", "job", 1), func(p *v1.RetryPolicy) { p.Spec.MaxAttempts = 2 }))},
+	{"counts a hidden layer: a connector whose SDK makes 3 attempts pushes a [1,1] chain over the limit", seq(
+		policy("job", "job", 1), policy("connector", "connector", 1, parent("job")),
+		policy("sdk", "sdk", 3, parent("connector"), fixtures.Hidden(3)),
+		policy("sdk", "sdk", 1, parent("connector"), fixtures.Hidden(3)))},
 	{"accepts a parentRef to a policy that does not exist yet, with a warning", seq(
 		policy("connector", "connector", 3, parent("job")))},
 	{"refuses a parentRef cycle", seq(policy("a", "a", 1, parent("b")), policy("b", "b", 1, parent("a")))},
