@@ -261,4 +261,24 @@ func TestWorstCase(t *testing.T) {
 	if s := policygraph.WorstCase(&p.Spec); s.FeasibleAttempts != 2 {
 		t.Errorf("1.5s attempts: %d feasible, want 2 (1.5+0.2+1.5=3.2s, then 0.8s left < 0.4+1.5)", s.FeasibleAttempts)
 	}
+	// Admission predicts with the runtime's own rule (backoff.CanStart): the
+	// reserve must still be there when the next attempt starts, after the
+	// wait. 1.3s deadline, 100ms attempts, an 800ms reserve and a 600ms worst
+	// wait: 1.2s is left after the first attempt, but only 600ms when the
+	// second would start, below the reserve, so the pod never retries and
+	// admission must not count that attempt either.
+	q := pol("edge", "connector", 2, perAttempt(100*time.Millisecond))
+	q.Spec.Deadline = v1.DurationOf(1300 * time.Millisecond)
+	q.Spec.MinRemaining = ptr.To(v1.DurationOf(800 * time.Millisecond))
+	q.Spec.Backoff.Base = ptr.To(v1.DurationOf(300 * time.Millisecond))
+	if s := policygraph.WorstCase(&q.Spec); s.FeasibleAttempts != 1 || !slices.Equal(s.Backoffs, []time.Duration{600 * time.Millisecond}) {
+		t.Errorf("reserve after the wait: %d feasible with waits %v, want 1 with [600ms]", s.FeasibleAttempts, s.Backoffs)
+	}
+	// Seed 003's boundary, as the runtime reads it: exactly the reserve left
+	// when the attempt starts is allowed.
+	q.Spec.Deadline = v1.DurationOf(1500 * time.Millisecond)
+	q.Spec.MinRemaining = ptr.To(v1.DurationOf(800 * time.Millisecond))
+	if s := policygraph.WorstCase(&q.Spec); s.FeasibleAttempts != 2 {
+		t.Errorf("exactly the reserve left: %d feasible, want 2", s.FeasibleAttempts)
+	}
 }

@@ -55,8 +55,9 @@ func WorstCase(spec *v1.RetryPolicySpec) Schedule {
 		if k > 1 {
 			wait := maxBackoff(&d, int(k-1))
 			s.Backoffs = append(s.Backoffs, wait)
-			remaining := s.Deadline - elapsed
-			if remaining <= s.MinRemaining || remaining < wait+s.AttemptCost {
+			// The runtime's own rule, applied to the worst case: the wait
+			// must leave the attempt's cost and the reserve.
+			if !backoff.CanStart(s.Deadline-elapsed-wait, s.AttemptCost, s.MinRemaining) {
 				break
 			}
 			elapsed += wait

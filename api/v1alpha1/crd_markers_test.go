@@ -183,9 +183,10 @@ func TestCRDEnumsAreTheGoSets(t *testing.T) {
 		path string
 		want []string
 	}{
-		{"backoff.jitter", set(string(v1.JitterFull), string(v1.JitterEqual), string(v1.JitterDecorrelated), string(v1.JitterNone))},
-		{"retryOn.errors.[]", set(string(v1.ConnectionRefused), string(v1.ConnectionReset), string(v1.Timeout), string(v1.DNSFailure))},
-		{"criticality", set(string(v1.CriticalityCritical), string(v1.CriticalityStandard))},
+		// The CRD also names None, only to refuse it with ERR_JITTER_REQUIRED.
+		{"backoff.jitter", set(append(slices.Clone(limits.JitterModes), string(v1.JitterNone))...)},
+		{"retryOn.errors.[]", set(slices.Clone(limits.TransportErrors)...)},
+		{"criticality", set(slices.Clone(limits.Criticalities)...)},
 	} {
 		if got := enum(tc.path); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: the CRD's enum is %v, Go's set is %v", tc.path, got, tc.want)

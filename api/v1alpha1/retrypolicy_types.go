@@ -47,11 +47,11 @@ type JitterMode string
 
 const (
 	// JitterFull draws uniform(0, min(cap, base·multiplier^n)).
-	JitterFull JitterMode = "Full"
+	JitterFull JitterMode = limits.JitterFull
 	// JitterEqual draws half the window plus uniform(0, half the window).
-	JitterEqual JitterMode = "Equal"
+	JitterEqual JitterMode = limits.JitterEqual
 	// JitterDecorrelated draws uniform(base, previous·3), capped.
-	JitterDecorrelated JitterMode = "Decorrelated"
+	JitterDecorrelated JitterMode = limits.JitterDecorrelated
 	// JitterNone exists only so that it can be rejected with ERR_JITTER_REQUIRED.
 	JitterNone JitterMode = "None"
 )
@@ -62,13 +62,13 @@ type TransportError string
 
 const (
 	// ConnectionRefused: the connection was refused, so no request was sent.
-	ConnectionRefused TransportError = "ConnectionRefused"
+	ConnectionRefused TransportError = limits.ConnectionRefused
 	// ConnectionReset: the connection dropped; the request may have been applied.
-	ConnectionReset TransportError = "ConnectionReset"
+	ConnectionReset TransportError = limits.ConnectionReset
 	// Timeout: no answer in time; the request may have been applied.
-	Timeout TransportError = "Timeout"
+	Timeout TransportError = limits.Timeout
 	// DNSFailure: the name did not resolve, so no request was sent.
-	DNSFailure TransportError = "DNSFailure"
+	DNSFailure TransportError = limits.DNSFailure
 )
 
 // IsAmbiguous reports whether the request may have been applied when this
@@ -81,9 +81,9 @@ type Criticality string
 
 const (
 	// CriticalityCritical is for callers such as 2FA dispatch.
-	CriticalityCritical Criticality = "Critical"
+	CriticalityCritical Criticality = limits.CriticalityCritical
 	// CriticalityStandard is for everything else.
-	CriticalityStandard Criticality = "Standard"
+	CriticalityStandard Criticality = limits.CriticalityStandard
 )
 
 // RetryTarget names the dependency a policy governs.

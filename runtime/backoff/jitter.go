@@ -3,6 +3,8 @@ package backoff
 import (
 	"math/rand/v2"
 	"time"
+
+	"github.com/retryguard/retryguard/runtime/limits"
 )
 
 // Jitter names a way of drawing a delay from a backoff window.
@@ -11,9 +13,9 @@ type Jitter string
 // The jitters a policy may choose. None is not one: a policy without jitter
 // never reaches the runtime.
 const (
-	Full         Jitter = "Full"
-	Equal        Jitter = "Equal"
-	Decorrelated Jitter = "Decorrelated"
+	Full         Jitter = limits.JitterFull
+	Equal        Jitter = limits.JitterEqual
+	Decorrelated Jitter = limits.JitterDecorrelated
 )
 
 // Floor is the shortest delay ever drawn: a retry is never immediate.

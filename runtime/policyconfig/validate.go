@@ -27,10 +27,6 @@ func (e *ParseError) Error() string {
 func (e *ParseError) Is(target error) bool { return target == ErrInvalidPayload }
 
 var (
-	jitters       = []string{"Full", "Equal", "Decorrelated"}
-	transportErrs = []string{"ConnectionRefused", "ConnectionReset", "Timeout", "DNSFailure"}
-	criticalities = []string{"Critical", "Standard"}
-
 	dnsLabel     = regexp.MustCompile(limits.DNS1123LabelPattern)
 	dnsSubdomain = regexp.MustCompile(limits.DNS1123SubdomainPattern)
 	eventsTopic  = regexp.MustCompile(limits.EventsTopicPattern)
@@ -149,8 +145,8 @@ func validateAttempts(pol *Policy) error {
 
 func validateBackoff(pol *Policy) error {
 	switch b := &pol.Backoff; {
-	case !slices.Contains(jitters, b.Jitter):
-		return bad("policy.backoff.jitter", "%q is not one of %v", b.Jitter, jitters)
+	case !slices.Contains(limits.JitterModes, b.Jitter):
+		return bad("policy.backoff.jitter", "%q is not one of %v", b.Jitter, limits.JitterModes)
 	case b.Base <= 0:
 		return bad("policy.backoff.base", "must be positive")
 	case b.Cap < b.Base:
@@ -194,8 +190,8 @@ func validateRetryOn(pol *Policy) error {
 		return bad("policy.retryOnErrors", "%d errors, above %d", n, limits.MaxRetryOnErrors)
 	}
 	for i, e := range pol.RetryOnErrors {
-		if !slices.Contains(transportErrs, e) {
-			return bad("policy.retryOnErrors", "%q is not one of %v", e, transportErrs)
+		if !slices.Contains(limits.TransportErrors, e) {
+			return bad("policy.retryOnErrors", "%q is not one of %v", e, limits.TransportErrors)
 		}
 		if slices.Contains(pol.RetryOnErrors[:i], e) {
 			return bad("policy.retryOnErrors", "%q is listed twice", e)
@@ -206,8 +202,8 @@ func validateRetryOn(pol *Policy) error {
 
 func validateIsolation(pol *Policy) error {
 	switch {
-	case !slices.Contains(criticalities, pol.Criticality):
-		return bad("policy.criticality", "%q is not one of %v", pol.Criticality, criticalities)
+	case !slices.Contains(limits.Criticalities, pol.Criticality):
+		return bad("policy.criticality", "%q is not one of %v", pol.Criticality, limits.Criticalities)
 	case pol.Layer == "" || len(pol.Layer) > limits.MaxDNSLabelLength:
 		return bad("policy.layer", "needs 1–%d bytes", limits.MaxDNSLabelLength)
 	case len(pol.Parent) > limits.MaxObjectNameLength:

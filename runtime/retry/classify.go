@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/retryguard/retryguard/runtime/limits"
 )
 
 // Class is what an attempt's evidence says about retrying it.
@@ -33,10 +35,10 @@ const (
 
 // Transport failures, as policies name them.
 const (
-	ConnectionRefused = "ConnectionRefused"
-	ConnectionReset   = "ConnectionReset"
-	Timeout           = "Timeout"
-	DNSFailure        = "DNSFailure"
+	ConnectionRefused = limits.ConnectionRefused
+	ConnectionReset   = limits.ConnectionReset
+	Timeout           = limits.Timeout
+	DNSFailure        = limits.DNSFailure
 )
 
 // Evidence is what one attempt showed, the basis of every decision.

@@ -2,6 +2,7 @@ package retry
 
 import (
 	"fmt"
+	"github.com/retryguard/retryguard/runtime/backoff"
 	"time"
 
 	"github.com/retryguard/retryguard/runtime/budget"
@@ -88,19 +89,6 @@ const (
 	deniedDeadlineAtStart = "deadline_at_start"
 )
 
-// CanStart reports whether a retry may start with left of the deadline
-// remaining: enough for the attempt's expected cost and for the reserve,
-// minRemaining. Seed 003 fixes the boundary: 1,500 ms left holds a 1,000 ms
-// wait and a 500 ms attempt (500 ms left when the attempt starts: allowed),
-// and 1,499 ms does not. MC-ST-01's "remaining > 500 ms" is read with that
-// boundary: a retry never starts with less than minRemaining left, and one
-// that starts with exactly minRemaining left is the seed 003 fixture.
-// Decide applies it to the time left once the wait is over; Do applies it
-// again when the wait has ended, on the clock.
-func CanStart(left, attemptCost, minRemaining time.Duration) bool {
-	return left >= attemptCost && left >= minRemaining
-}
-
 // Decide applies a policy to one failed attempt, in this order:
 //
 //  1. a permanent failure ends TERMINAL_EXHAUSTED;
@@ -114,7 +102,7 @@ func CanStart(left, attemptCost, minRemaining time.Duration) bool {
 //     UNKNOWN_OUTCOME, any other TERMINAL_EXHAUSTED;
 //  6. the failure is now eligible, and a retry also needs attempts left, a
 //     Retry-After within RetryAfterMax, a deadline that can hold the wait
-//     and the next attempt (CanStart), and last, the budget.
+//     and the next attempt (backoff.CanStart), and last, the budget.
 //
 // A stop at step 6 after an ambiguous failure ends UNKNOWN_OUTCOME whatever
 // the reason, since the outcome of the attempt is unknown; otherwise a
@@ -154,7 +142,7 @@ func Decide(in DecisionInput) Decision {
 		d = stop(end, codes.RetryLimitExceeded, fmt.Sprintf("all %d attempts failed", in.MaxAttempts), deniedExhausted)
 	case ev.RetryAfter > in.RetryAfterMax:
 		d = stop(end, codes.RetryAfterTooLong, fmt.Sprintf("Retry-After %s is beyond retryAfter.maxDelay %s", ev.RetryAfter, in.RetryAfterMax), deniedRetryAfter)
-	case !CanStart(in.Remaining-sleep, in.AttemptCost, in.MinRemaining):
+	case !backoff.CanStart(in.Remaining-sleep, in.AttemptCost, in.MinRemaining):
 		d = stop(end, codes.DeadlineExceeded, fmt.Sprintf("%s left cannot hold a %s wait and a %s attempt and keep the %s reserve",
 			in.Remaining.Round(time.Millisecond), sleep, in.AttemptCost, in.MinRemaining), deniedDeadline)
 	case !in.BudgetAsked:

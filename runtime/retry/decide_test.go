@@ -1,6 +1,7 @@
 package retry_test
 
 import (
+	"github.com/retryguard/retryguard/runtime/backoff"
 	"testing"
 	"time"
 
@@ -180,7 +181,7 @@ func TestCanStartBoundaries(t *testing.T) {
 		{500 * ms, 500 * ms, 500 * ms, true},  // both at once: seed 003's 1,500/1,000/500 fixture
 		{499 * ms, 500 * ms, 500 * ms, false}, // and its 1,499 ms countermodel
 	} {
-		if got := retry.CanStart(tc.left, tc.cost, tc.reserve); got != tc.ok {
+		if got := backoff.CanStart(tc.left, tc.cost, tc.reserve); got != tc.ok {
 			t.Errorf("CanStart(%v, %v, %v) = %v", tc.left, tc.cost, tc.reserve, got)
 		}
 	}

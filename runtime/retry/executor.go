@@ -313,7 +313,7 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 			return r.finish(ctx, stop(end, codes.DeadlineExceeded, "the caller's context ended during the backoff: "+serr.Error(), deniedCancelled), errors.Join(err, serr))
 		}
 		now = e.clock.Now()
-		if left := r.remaining(ctx, now); !CanStart(left, c.cost, c.reserve) {
+		if left := r.remaining(ctx, now); !backoff.CanStart(left, c.cost, c.reserve) {
 			// The wait overran what Decide foresaw: the rule holds when the
 			// attempt would start, not only when the wait was chosen.
 			c.metrics.denied(deniedDeadlineAtStart)

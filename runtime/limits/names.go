@@ -1,0 +1,41 @@
+package limits
+
+// The enum names a policy is written with, shared by the CRD (api/v1alpha1
+// types its constants from these), the payload parser (runtime/policyconfig)
+// and the runtime (runtime/backoff, runtime/retry). A test holds the CRD's
+// enum markers to these sets.
+
+// Jitter modes a pod draws from. None is not one: admission refuses it
+// (ERR_JITTER_REQUIRED), so it never reaches a pod.
+const (
+	JitterFull         = "Full"
+	JitterEqual        = "Equal"
+	JitterDecorrelated = "Decorrelated"
+)
+
+// JitterModes are the jitters a payload may carry.
+var JitterModes = []string{JitterFull, JitterEqual, JitterDecorrelated}
+
+// Transport failures, as retryOn.errors names them.
+const (
+	// ConnectionRefused: the connection was refused, so no request was sent.
+	ConnectionRefused = "ConnectionRefused"
+	// ConnectionReset: the connection dropped; the request may have been applied.
+	ConnectionReset = "ConnectionReset"
+	// Timeout: no answer in time; the request may have been applied.
+	Timeout = "Timeout"
+	// DNSFailure: the name did not resolve, so no request was sent.
+	DNSFailure = "DNSFailure"
+)
+
+// TransportErrors are the transport failures a policy may list.
+var TransportErrors = []string{ConnectionRefused, ConnectionReset, Timeout, DNSFailure}
+
+// Criticalities separate callers whose failure domains must not be shared.
+const (
+	CriticalityCritical = "Critical"
+	CriticalityStandard = "Standard"
+)
+
+// Criticalities are the criticalities a policy may declare.
+var Criticalities = []string{CriticalityCritical, CriticalityStandard}
