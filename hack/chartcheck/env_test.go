@@ -35,6 +35,10 @@ func startEnv(t *testing.T, webhooks bool) (*envtest.Environment, *rest.Config, 
 	if webhooks {
 		devenv.EnableWebhooks(env)
 	}
+	// As hardened clusters (and OpenShift) do: setting blockOwnerDeletion on
+	// an owner reference then needs update on the owner's finalizers, so a
+	// ClusterRole without that rule fails here rather than in a user's cluster.
+	env.ControlPlane.GetAPIServer().Configure().Append("enable-admission-plugins", "OwnerReferencesPermissionEnforcement")
 	cfg, err := env.Start()
 	if err != nil {
 		t.Fatal(err)
