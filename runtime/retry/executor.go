@@ -59,6 +59,10 @@ type Executor struct {
 	compiled  atomic.Pointer[map[string]*compiled]
 	compileMu sync.Mutex
 	opSeq     atomic.Uint64
+
+	// realBase is a wall-and-monotonic reading taken by New when the clock
+	// is the real one (zero otherwise); see now.
+	realBase time.Time
 }
 
 // Option configures an Executor.
@@ -92,7 +96,23 @@ func New(src Source, opts ...Option) *Executor {
 	if e.budgets == nil {
 		e.budgets = budget.NewRegistry(e.clock) // after the options, so WithClock reaches it
 	}
+	if _, real := e.clock.(clock.Real); real {
+		e.realBase = time.Now()
+	}
 	return e
+}
+
+// now reads the executor's clock where an operation starts. On the real
+// clock it reads the monotonic clock only, offset from the reading New took:
+// one clock read instead of time.Now's two (about 15 of the success path's
+// ~115 ns here). Everything Do computes from it is a duration between
+// monotonic readings (deadlines, the caller's context deadline, budget
+// windows), so a wall-clock step after start changes nothing it decides.
+func (e *Executor) now() time.Time {
+	if !e.realBase.IsZero() {
+		return e.realBase.Add(time.Since(e.realBase))
+	}
+	return e.clock.Now()
 }
 
 // Budget returns the retry budget the named policy draws on, as the
@@ -205,7 +225,7 @@ var ErrRetryLimitExceeded = Sentinel(codes.RetryLimitExceeded)
 // attempt.
 func (e *Executor) Do(ctx context.Context, policy string, vars Vars, op Operation) error {
 	c := e.policy(policy)
-	r := run{e: e, c: c, op: e.opSeq.Add(1)}
+	r := run{e: e, c: c}
 	if c.key != nil {
 		key, err := c.key.render(vars)
 		if err != nil {
@@ -231,12 +251,22 @@ type run struct {
 	records  []AttemptRecord
 }
 
+// id is the operation's number, taken from the executor's sequence the
+// first time an event or a dead letter needs it: a successful operation with
+// no event sink never pays for the shared counter.
+func (r *run) id() uint64 {
+	if r.op == 0 {
+		r.op = r.e.opSeq.Add(1)
+	}
+	return r.op
+}
+
 func (r *run) emit(from, to State, attempt int, code codes.Code) {
 	r.c.metrics.transition(to)
 	if r.e.events == nil {
 		return
 	}
-	ev := Event{Operation: r.op, Policy: r.c.name, From: from, To: to, Attempt: attempt, At: r.e.clock.Now(), Key: r.key, Code: code}
+	ev := Event{Operation: r.id(), Policy: r.c.name, From: from, To: to, Attempt: attempt, At: r.e.clock.Now(), Key: r.key, Code: code}
 	if p := r.c.payload; p != nil {
 		ev.Namespace, ev.Topic = p.Policy.Namespace, p.Policy.EventsTopic
 	}
@@ -254,7 +284,7 @@ func (r *run) to(next State, attempt int, code codes.Code) {
 
 func (r *run) execute(ctx context.Context, op Operation) error {
 	c, e := r.c, r.e
-	now := e.clock.Now() // one clock reading serves the first attempt
+	now := e.now() // one clock reading serves the first attempt
 	if c.deadline > 0 {
 		r.deadline = now.Add(c.deadline)
 	}
@@ -379,7 +409,7 @@ func (r *run) finish(ctx context.Context, d Decision, last error) error {
 		e.Last = r.records[n-1].Evidence
 	}
 	if d.Next.DeadLettered() && r.e.deadLetters != nil {
-		letter := DeadLetter{Operation: r.op, Policy: r.c.name, Key: r.key, State: d.Next, Code: d.Code, Attempts: r.records, At: r.e.clock.Now()}
+		letter := DeadLetter{Operation: r.id(), Policy: r.c.name, Key: r.key, State: d.Next, Code: d.Code, Attempts: r.records, At: r.e.clock.Now()}
 		if p := r.c.payload; p != nil {
 			letter.Namespace = p.Policy.Namespace
 		}
