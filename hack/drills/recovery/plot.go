@@ -57,7 +57,7 @@ func plotReport(rep *report, path string) error {
 		}
 	}
 	ymax *= 1.45 // headroom for the legend
-	if err := shadeFault(outbound, sc.FaultSeconds, ymax); err != nil {
+	if err := shadeFault(outbound, sc.FaultSeconds, 0, ymax); err != nil {
 		return err
 	}
 	outbound.Legend.Add("fault window: 429 on most attempts", faultSwatch())
@@ -125,11 +125,13 @@ func panel(title, unit string, fault float64, values []float64, offset float64) 
 	p.Title.Text = title
 	p.X.Label.Text = "seconds since the start"
 	p.Y.Label.Text = unit
-	ymax := 1.0
+	// The balance may dip just below 0 (a retry is refused at a balance
+	// of 0 or less), so the axis reaches below 0 when the series does.
+	ymin, ymax := 0.0, 1.0
 	for _, v := range values {
-		ymax = max(ymax, v*1.1)
+		ymin, ymax = min(ymin, v*1.1), max(ymax, v*1.1)
 	}
-	if err := shadeFault(p, fault, ymax); err != nil {
+	if err := shadeFault(p, fault, ymin, ymax); err != nil {
 		return nil, err
 	}
 	xys := make(plotter.XYs, len(values))
@@ -143,13 +145,13 @@ func panel(title, unit string, fault float64, values []float64, offset float64) 
 	l.Color = optionColors["C"]
 	l.Width = vg.Points(1.5)
 	p.Add(l)
-	p.Y.Min, p.Y.Max = 0, ymax
+	p.Y.Min, p.Y.Max = ymin, ymax
 	return p, nil
 }
 
-// shadeFault shades the fault window [0, fault) up to ymax.
-func shadeFault(p *plot.Plot, fault, ymax float64) error {
-	poly, err := plotter.NewPolygon(plotter.XYs{{X: 0, Y: 0}, {X: fault, Y: 0}, {X: fault, Y: ymax}, {X: 0, Y: ymax}})
+// shadeFault shades the fault window [0, fault) from ymin up to ymax.
+func shadeFault(p *plot.Plot, fault, ymin, ymax float64) error {
+	poly, err := plotter.NewPolygon(plotter.XYs{{X: 0, Y: ymin}, {X: fault, Y: ymin}, {X: fault, Y: ymax}, {X: 0, Y: ymax}})
 	if err != nil {
 		return err
 	}
