@@ -93,6 +93,14 @@ func paramsOf(c Config) *params {
 // retries: ceil(tokens·100/retryPercent).
 func Credit(c Config) int64 { return paramsOf(c).credit }
 
+// PodShare is one pod's share of the budget's absolute figures, as the
+// budget enforces them: maxTokens and minRetriesPerSecond divided over the
+// partitions, rounded up. The ratio needs no split.
+func PodShare(c Config) (tokens, minRetriesPerSecond int64) {
+	p := paramsOf(c)
+	return p.capacity / scale, p.floor
+}
+
 type bucket struct {
 	epoch     atomic.Int64
 	primaries atomic.Int64

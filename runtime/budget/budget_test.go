@@ -259,3 +259,28 @@ func TestConfigOfCarriesEveryFigure(t *testing.T) {
 		t.Fatalf("ConfigOf = %+v, want %+v", got, want)
 	}
 }
+
+// A pod's share of the absolute figures is what the budget itself holds:
+// divided over the partitions and rounded up, a missing partition count
+// taken as one.
+func TestPodShareIsWhatTheBudgetHolds(t *testing.T) {
+	for _, tc := range []struct {
+		tokens, floor, parts  int32
+		wantTokens, wantFloor int64
+	}{
+		{10, 5, 1, 10, 5},
+		{10, 5, 4, 3, 2},
+		{10, 0, 3, 4, 0},
+		{1, 1, 20, 1, 1},
+		{10, 5, 0, 10, 5},
+	} {
+		c := Config{RetryPercent: 10, Window: time.Minute, MaxTokens: tc.tokens, MinRetriesPerSecond: tc.floor, Partitions: tc.parts}
+		tokens, floor := PodShare(c)
+		if tokens != tc.wantTokens || floor != tc.wantFloor {
+			t.Errorf("%+v: share %d tokens, floor %d; want %d, %d", c, tokens, floor, tc.wantTokens, tc.wantFloor)
+		}
+		if got := New(c, clock.NewFake(start)).Tokens(); int64(got) != tokens {
+			t.Errorf("%+v: a new budget holds %v tokens, its share says %d", c, got, tokens)
+		}
+	}
+}

@@ -6,6 +6,7 @@ package explain
 import (
 	"context"
 	"fmt"
+	"github.com/retryguard/retryguard/runtime/budget"
 	"io"
 	"strings"
 	"text/tabwriter"
@@ -203,9 +204,10 @@ func writeBudget(w io.Writer, in Input) {
 	s := b.Budget.Spec.WithDefaults()
 	fmt.Fprintf(w, "  RetryBudget %s: retries at most %d%% of primary attempts over %s; bucket of %d tokens, floor %d retries/s\n",
 		b.Key, s.RetryPercent, s.Window.Duration(), *s.MaxTokens, *s.MinRetriesPerSecond)
-	parts := *s.Partitions
+	tokens, floor := budget.PodShare(budget.Config{RetryPercent: s.RetryPercent, Window: s.Window.Duration(),
+		MaxTokens: *s.MaxTokens, MinRetriesPerSecond: *s.MinRetriesPerSecond, Partitions: *s.Partitions})
 	fmt.Fprintf(w, "  split over %d partition(s): each pod holds %d token(s) and a floor of %d retries/s (rounded up); the %d%% ratio needs no split\n",
-		parts, ceilDiv(*s.MaxTokens, parts), ceilDiv(*s.MinRetriesPerSecond, parts), s.RetryPercent)
+		*s.Partitions, tokens, floor, s.RetryPercent)
 	names := make([]string, len(b.Users))
 	for i, u := range b.Users {
 		names[i] = u.Name
@@ -220,11 +222,4 @@ func readyLine(b *v1.RetryBudget) string {
 		return "budget Ready: not reconciled yet"
 	}
 	return fmt.Sprintf("budget Ready=%s (%s)", r.Status, r.Reason)
-}
-
-// ceilDiv is a pod's share of an absolute budget figure, rounded up as the
-// runtime's budget rounds it.
-func ceilDiv(a, parts int32) int32 {
-	parts = max(parts, 1)
-	return (max(a, 0) + parts - 1) / parts
 }
