@@ -61,7 +61,7 @@ var _ = Describe("Layer product", func() {
 	It("accepts a parentRef to a policy that does not exist yet, with a warning", func() {
 		ns := newNamespace()
 		create(policyIn(ns, "connector", "connector", 3, parent("job")))
-		Expect(warnings.take()).To(ContainElement(ContainSubstring(`RetryPolicy "job" does not exist yet`)))
+		Expect(warnings.Take()).To(ContainElement(ContainSubstring(`RetryPolicy "job" does not exist yet`)))
 	})
 
 	It("refuses a parentRef cycle", func() {
@@ -103,11 +103,11 @@ var _ = Describe("Platform cap", func() {
 	It("accepts 10%, and warns when a floor weakens the ratio", func() {
 		ns := newNamespace()
 		create(budgetIn(ns, "telephony", 10))
-		Expect(warnings.take()).To(BeEmpty())
+		Expect(warnings.Take()).To(BeEmpty())
 		b := budgetIn(ns, "floor", 10)
 		b.Spec.MinRetriesPerSecond = ptr.To[int32](2)
 		create(b)
-		Expect(warnings.take()).To(ContainElement(ContainSubstring("below 20 primary requests/s")))
+		Expect(warnings.Take()).To(ContainElement(ContainSubstring("below 20 primary requests/s")))
 	})
 
 	It("refuses an update that raises a budget above the cap", func() {
@@ -126,7 +126,7 @@ var _ = Describe("Feasibility", func() {
 		p.Spec.Deadline = v1.DurationOf(4 * time.Second)
 		p.Spec.PerAttemptTimeout = ptr.To(v1.DurationOf(2 * time.Second))
 		create(p)
-		Expect(warnings.take()).To(ContainElement(ContainSubstring("only 1 of 3 attempts can run")))
+		Expect(warnings.Take()).To(ContainElement(ContainSubstring("only 1 of 3 attempts can run")))
 	})
 })
 

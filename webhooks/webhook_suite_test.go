@@ -3,7 +3,6 @@ package webhooks_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,7 +30,7 @@ var (
 	testEnv  *envtest.Environment
 	mgr      ctrl.Manager
 	k8s      client.Client
-	warnings = &warningRecorder{}
+	warnings = &devenv.WarningRecorder{}
 	ctx      context.Context
 	cancel   context.CancelFunc
 	nsSeq    atomic.Int64
@@ -70,27 +69,6 @@ var _ = AfterSuite(func() {
 	}
 })
 
-// warningRecorder keeps the admission warnings the API server relays.
-type warningRecorder struct {
-	mu  sync.Mutex
-	got []string
-}
-
-func (w *warningRecorder) HandleWarningHeaderWithContext(_ context.Context, _ int, _ string, msg string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.got = append(w.got, msg)
-}
-
-// take returns and clears the warnings seen so far.
-func (w *warningRecorder) take() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := w.got
-	w.got = nil
-	return out
-}
-
 // newNamespace gives each spec its own namespace, so that pools, budgets
 // and chains never leak between specs.
 func newNamespace() string {
@@ -113,7 +91,7 @@ func settled(obj client.Object) {
 
 // create stores obj and waits for the webhooks' cache to see it.
 func create(obj client.Object) {
-	warnings.take()
+	warnings.Take()
 	ExpectWithOffset(1, k8s.Create(ctx, obj)).To(Succeed())
 	settled(obj)
 }

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -51,25 +50,6 @@ func sortedCodes(fieldCodes []string) []string {
 	return out
 }
 
-type warningRecorder struct {
-	mu  sync.Mutex
-	got []string
-}
-
-func (w *warningRecorder) HandleWarningHeaderWithContext(_ context.Context, _ int, _ string, msg string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.got = append(w.got, msg)
-}
-
-func (w *warningRecorder) take() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := w.got
-	w.got = nil
-	return out
-}
-
 // TestLintAgreesWithTheAPIServer applies every case of the admission tables
 // to a real API server with the manager's webhooks, document by document in
 // a namespace of its own, and lints the same documents as one multi-document
@@ -93,7 +73,7 @@ func TestLintAgreesWithTheAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	warnings := &warningRecorder{}
+	warnings := &devenv.WarningRecorder{}
 	userCfg := rest.CopyConfig(cfg)
 	userCfg.WarningHandlerWithContext = warnings
 	k8s, err := client.New(userCfg, client.Options{Scheme: env.Scheme})
@@ -104,7 +84,7 @@ func TestLintAgreesWithTheAPIServer(t *testing.T) {
 	// apply writes one object as kubectl apply would: create, or update the
 	// stored one.
 	apply := func(obj client.Object) answer {
-		warnings.take()
+		warnings.Take()
 		existing := obj.DeepCopyObject().(client.Object)
 		err := k8s.Get(ctx, client.ObjectKeyFromObject(obj), existing)
 		switch {
@@ -114,7 +94,7 @@ func TestLintAgreesWithTheAPIServer(t *testing.T) {
 			obj.SetResourceVersion(existing.GetResourceVersion())
 			err = k8s.Update(ctx, obj)
 		}
-		a := answer{Refused: err != nil, Warnings: warnings.take(), Codes: []string{}}
+		a := answer{Refused: err != nil, Warnings: warnings.Take(), Codes: []string{}}
 		if err != nil {
 			var status apierrors.APIStatus
 			if !errors.As(err, &status) || !apierrors.IsInvalid(err) {
