@@ -51,7 +51,7 @@ func specOf(p *policyconfig.Policy) v1.RetryPolicySpec {
 		s.Target.Operation = ptr.To(p.Operation)
 	}
 	if p.Parent != "" {
-		s.Layer.ParentRef = &v1.LocalObjectReference{Name: p.Parent}
+		s.Layer.ParentRef = &v1.ParentReference{Name: p.Parent}
 	}
 	if p.PerAttemptTimeout != 0 {
 		s.PerAttemptTimeout = d(p.PerAttemptTimeout)

@@ -198,6 +198,6 @@ var _ = Describe("Samples", func() {
 		crd := fmt.Sprintf("retrypolicies.%s", v1.GroupVersion.Group)
 		cols := printerColumns(crd)
 		Expect(cols).To(Equal([]string{"Service", "Layer", "Attempts", "Leaf", "Budget", "Ready", "Age"}))
-		Expect(printerColumns("retrybudgets." + v1.GroupVersion.Group)).To(Equal([]string{"Percent", "Window", "Policies", "Ready", "Age"}))
+		Expect(printerColumns("retrybudgets." + v1.GroupVersion.Group)).To(Equal([]string{"Percent", "Window", "Policies", "Consumers", "Ready", "Age"}))
 	})
 })

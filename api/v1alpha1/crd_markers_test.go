@@ -27,7 +27,7 @@ var admissionCodes = []codes.Code{
 	codes.RetryLimitExceeded, codes.JitterRequired, codes.BackoffInvalid, codes.NonRetryableStatus,
 	codes.BudgetRequired, codes.AmbiguousWithoutIdempotency, codes.UnstableIdempotencyKey,
 	codes.InvalidHeader, codes.InvalidKeyTemplate, codes.DeadlineInfeasible,
-	codes.UntestedCompensationBlocked, codes.OutOfRange, codes.InvalidDuration,
+	codes.UntestedCompensationBlocked, codes.OutOfRange, codes.InvalidDuration, codes.InvalidSelector,
 }
 
 func loadCRDSchema(t *testing.T, plural string) *apiextensionsv1.JSONSchemaProps {

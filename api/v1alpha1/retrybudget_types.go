@@ -17,6 +17,7 @@ const (
 )
 
 // RetryBudgetSpec is a token-bucket retry budget for one dependency.
+// +kubebuilder:validation:XValidation:rule="!has(self.maxRetriesPerSecond) || !has(self.minRetriesPerSecond) || self.minRetriesPerSecond <= self.maxRetriesPerSecond",message="ERR_OUT_OF_RANGE: minRetriesPerSecond must not be above maxRetriesPerSecond"
 type RetryBudgetSpec struct {
 	// retryPercent is the retry allowance, from 1 to 100 (the platform caps it
 	// further, at 10 by default). Each success deposits retryPercent/100 of a
@@ -47,11 +48,38 @@ type RetryBudgetSpec struct {
 	MinRetriesPerSecond *int32 `json:"minRetriesPerSecond,omitempty"`
 
 	// partitions is the number of pods that share the budget. Each pod gets
-	// maxTokens/partitions and minRetriesPerSecond/partitions, rounded up.
+	// maxTokens/partitions and minRetriesPerSecond/partitions, rounded up,
+	// and maxRetriesPerSecond/partitions. With consumers set it is the
+	// declared largest number of consumers: a pod whose live count is
+	// missing, stale or does not include it yet takes this conservative
+	// share.
 	// +optional
 	// +default=1
 	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 1000",message="ERR_OUT_OF_RANGE: partitions must be between 1 and 1000"
 	Partitions *int32 `json:"partitions,omitempty"`
+
+	// maxRetriesPerSecond is an absolute retry allowance for the whole fleet
+	// of consumers, whatever the traffic: seed 003's "total 20/s retry
+	// allowance". Each pod enforces its share. Unset means no absolute
+	// allowance (the ratio and the tokens still apply); 0 allows no retry.
+	// From 0 to 100000.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self >= 0 && self <= 100000",message="ERR_OUT_OF_RANGE: maxRetriesPerSecond must be between 0 and 100000"
+	MaxRetriesPerSecond *int32 `json:"maxRetriesPerSecond,omitempty"`
+
+	// consumers are the pods that share the budget. The controller counts
+	// them and publishes the count, so that each pod enforces its share of
+	// the absolute figures (maxRetriesPerSecond, maxTokens,
+	// minRetriesPerSecond) rather than all of them.
+	// +optional
+	Consumers *BudgetConsumers `json:"consumers,omitempty"`
+}
+
+// BudgetConsumers selects the pods that share a budget.
+type BudgetConsumers struct {
+	// podSelector selects the consuming pods, in the budget's namespace.
+	// +required
+	PodSelector metav1.LabelSelector `json:"podSelector"`
 }
 
 // RetryBudgetStatus is the observed state of a RetryBudget.
@@ -71,6 +99,12 @@ type RetryBudgetStatus struct {
 	// policyCount is the number of RetryPolicies that reference this budget.
 	// +optional
 	PolicyCount int32 `json:"policyCount,omitempty"`
+
+	// consumers is the live number of pods that match
+	// spec.consumers.podSelector: every such pod that exists, terminating
+	// ones included, because they may still retry.
+	// +optional
+	Consumers *int32 `json:"consumers,omitempty"`
 }
 
 // RetryBudget is a token-bucket retry budget for one dependency, shared by
@@ -82,6 +116,7 @@ type RetryBudgetStatus struct {
 // +kubebuilder:printcolumn:name="Percent",type=integer,JSONPath=`.spec.retryPercent`
 // +kubebuilder:printcolumn:name="Window",type=string,JSONPath=`.spec.window`
 // +kubebuilder:printcolumn:name="Policies",type=integer,JSONPath=`.status.policyCount`
+// +kubebuilder:printcolumn:name="Consumers",type=integer,JSONPath=`.status.consumers`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type RetryBudget struct {

@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/retryguard/retryguard/runtime/codes"
@@ -33,5 +34,31 @@ func ValidateRetryBudgetSpec(spec *RetryBudgetSpec, fldPath *field.Path) field.E
 		errs = append(errs, Invalid(fldPath.Child("partitions"), p, codes.OutOfRange,
 			"partitions must be between 1 and 1000"))
 	}
+	if m := s.MaxRetriesPerSecond; m != nil && (*m < 0 || *m > limits.MaxBudgetRetriesPerSecond) {
+		errs = append(errs, Invalid(fldPath.Child("maxRetriesPerSecond"), *m, codes.OutOfRange,
+			"maxRetriesPerSecond must be between 0 and 100000"))
+	}
+	// Against what the user wrote, as the CRD's rule does: an unset floor
+	// defaults to 0, which is never above the allowance.
+	if m, f := spec.MaxRetriesPerSecond, spec.MinRetriesPerSecond; m != nil && f != nil && *f > *m {
+		errs = append(errs, Invalid(fldPath.Child("minRetriesPerSecond"), *f, codes.OutOfRange,
+			"minRetriesPerSecond must not be above maxRetriesPerSecond"))
+	}
+	if c := s.Consumers; c != nil {
+		errs = append(errs, validateLabelSelector(&c.PodSelector, fldPath.Child("consumers", "podSelector"))...)
+	}
 	return SortErrors(errs)
+}
+
+// validateLabelSelector checks what the API server cannot: that a selector
+// converts to a labels.Selector. Each error carries ERR_INVALID_SELECTOR.
+func validateLabelSelector(sel *metav1.LabelSelector, fldPath *field.Path) field.ErrorList {
+	if sel == nil {
+		return nil
+	}
+	if _, err := metav1.LabelSelectorAsSelector(sel); err != nil {
+		return field.ErrorList{Invalid(fldPath, nil, codes.InvalidSelector,
+			"not a valid label selector: "+err.Error())}
+	}
+	return nil
 }

@@ -113,9 +113,18 @@ type RetryLayer struct {
 	// +kubebuilder:validation:MaxLength=63
 	Name string `json:"name,omitempty"`
 
-	// parentRef names the RetryPolicy of the calling layer, in the same namespace.
+	// parentRef names the RetryPolicy of the calling layer. A parent in
+	// another namespace must consent, through its layer.allowedChildren.
 	// +optional
-	ParentRef *LocalObjectReference `json:"parentRef,omitempty"`
+	ParentRef *ParentReference `json:"parentRef,omitempty"`
+
+	// allowedChildren says which namespaces may name this policy as their
+	// parentRef. A child layer constrains its parent (the parent's attempts
+	// multiply into the child's product), so the parent's owner consents to
+	// children from other namespaces, as a Gateway consents to routes.
+	// Unset allows the policy's own namespace only.
+	// +optional
+	AllowedChildren *AllowedChildren `json:"allowedChildren,omitempty"`
 
 	// hiddenAttempts counts the attempts a layer Retryguard cannot see makes
 	// for each attempt of this policy: an SDK's or a proxy's own retries
@@ -126,6 +135,62 @@ type RetryLayer struct {
 	// +default=1
 	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 10",message="ERR_OUT_OF_RANGE: layer.hiddenAttempts must be between 1 and 10"
 	HiddenAttempts *int32 `json:"hiddenAttempts,omitempty"`
+}
+
+// ParentReference names the RetryPolicy of the calling layer.
+type ParentReference struct {
+	// name of the parent RetryPolicy.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name,omitempty"`
+
+	// namespace of the parent RetryPolicy; the policy's own namespace when
+	// unset. The parent must allow this namespace in its
+	// layer.allowedChildren.namespaces.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Namespace *string `json:"namespace,omitempty"`
+}
+
+// AllowedChildren is a parent's consent to child layers.
+type AllowedChildren struct {
+	// namespaces selects the namespaces whose RetryPolicies may name this
+	// policy as their parentRef.
+	// +optional
+	// +default={"from": "Same"}
+	Namespaces *ChildNamespaces `json:"namespaces,omitempty"`
+}
+
+// FromNamespaces says where child layers may come from.
+// +kubebuilder:validation:Enum=Same;All;Selector
+type FromNamespaces string
+
+// The namespaces a parent accepts children from.
+const (
+	// NamespacesFromSame: only the parent's own namespace.
+	NamespacesFromSame FromNamespaces = "Same"
+	// NamespacesFromAll: every namespace.
+	NamespacesFromAll FromNamespaces = "All"
+	// NamespacesFromSelector: the namespaces whose labels match selector.
+	NamespacesFromSelector FromNamespaces = "Selector"
+)
+
+// ChildNamespaces selects namespaces, as Gateway API's allowedRoutes does.
+// +kubebuilder:validation:XValidation:rule="(has(self.from) && self.from == 'Selector') == has(self.selector)",message="ERR_INVALID_SELECTOR: namespaces.selector is required when from is Selector, and allowed only then"
+type ChildNamespaces struct {
+	// from is Same (the default: the parent's namespace only), All, or
+	// Selector (the namespaces that match selector). The parent's own
+	// namespace is always allowed.
+	// +optional
+	// +default="Same"
+	From *FromNamespaces `json:"from,omitempty"`
+
+	// selector picks namespaces by their labels when from is Selector.
+	// +optional
+	Selector *metav1.LabelSelector `json:"selector,omitempty"`
 }
 
 // Backoff is the delay between attempts.
@@ -385,6 +450,32 @@ type RetryPolicyStatus struct {
 	// configMapName is the ConfigMap the policy is published in.
 	// +optional
 	ConfigMapName string `json:"configMapName,omitempty"`
+
+	// hiddenLayers are the layers that retry for this policy unseen by the
+	// runtime, each multiplied into leafAttempts: layer.hiddenAttempts, and
+	// the Istio VirtualServices in this namespace that route
+	// target.service.
+	// +optional
+	// +listType=map
+	// +listMapKey=source
+	// +kubebuilder:validation:MaxItems=16
+	HiddenLayers []HiddenLayer `json:"hiddenLayers,omitempty"`
+}
+
+// HiddenLayer is a layer of attempts the runtime cannot see.
+type HiddenLayer struct {
+	// source names the hidden layer: "spec.layer.hiddenAttempts", or
+	// "VirtualService/<name>".
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=316
+	Source string `json:"source,omitempty"`
+
+	// attempts the hidden layer makes for each call it is given, the first
+	// included.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	Attempts int32 `json:"attempts,omitempty"`
 }
 
 // RetryPolicy is how one layer of one caller retries one dependency.

@@ -31,6 +31,7 @@ func ValidateRetryPolicySpec(spec *RetryPolicySpec, fldPath *field.Path) field.E
 		errs = append(errs, Invalid(fldPath.Child("layer", "hiddenAttempts"), h, codes.OutOfRange,
 			"layer.hiddenAttempts must be between 1 and 10"))
 	}
+	errs = append(errs, validateAllowedChildren(s.Layer.AllowedChildren, fldPath.Child("layer", "allowedChildren"))...)
 	errs = append(errs, validateBackoff(&s.Backoff, fldPath.Child("backoff"))...)
 	errs = append(errs, validateRetryOn(s.RetryOn, fldPath.Child("retryOn"))...)
 	errs = append(errs, validateIdempotency(&s, fldPath)...)
@@ -52,6 +53,31 @@ func ValidateRetryPolicySpec(spec *RetryPolicySpec, fldPath *field.Path) field.E
 		}
 	}
 	return SortErrors(errs)
+}
+
+// validateAllowedChildren: a selector goes with from: Selector, and only
+// with it, and parses as a label selector.
+func validateAllowedChildren(ac *AllowedChildren, fldPath *field.Path) field.ErrorList {
+	if ac == nil || ac.Namespaces == nil {
+		return nil
+	}
+	ns, path := ac.Namespaces, fldPath.Child("namespaces")
+	var errs field.ErrorList
+	from := NamespacesFromSame
+	if ns.From != nil {
+		from = *ns.From
+	}
+	switch from {
+	case NamespacesFromSame, NamespacesFromAll, NamespacesFromSelector:
+	default:
+		errs = append(errs, field.NotSupported(path.Child("from"), from, []string{
+			string(NamespacesFromSame), string(NamespacesFromAll), string(NamespacesFromSelector)}))
+	}
+	if (from == NamespacesFromSelector) != (ns.Selector != nil) {
+		errs = append(errs, Invalid(path.Child("selector"), nil, codes.InvalidSelector,
+			"namespaces.selector is required when from is Selector, and allowed only then"))
+	}
+	return append(errs, validateLabelSelector(ns.Selector, path.Child("selector"))...)
 }
 
 func validateBackoff(b *Backoff, fldPath *field.Path) field.ErrorList {

@@ -23,6 +23,9 @@ const (
 	ReasonAmplificationExceeded = "AmplificationExceeded"
 	ReasonSharedFailureDomain   = "SharedFailureDomain"
 	ReasonParentNotFound        = "ParentNotFound"
+	// ReasonParentNotPermitted: the parent, in another namespace, does not
+	// (or no longer does) allow this namespace in layer.allowedChildren.
+	ReasonParentNotPermitted = "ParentNotPermitted"
 	ReasonBudgetNotFound        = "BudgetNotFound"
 	ReasonPublishFailed         = "PublishFailed"
 )

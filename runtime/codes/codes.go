@@ -35,6 +35,9 @@ const (
 	UntestedCompensationBlocked Code = "ERR_UNTESTED_COMPENSATION_BLOCKED"
 	// OutOfRange: a numeric or duration field outside its documented range.
 	OutOfRange Code = "ERR_OUT_OF_RANGE"
+	// InvalidSelector: a label selector that is malformed, or set where it
+	// means nothing (allowedChildren.namespaces.selector without from: Selector).
+	InvalidSelector Code = "ERR_INVALID_SELECTOR"
 	// InvalidDuration: a duration that does not parse.
 	InvalidDuration Code = "ERR_INVALID_DURATION"
 )
@@ -48,6 +51,9 @@ const (
 	PublishedConfigMapReserved Code = "ERR_PUBLISHED_CONFIGMAP_RESERVED"
 	// LayerAmplification: the attempt product along a parentRef chain is above the limit.
 	LayerAmplification Code = "ERR_LAYER_AMPLIFICATION"
+	// ParentNotPermitted: a parentRef names a policy in another namespace
+	// whose layer.allowedChildren does not allow the child's namespace.
+	ParentNotPermitted Code = "ERR_PARENT_NOT_PERMITTED"
 	// LayerCycle: a parentRef chain loops back on itself.
 	LayerCycle Code = "ERR_LAYER_CYCLE"
 	// SharedFailureDomainLeak: a pool or budget shared across criticalities or services.

@@ -50,6 +50,7 @@ const (
 	MaxBudgetTokens              = int32(1000)
 	MaxBudgetMinRetriesPerSecond = int32(10000)
 	MaxBudgetPartitions          = int32(1000)
+	MaxBudgetRetriesPerSecond    = int32(100000)
 )
 
 // Name shapes the CRD's patterns and the API server enforce.
