@@ -26,8 +26,8 @@ const (
 	// ReasonParentNotPermitted: the parent, in another namespace, does not
 	// (or no longer does) allow this namespace in layer.allowedChildren.
 	ReasonParentNotPermitted = "ParentNotPermitted"
-	ReasonBudgetNotFound        = "BudgetNotFound"
-	ReasonPublishFailed         = "PublishFailed"
+	ReasonBudgetNotFound     = "BudgetNotFound"
+	ReasonPublishFailed      = "PublishFailed"
 )
 
 // Reasons of a RetryBudget's Ready condition.

@@ -126,7 +126,37 @@ type Budget struct {
 	MaxTokens           int32    `json:"maxTokens"`
 	MinRetriesPerSecond int32    `json:"minRetriesPerSecond"`
 	Partitions          int32    `json:"partitions"`
+	// MaxRetriesPerSecond is the fleet's absolute retry allowance; absent
+	// when the budget sets none (0 allows no retry).
+	MaxRetriesPerSecond *int32 `json:"maxRetriesPerSecond,omitempty"`
+	// Consumers is the controller's count of the pods that share the
+	// budget; absent when the budget selects no consumers.
+	Consumers *Consumers `json:"consumers,omitempty"`
 }
+
+// Consumers is the controller's live count of the pods that share a budget.
+type Consumers struct {
+	// Count is the number of pods that matched the budget's
+	// consumers.podSelector at ObservedAt, terminating ones included.
+	Count int32 `json:"count"`
+	// ObservedAt is when the controller counted, on its wall clock.
+	ObservedAt time.Time `json:"observedAt"`
+}
+
+// The lease on a published consumer count.
+const (
+	// ConsumerCountRefresh is how often the controller recounts and
+	// republishes, with a new ObservedAt, even when nothing changed.
+	ConsumerCountRefresh = 15 * time.Second
+	// ConsumerCountStaleAfter is how old a count may be before a pod stops
+	// trusting it and takes the conservative share (the allowance over
+	// partitions): four refreshes missed.
+	ConsumerCountStaleAfter = 4 * ConsumerCountRefresh
+	// ConsumerCountClockSkew is the skew allowed between the controller's
+	// and a pod's wall clocks when a pod decides whether a count was taken
+	// after it started (and so includes it).
+	ConsumerCountClockSkew = time.Second
+)
 
 // Key is "namespace/name", the budget's identity within a pod.
 func (b *Budget) Key(namespace string) string { return namespace + "/" + b.Name }
