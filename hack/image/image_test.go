@@ -288,20 +288,3 @@ func TestMetadataIsRequired(t *testing.T) {
 		t.Errorf("with no binary: error %v, want one naming the binary", err)
 	}
 }
-
-func TestContainerdNameIsNormalized(t *testing.T) {
-	for in, want := range map[string]string{
-		"retryguard/manager:0.1.0":        "docker.io/retryguard/manager:0.1.0",
-		"manager:dev":                     "docker.io/library/manager:dev",
-		"ghcr.io/retryguard/manager:v1.2": "ghcr.io/retryguard/manager:v1.2",
-		"localhost:5000/manager:0.1.0":    "localhost:5000/manager:0.1.0",
-	} {
-		tag, err := name.NewTag(in)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := containerdName(tag); got != want {
-			t.Errorf("containerdName(%s) = %s, want %s", in, got, want)
-		}
-	}
-}

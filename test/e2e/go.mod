@@ -112,6 +112,7 @@ require (
 	github.com/prometheus/client_model v0.6.2 // indirect
 	github.com/prometheus/common v0.70.0 // indirect
 	github.com/prometheus/procfs v0.21.1 // indirect
+	github.com/retryguard/retryguard/hack/image v0.0.0 // indirect
 	github.com/rubenv/sql-migrate v1.8.1 // indirect
 	github.com/russross/blackfriday/v2 v2.1.0 // indirect
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect
@@ -157,3 +158,5 @@ replace (
 	github.com/retryguard/retryguard/runtime => ../../runtime
 	github.com/retryguard/retryguard/runtime/watch/informer => ../../runtime/watch/informer
 )
+
+replace github.com/retryguard/retryguard/hack/image => ../../hack/image

@@ -72,8 +72,9 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	var g errgroup.Group
 	if managerTar == "" {
 		managerTag = "e2e"
-		// Until `make image` exists: a static build of main.go packed the
-		// same way (user 65532, no shell, /manager).
+		// A plain `go test` without `make e2e`: a static build of main.go,
+		// packed by the packer `make image` uses (user 65532, no shell,
+		// /manager).
 		managerTar = filepath.Join(cluster.DefaultImageDir, "manager.tar")
 		g.Go(func() error {
 			return image.BinaryImage(ctx, repoRoot, ".", managerTar, managerRepository+":"+managerTag,
