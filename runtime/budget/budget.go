@@ -395,6 +395,9 @@ func (b *Budget) TryRetry() Denial {
 	var primaries, retries int64
 	for i := range n {
 		ep := e - i
+		if ep < 0 {
+			break // a clock near 1970: no older buckets
+		}
 		if i < bucketsPerWindow && b.primaries[ep%n].epoch.Load() == ep {
 			primaries += b.primaries[ep%n].primaries.Load() // buckets wholly inside the window
 		}
