@@ -193,6 +193,26 @@ func PodShare(c Config) (tokens, minRetriesPerSecond int64) {
 	return p.capacity / scale, p.floor
 }
 
+// Share is one pod's share of a budget's absolute figures.
+type Share struct {
+	// Tokens and MinRetriesPerSecond are maxTokens and minRetriesPerSecond
+	// over D, rounded up.
+	Tokens, MinRetriesPerSecond int64
+	// MilliRetriesPerSecond is maxRetriesPerSecond·1000 over D, rounded
+	// down: the rate credit each new second adds. Meaningful only when
+	// Limited (the budget sets maxRetriesPerSecond).
+	MilliRetriesPerSecond int64
+	Limited               bool
+}
+
+// ShareOver is a pod's share of c when the absolute figures are divided
+// over d pods (Denominator's answer; ZeroShare gives nothing), as the
+// budget enforces it.
+func ShareOver(c Config, d int64) Share {
+	p := paramsOf(c, d)
+	return Share{Tokens: p.capacity / scale, MinRetriesPerSecond: p.floor, MilliRetriesPerSecond: p.perSecond, Limited: p.limited}
+}
+
 type bucket struct {
 	epoch     atomic.Int64
 	primaries atomic.Int64

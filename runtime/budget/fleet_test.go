@@ -85,6 +85,15 @@ func TestAFreshCoveringCountDividesByN(t *testing.T) {
 	if n, _ := grants(b); n != 2 {
 		t.Fatalf("a floor of 5/s over 4 pods is ceil(1.25) = 2 a second, got %d", n)
 	}
+	if got, want := ShareOver(c, 4), (Share{Tokens: 3, MinRetriesPerSecond: 2}); got != want {
+		t.Fatalf("ShareOver(4) = %+v, want %+v: what the budget holds", got, want)
+	}
+	if got, want := ShareOver(fleet(20, 20, true, 4, start), 3), (Share{Tokens: 33_334, MilliRetriesPerSecond: 6666, Limited: true}); got != want {
+		t.Fatalf("ShareOver(3) = %+v, want %+v", got, want)
+	}
+	if got := ShareOver(c, ZeroShare); got != (Share{}) {
+		t.Fatalf("a zero share holds %+v", got)
+	}
 	if d := Denominator(fleet(20, 20, true, 0, start.Add(2*time.Second)), start, start.Add(3*time.Second)); d != 1 {
 		t.Fatalf("a covering count of 0 divides by max(N, 1) = 1, got %d", d)
 	}
