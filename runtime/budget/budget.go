@@ -24,6 +24,13 @@
 // second (granted by any rule) are below it, a retry is granted whatever the
 // ratio and the tokens. Floor retries are accounted like any other: they
 // count in the window and withdraw a token while the balance is above 0.
+//
+// A budget shared by a fleet of pods divides its absolute figures
+// (maxRetriesPerSecond, maxTokens, minRetriesPerSecond) over D pods, from
+// the controller's published consumer count, its age and whether it
+// includes this process (see Denominator). maxRetriesPerSecond is a hard
+// cap, credited per second of the budget's clock, that no other rule (the
+// floor included) grants past.
 package budget
 
 import (

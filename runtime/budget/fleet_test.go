@@ -354,6 +354,23 @@ func TestOutOfOrderCounts(t *testing.T) {
 	}
 }
 
+// A count dated far in the future (a controller clock far ahead) is held
+// as stale, and the next true count replaces it.
+func TestACountFromTheFutureIsHeldAsStale(t *testing.T) {
+	clk := clock.NewFake(start.Add(time.Minute))
+	r := NewRegistry(clk, WithStart(start))
+	b, _ := r.Resolve("shop", counted(1, 4, clk.Now().Add(time.Hour)))
+	if got := perSecond(b, clk, 2); !all(got, 1) {
+		t.Fatalf("a count an hour ahead: %v a second, want 20/s over max(P=20, N=4) = 1", got)
+	}
+	if _, err := r.Resolve("shop", counted(1, 4, clk.Now())); err != nil {
+		t.Fatal(err)
+	}
+	if got := perSecond(b, clk, 2); !all(got, 5) {
+		t.Fatalf("after a true count: %v a second, want 20/s over 4 = 5", got)
+	}
+}
+
 // The registry's start is the process's: a registry created after a count
 // was taken is not covered by it.
 func TestTheRegistryStartsAtItsCreation(t *testing.T) {

@@ -108,6 +108,12 @@ func (c *Conflict) Error() string {
 // count (its budget selects no consumers any more) drops the count.
 func (r *Registry) Resolve(namespace string, b *policyconfig.Budget) (*Budget, error) {
 	key, c := b.Key(namespace), ConfigOf(b)
+	if c.Consumers.Counted && c.Consumers.ObservedAt.After(r.clock.Now().Add(policyconfig.ConsumerCountClockSkew)) {
+		// A count from the future (a controller clock far ahead) is held
+		// as a stale one, so that the next true count replaces it rather
+		// than losing to it until that future comes.
+		c.Consumers.ObservedAt = time.Time{}
+	}
 	r.mu.RLock()
 	e, ok := r.budgets[key]
 	if ok && e.generation == b.Generation && e.config == c {
