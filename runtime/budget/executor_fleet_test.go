@@ -14,11 +14,11 @@ import (
 	"github.com/retryguard/retryguard/runtime/retry"
 )
 
-type source map[string]*policyconfig.Payload
+// onePolicy serves one policy's current payload, as a watcher would.
+type onePolicy struct{ current *policyconfig.Payload }
 
-func (s source) Policy(name string) (*policyconfig.Payload, bool) {
-	p, ok := s[name]
-	return p, ok
+func (o *onePolicy) Policy(name string) (*policyconfig.Payload, bool) {
+	return o.current, name == o.current.Policy.Name
 }
 
 // An Executor enforces the fleet share as payloads arrive, with nothing
@@ -33,7 +33,7 @@ func TestAnExecutorEnforcesTheFleetShareAsPayloadsArrive(t *testing.T) {
 	p := fixtures.SMS()
 	p.Budget.Partitions, p.Budget.MinRetriesPerSecond, p.Budget.MaxRetriesPerSecond = 20, 20, &limit
 	p.Budget.Consumers = &policyconfig.Consumers{Count: 1, ObservedAt: t0.Add(-time.Second)}
-	src := source{p.Policy.Name: p}
+	src := &onePolicy{p}
 	ex := retry.New(src, retry.WithClock(clk))
 	do := func() (int, error) {
 		calls := 0
@@ -58,7 +58,7 @@ func TestAnExecutorEnforcesTheFleetShareAsPayloadsArrive(t *testing.T) {
 	b := *p.Budget
 	b.Consumers = &policyconfig.Consumers{Count: 1, ObservedAt: clk.Now()}
 	covering.Budget = &b
-	src[p.Policy.Name] = &covering
+	src.current = &covering
 	clk.Advance(time.Second) // rate credit comes with the next second
 	if calls, err := do(); calls != 3 {
 		t.Fatalf("a count that includes the pod, N = 1: %d attempts (%v), want all 3", calls, err)
