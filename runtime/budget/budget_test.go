@@ -252,11 +252,19 @@ func TestRegistryKeepsTheNewestGenerationsFigures(t *testing.T) {
 }
 
 func TestConfigOfCarriesEveryFigure(t *testing.T) {
+	limit := int32(0)
 	b := &policyconfig.Budget{Name: "x", Generation: 1, RetryPercent: 7, Window: policyconfig.Duration(90 * time.Second),
-		MaxTokens: 12, MinRetriesPerSecond: 3, Partitions: 4}
-	want := Config{RetryPercent: 7, Window: 90 * time.Second, MaxTokens: 12, MinRetriesPerSecond: 3, Partitions: 4}
+		MaxTokens: 12, MinRetriesPerSecond: 3, Partitions: 4, MaxRetriesPerSecond: &limit,
+		Consumers: &policyconfig.Consumers{Count: 9, ObservedAt: start}}
+	want := Config{RetryPercent: 7, Window: 90 * time.Second, MaxTokens: 12, MinRetriesPerSecond: 3, Partitions: 4,
+		MaxRetriesPerSecond: 0, LimitRetriesPerSecond: true, Consumers: Consumers{Counted: true, N: 9, ObservedAt: start}}
 	if got := ConfigOf(b); got != want {
 		t.Fatalf("ConfigOf = %+v, want %+v", got, want)
+	}
+	b.MaxRetriesPerSecond, b.Consumers = nil, nil
+	want.LimitRetriesPerSecond, want.Consumers = false, Consumers{}
+	if got := ConfigOf(b); got != want {
+		t.Fatalf("without an allowance or a count, ConfigOf = %+v, want %+v", got, want)
 	}
 }
 
