@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -224,6 +225,9 @@ type virtualServiceWatch struct {
 	finder   *VirtualServiceFinder
 	policies controller.Controller
 	reader   client.Reader
+	// recheck feeds the RetryPolicy controller the policies to re-check
+	// when reading stops.
+	recheck chan event.GenericEvent
 
 	mu       sync.Mutex
 	watching *schema.GroupVersionKind
@@ -234,8 +238,11 @@ func (w *virtualServiceWatch) Reconcile(ctx context.Context, req ctrl.Request) (
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	crd := crdMetadata()
+	// A CRD being deleted still serves its objects while the API server
+	// deletes them, and those deletions re-check the policies they routed:
+	// reading stops when the CRD is gone.
 	err := w.cache.Get(ctx, req.NamespacedName, crd)
-	if apierrors.IsNotFound(err) || err == nil && crd.DeletionTimestamp != nil {
+	if apierrors.IsNotFound(err) {
 		return ctrl.Result{}, w.stop(ctx)
 	}
 	if err != nil {
@@ -269,9 +276,10 @@ func (w *virtualServiceWatch) Reconcile(ctx context.Context, req ctrl.Request) (
 	return ctrl.Result{}, nil
 }
 
-// stop stops reading VirtualServices and drops their informer. Deleting a
-// CRD deletes its objects first, so the policies they routed have been
-// re-checked by then.
+// stop stops reading VirtualServices, drops their informer, and re-checks
+// every policy whose status still names a VirtualService. Deleting a CRD
+// deletes its objects first, so these are the policies whose re-check a
+// missed event would otherwise leave counting a VirtualService that is gone.
 func (w *virtualServiceWatch) stop(ctx context.Context) error {
 	if w.watching == nil {
 		return nil
@@ -281,7 +289,26 @@ func (w *virtualServiceWatch) stop(ctx context.Context) error {
 	u.SetGroupVersionKind(*w.watching)
 	w.watching = nil
 	log.FromContext(ctx).Info("Istio's VirtualService API is gone; no longer reading VirtualServices")
-	return w.cache.RemoveInformer(ctx, u)
+	if err := w.cache.RemoveInformer(ctx, u); err != nil {
+		return err
+	}
+	var list v1.RetryPolicyList
+	if err := w.reader.List(ctx, &list); err != nil {
+		return err
+	}
+	for i := range list.Items {
+		p := &list.Items[i]
+		if slices.ContainsFunc(p.Status.HiddenLayers, func(h v1.HiddenLayer) bool {
+			return strings.HasPrefix(h.Source, VirtualServiceSourcePrefix)
+		}) {
+			select {
+			case w.recheck <- event.GenericEvent{Object: p}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	return nil
 }
 
 // setupVirtualServices gives the RetryPolicy controller its VirtualService
@@ -289,7 +316,10 @@ func (w *virtualServiceWatch) stop(ctx context.Context) error {
 func setupVirtualServices(mgr ctrl.Manager, policies controller.Controller, pr *RetryPolicyReconciler) error {
 	pr.VirtualServices = &VirtualServiceFinder{Reader: mgr.GetCache()}
 	w := &virtualServiceWatch{cache: mgr.GetCache(), mapper: mgr.GetRESTMapper(), finder: pr.VirtualServices,
-		policies: policies, reader: mgr.GetClient()}
+		policies: policies, reader: mgr.GetClient(), recheck: make(chan event.GenericEvent)}
+	if err := policies.Watch(source.Channel(w.recheck, &handler.EnqueueRequestForObject{})); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("istio-virtualservice-crd").
 		For(crdMetadata(), builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {

@@ -3,6 +3,7 @@ package controllers_test
 import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -136,6 +137,23 @@ var _ = Describe("Hidden layers", Ordered, ContinueOnFailure, func() {
 			expectReason(ns, job.Name, v1.ReasonAmplificationExceeded)
 			Expect(client.IgnoreNotFound(k8s.Delete(ctx, vs))).To(Succeed())
 			expectReason(ns, child.Name, v1.ReasonPublished)
+		})
+
+		It("stops reading VirtualServices when Istio's CRD is deleted", func() {
+			ns := newNamespace()
+			Expect(k8s.Create(ctx, fixtures.Budget(ns, fixtures.DefaultBudget, 10))).To(Succeed())
+			p := fixtures.Policy(ns, "payments", "connector", 3, fixtures.Service("payments"))
+			Expect(k8s.Create(ctx, p)).To(Succeed())
+			Expect(k8s.Create(ctx, virtualService(ns, "x", `spec: {hosts: [payments], http: [{}]}`))).To(Succeed())
+			expectReason(ns, p.Name, v1.ReasonAmplificationExceeded)
+
+			crd := &unstructured.Unstructured{}
+			crd.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
+			crd.SetName(controllers.VirtualServiceCRDName)
+			Expect(k8s.Delete(ctx, crd)).To(Succeed())
+			expectReason(ns, p.Name, v1.ReasonPublished)
+			expectHidden(ns, p.Name, 3)
+			Eventually(func() bool { return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(crd), crd)) }).Should(BeTrue())
 		})
 	})
 })
