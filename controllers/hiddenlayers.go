@@ -48,6 +48,9 @@ const VirtualServiceSourcePrefix = VirtualServiceKind + "/"
 // being established). It never polls while the CRD is absent.
 const CRDServedRecheck = 2 * time.Second
 
+// VirtualServiceListTimeout bounds one list of VirtualServices.
+const VirtualServiceListTimeout = 10 * time.Second
+
 // crdMetadata is the metadata of a CustomResourceDefinition, all the CRD
 // watch needs: whether Istio's exists.
 func crdMetadata() *metav1.PartialObjectMetadata {
@@ -81,10 +84,18 @@ func (f *VirtualServiceFinder) Served() *schema.GroupVersionKind { return f.serv
 
 // list reads the VirtualServices of a namespace; none while none is served.
 func (f *VirtualServiceFinder) list(ctx context.Context, namespace string) ([]unstructured.Unstructured, error) {
-	if f == nil || f.Served() == nil {
+	if f == nil {
 		return nil, nil
 	}
 	gvk := f.Served()
+	if gvk == nil {
+		return nil, nil
+	}
+	// The first list waits for the informer to sync; where it cannot (RBAC
+	// that lacks VirtualServices) the reconcile fails and is retried rather
+	// than holding a worker.
+	ctx, cancel := context.WithTimeout(ctx, VirtualServiceListTimeout)
+	defer cancel()
 	var list unstructured.UnstructuredList
 	list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
 	if err := f.Reader.List(ctx, &list, client.InNamespace(namespace)); err != nil {
