@@ -175,8 +175,12 @@ func (r *RetryPolicyReconciler) detecting(lk policygraph.Lookup) policygraph.Loo
 }
 
 // hiddenLayers is what status.hiddenLayers reports for p.
-func (r *RetryPolicyReconciler) hiddenLayers(ctx context.Context, lk policygraph.Lookup, p *v1.RetryPolicy) ([]v1.HiddenLayer, error) {
-	hidden, err := policygraph.HiddenLayers(ctx, r.detecting(lk), p)
+func (r *RetryPolicyReconciler) hiddenLayers(ctx context.Context, p *v1.RetryPolicy) ([]v1.HiddenLayer, error) {
+	var d policygraph.LayerDetector
+	if r.VirtualServices != nil {
+		d = r.VirtualServices
+	}
+	hidden, err := policygraph.HiddenLayers(ctx, d, p)
 	if len(hidden) > maxHiddenLayers {
 		hidden = hidden[:maxHiddenLayers]
 	}

@@ -95,7 +95,7 @@ func (r *RetryPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	hidden, err := r.hiddenLayers(ctx, policyindex.CacheLookup{Reader: r.Client, Namespace: p.Namespace}, &p)
+	hidden, err := r.hiddenLayers(ctx, &p)
 	if err != nil {
 		return ctrl.Result{}, err
 	}

@@ -25,15 +25,14 @@ type LayerDetector interface {
 }
 
 // HiddenLayers lists every layer that multiplies p's attempts unseen by
-// the runtime: spec.layer.hiddenAttempts when above 1, then what lk
-// detects when it is a LayerDetector. Status reports this list.
-func HiddenLayers(ctx context.Context, lk Lookup, p *v1.RetryPolicy) ([]v1.HiddenLayer, error) {
+// the runtime: spec.layer.hiddenAttempts when above 1, then what d detects
+// (nothing when d is nil). Status reports this list.
+func HiddenLayers(ctx context.Context, d LayerDetector, p *v1.RetryPolicy) ([]v1.HiddenLayer, error) {
 	var out []v1.HiddenLayer
 	if h := ptr.Deref(p.Spec.Layer.HiddenAttempts, v1.DefaultHiddenAttempts); h > 1 {
 		out = append(out, v1.HiddenLayer{Source: HiddenAttemptsSource, Attempts: h})
 	}
-	d, ok := lk.(LayerDetector)
-	if !ok {
+	if d == nil {
 		return out, nil
 	}
 	detected, err := d.DetectedLayers(ctx, p)
@@ -53,10 +52,11 @@ func HiddenLayers(ctx context.Context, lk Lookup, p *v1.RetryPolicy) ([]v1.Hidde
 // saturating at MaxInt32.
 func LayerIn(ctx context.Context, lk Lookup, p *v1.RetryPolicy) (Layer, error) {
 	l := LayerOf(p)
-	if _, ok := lk.(LayerDetector); !ok {
+	d, ok := lk.(LayerDetector)
+	if !ok {
 		return l, nil
 	}
-	hidden, err := HiddenLayers(ctx, lk, p)
+	hidden, err := HiddenLayers(ctx, d, p)
 	if err != nil {
 		return l, err
 	}

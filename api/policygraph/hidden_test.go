@@ -48,8 +48,11 @@ func TestHiddenLayers(t *testing.T) {
 	}
 
 	plain := pol("connector", "connector", 3, service("payments"))
-	if got, _ := policygraph.HiddenLayers(ctx, policygraph.NewStaticLookup(), &plain); len(got) != 0 {
+	if got, _ := policygraph.HiddenLayers(ctx, nil, &plain); len(got) != 0 {
 		t.Errorf("no hidden attempts and no detector: %+v", got)
+	}
+	if got, _ := policygraph.HiddenLayers(ctx, nil, &p); !reflect.DeepEqual(got, want[:1]) {
+		t.Errorf("hidden attempts and no detector: %+v", got)
 	}
 	if l, _ := policygraph.LayerIn(ctx, policygraph.NewStaticLookup(), &p); l != policygraph.LayerOf(&p) {
 		t.Errorf("a Lookup without a detector: %+v, want LayerOf's %+v", l, policygraph.LayerOf(&p))
