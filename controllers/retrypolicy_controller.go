@@ -64,6 +64,9 @@ type RetryPolicyReconciler struct {
 	// changed, so that drift no event announced is repaired; 0 means
 	// DefaultResyncPeriod.
 	ResyncPeriod time.Duration
+	// VirtualServices detects Istio VirtualServices as hidden layers; nil
+	// detects none.
+	VirtualServices *VirtualServiceFinder
 }
 
 // DefaultResyncPeriod is how often every policy is republished when nothing
@@ -92,7 +95,12 @@ func (r *RetryPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	hidden, err := r.hiddenLayers(ctx, &p)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	enforcement, ready := evaluatePolicy(facts, p.Generation)
+	nameHiddenLayers(&enforcement, &ready, hidden)
 	leaf := facts.Verdict.Analysis.LeafAttempts()
 	if err := r.publish(ctx, &p, BuildPayload(&p, budget, leaf, enforcement)); err != nil {
 		meta.SetStatusCondition(&p.Status.Conditions, publishFailedCondition(err, p.Generation))
@@ -101,6 +109,7 @@ func (r *RetryPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	meta.SetStatusCondition(&p.Status.Conditions, ready)
 	p.Status.ObservedGeneration = p.Generation
 	p.Status.LeafAttempts = int32(min(leaf, math.MaxInt32))
+	p.Status.HiddenLayers = hidden
 	p.Status.WorstCaseDuration = ptr.To(v1.DurationOf(facts.Verdict.Schedule.Duration))
 	p.Status.ConfigMapName = policyconfig.ConfigMapName(p.Name)
 	return ctrl.Result{RequeueAfter: r.resyncPeriod()}, nil
@@ -129,7 +138,7 @@ func (r *RetryPolicyReconciler) observe(ctx context.Context, p *v1.RetryPolicy) 
 		}
 	}
 	lookup := policyindex.CacheLookup{Reader: r.Client, Namespace: p.Namespace}
-	verdict, err := policygraph.ValidateRetryPolicy(ctx, lookup, p, r.Limits, spec)
+	verdict, err := policygraph.ValidateRetryPolicy(ctx, r.detecting(lookup), p, r.Limits, spec)
 	facts.Verdict = verdict
 	return facts, budget, err
 }

@@ -28,8 +28,10 @@ import (
 // Retryguard publishes, so that the operator never holds every ConfigMap
 // of the cluster in memory.
 func CacheOptions() cache.Options {
+	crd, crdCache := virtualServiceCRDCache()
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
 		&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{policyconfig.ManagedByLabel: policyconfig.ManagedByValue})},
+		crd:                 crdCache,
 	}}
 }
 
@@ -50,7 +52,7 @@ func SetupWithManager(_ context.Context, mgr ctrl.Manager, opts Options) error {
 	}
 	pr := &RetryPolicyReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
 		Recorder: mgr.GetEventRecorder("retryguard-retrypolicy"), Limits: opts.Limits, ResyncPeriod: opts.ResyncPeriod}
-	err := ctrl.NewControllerManagedBy(mgr).
+	policies, err := ctrl.NewControllerManagedBy(mgr).
 		Named("retrypolicy").
 		For(&v1.RetryPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// Any change to what we publish (payload, labels, annotations,
@@ -67,8 +69,11 @@ func SetupWithManager(_ context.Context, mgr ctrl.Manager, opts Options) error {
 		Watches(&v1.RetryBudget{}, handler.EnqueueRequestsFromMapFunc(pr.budgetUsers),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}).
-		Complete(pr)
+		Build(pr)
 	if err != nil {
+		return err
+	}
+	if err := setupVirtualServices(mgr, policies, pr); err != nil {
 		return err
 	}
 	br := &RetryBudgetReconciler{Client: mgr.GetClient(), Limits: opts.Limits}

@@ -151,7 +151,11 @@ func (a Analysis) Worst() Chain {
 // Analyze places p, as it would be stored, in its call tree: it follows
 // parentRef up to the root and children down to the worst leaf.
 func Analyze(ctx context.Context, lk Lookup, p *v1.RetryPolicy) (Analysis, error) {
-	a := Analysis{Self: LayerOf(p)}
+	self, err := LayerIn(ctx, lk, p)
+	if err != nil {
+		return Analysis{}, err
+	}
+	a := Analysis{Self: self}
 	path := []string{p.Name}
 	onPath := map[string]bool{p.Name: true}
 	for cur := p; cur.Spec.Layer.ParentRef != nil; {
@@ -172,7 +176,11 @@ func Analyze(ctx context.Context, lk Lookup, p *v1.RetryPolicy) (Analysis, error
 			a.MissingParent = name
 			break
 		}
-		a.Ancestors = append(Chain{LayerOf(parent)}, a.Ancestors...)
+		layer, err := LayerIn(ctx, lk, parent)
+		if err != nil {
+			return a, err
+		}
+		a.Ancestors = append(Chain{layer}, a.Ancestors...)
 		path = append(path, name)
 		onPath[name] = true
 		cur = parent
@@ -219,7 +227,11 @@ func worstDescendants(ctx context.Context, lk Lookup, name string, onPath map[st
 			return nil, false, err
 		}
 		tooDeep = tooDeep || deep
-		chain := append(Chain{LayerOf(c)}, below...)
+		layer, err := LayerIn(ctx, lk, c)
+		if err != nil {
+			return nil, false, err
+		}
+		chain := append(Chain{layer}, below...)
 		if pr := chain.Product(); best == nil || pr > bestProduct {
 			best, bestProduct = chain, pr
 		}

@@ -1,0 +1,125 @@
+package policygraph_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/retryguard/retryguard/api/policygraph"
+	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
+	"github.com/retryguard/retryguard/runtime/codes"
+)
+
+// detecting is a Lookup that also detects hidden layers by target.service,
+// as the controller's VirtualService finder does.
+type detecting struct {
+	policygraph.StaticLookup
+	byService map[string][]v1.HiddenLayer
+	err       error
+}
+
+func (d detecting) DetectedLayers(_ context.Context, p *v1.RetryPolicy) ([]v1.HiddenLayer, error) {
+	return d.byService[p.Spec.Target.Service], d.err
+}
+
+func TestHiddenLayers(t *testing.T) {
+	ctx := context.Background()
+	vs := func(name string, n int32) v1.HiddenLayer {
+		return v1.HiddenLayer{Source: "VirtualService/" + name, Attempts: n}
+	}
+	p := pol("connector", "connector", 3, fixtures.Hidden(2), service("payments"))
+	lk := detecting{StaticLookup: policygraph.NewStaticLookup(),
+		byService: map[string][]v1.HiddenLayer{"payments": {vs("payments", 3), vs("noop", 1)}}}
+
+	got, err := policygraph.HiddenLayers(ctx, lk, &p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []v1.HiddenLayer{{Source: policygraph.HiddenAttemptsSource, Attempts: 2}, vs("payments", 3)}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("HiddenLayers = %+v, want %+v (a layer of one attempt hides nothing)", got, want)
+	}
+	if l, err := policygraph.LayerIn(ctx, lk, &p); err != nil || l.Hidden != 6 || l.Calls() != 18 {
+		t.Errorf("LayerIn = %+v, %v; want 2×3 hidden, 18 calls", l, err)
+	}
+
+	plain := pol("connector", "connector", 3, service("payments"))
+	if got, _ := policygraph.HiddenLayers(ctx, nil, &plain); len(got) != 0 {
+		t.Errorf("no hidden attempts and no detector: %+v", got)
+	}
+	if got, _ := policygraph.HiddenLayers(ctx, nil, &p); !reflect.DeepEqual(got, want[:1]) {
+		t.Errorf("hidden attempts and no detector: %+v", got)
+	}
+	if l, _ := policygraph.LayerIn(ctx, policygraph.NewStaticLookup(), &p); l != policygraph.LayerOf(&p) {
+		t.Errorf("a Lookup without a detector: %+v, want LayerOf's %+v", l, policygraph.LayerOf(&p))
+	}
+
+	huge := detecting{StaticLookup: lk.StaticLookup, byService: map[string][]v1.HiddenLayer{
+		"payments": {vs("a", math.MaxInt32), vs("b", math.MaxInt32)}}}
+	if l, err := policygraph.LayerIn(ctx, huge, &p); err != nil || l.Hidden != math.MaxInt32 {
+		t.Errorf("hidden attempts saturate: %+v, %v", l, err)
+	}
+
+	boom := errors.New("cache not synced")
+	failing := detecting{StaticLookup: lk.StaticLookup, err: boom}
+	if _, err := policygraph.LayerIn(ctx, failing, &p); !errors.Is(err, boom) {
+		t.Errorf("a detector's error is returned: %v", err)
+	}
+	if _, err := policygraph.Analyze(ctx, failing, &p); !errors.Is(err, boom) {
+		t.Errorf("Analyze returns a detector's error: %v", err)
+	}
+}
+
+// Detected layers multiply in everywhere along the chain: above the
+// policy, at it, and below it, and the message shows where.
+func TestDetectedLayersMultiplyAlongTheChain(t *testing.T) {
+	ctx := context.Background()
+	limits := policygraph.Limits{MaxLeafAttempts: 9, MaxRetryPercent: 10}
+	istio := []v1.HiddenLayer{{Source: "VirtualService/x", Attempts: 3}}
+	job := pol("job", "job", 3, service("jobs"))
+	connector := pol("connector", "connector", 1, parent("job"), service("payments"))
+	store := policygraph.NewStaticLookup(job, connector)
+
+	for name, tc := range map[string]struct {
+		service  string
+		policy   v1.RetryPolicy
+		leaf     int64
+		worst    string
+		exceeded bool
+	}{
+		"at the policy": {service: "payments", policy: connector, leaf: 9, worst: "job(3) × connector(1×3 hidden) = 9"},
+		"above it":      {service: "jobs", policy: connector, leaf: 9, worst: "job(3×3 hidden) × connector(1) = 9"},
+		"below it, seen from the parent": {service: "payments", policy: job, leaf: 3,
+			worst: "job(3) × connector(1×3 hidden) = 9"},
+		"nowhere on the chain": {service: "ledger", policy: connector, leaf: 3, worst: "job(3) × connector(1) = 3"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			lk := detecting{StaticLookup: store, byService: map[string][]v1.HiddenLayer{tc.service: istio}}
+			v, err := policygraph.ValidateRetryPolicy(ctx, lk, &tc.policy, limits, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := v.Analysis.LeafAttempts(); got != tc.leaf {
+				t.Errorf("leaf attempts %d, want %d", got, tc.leaf)
+			}
+			if got := v.Analysis.Worst().String(); got != tc.worst {
+				t.Errorf("worst chain %q, want %q", got, tc.worst)
+			}
+			if len(v.Errors) != 0 {
+				t.Errorf("9 is at the limit: %v", v.Errors)
+			}
+
+			tight := policygraph.Limits{MaxLeafAttempts: 3, MaxRetryPercent: 10}
+			v, _ = policygraph.ValidateRetryPolicy(ctx, lk, &tc.policy, tight, nil)
+			exceeded := len(v.Errors) == 1 && v1.CodeOf(v.Errors[0]) == codes.LayerAmplification &&
+				strings.Contains(v.Errors[0].Detail, "×3 hidden)")
+			if exceeded != (tc.service != "ledger") {
+				t.Errorf("against a limit of 3: %v", v.Errors)
+			}
+		})
+	}
+}
