@@ -67,12 +67,32 @@ func consumerSelector(b *v1.RetryBudget) (labels.Selector, error) {
 	return sel, nil
 }
 
+// A pod takes no share until a count taken after it started covers it, and
+// metadata does not show when its process starts: seconds to minutes after
+// its object is created. So while a budget has a young pod, its count is
+// renewed more often than policyconfig.ConsumerCountRefresh.
+const (
+	// YoungConsumerRefresh is how often a count is renewed while one of
+	// the counted pods is young.
+	YoungConsumerRefresh = 2 * time.Second
+	// YoungConsumerWindow is how long after its creation a pod is young;
+	// one that starts later waits for the regular renewal.
+	YoungConsumerWindow = time.Minute
+)
+
 // consumerTally is one count of a budget's consumers.
 type consumerTally struct {
 	Count int32
 	// Members fingerprints the set of pods counted (by UID), so that one pod
 	// replacing another, which keeps the count, still renews the lease.
 	Members uint64
+	// Newest is the creation time of the newest pod counted.
+	Newest time.Time
+}
+
+// same reports whether two tallies counted the same pods.
+func (t consumerTally) same(u consumerTally) bool {
+	return t.Count == u.Count && t.Members == u.Members
 }
 
 // countConsumers counts the pods in b's namespace that match its selector,
@@ -89,6 +109,9 @@ func countConsumers(ctx context.Context, r client.Reader, b *v1.RetryBudget, sel
 		h := fnv.New64a()
 		_, _ = h.Write([]byte(pods.Items[i].UID))
 		t.Members += h.Sum64() // a sum: the order of the list does not matter
+		if c := pods.Items[i].CreationTimestamp.Time; c.After(t.Newest) {
+			t.Newest = c
+		}
 	}
 	return t, nil
 }
@@ -149,15 +172,19 @@ type consumerLease struct {
 }
 
 // renew returns the count to publish for policy and when it must be
-// renewed. countedAt is when the count began, read before listing, so that
+// renewed: after refresh, or YoungConsumerRefresh while a counted pod is
+// young. countedAt is when the count began, read before listing, so that
 // every pod object created before it is in the count: a published
 // observedAt never claims more than the count covers.
 func (l *consumerLeases) renew(policy types.NamespacedName, budget types.UID, tally consumerTally, countedAt time.Time, refresh time.Duration) (policyconfig.Consumers, time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if countedAt.Sub(tally.Newest) < YoungConsumerWindow {
+		refresh = min(refresh, YoungConsumerRefresh)
+	}
 	last, ok := l.byPolicy[policy]
 	age := countedAt.Sub(last.observedAt)
-	if !ok || last.budget != budget || last.tally != tally || age < 0 || age >= refresh {
+	if !ok || last.budget != budget || !last.tally.same(tally) || age < 0 || age >= refresh {
 		last = consumerLease{budget: budget, tally: tally, observedAt: countedAt}
 		if l.byPolicy == nil {
 			l.byPolicy = map[types.NamespacedName]consumerLease{}

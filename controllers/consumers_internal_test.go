@@ -20,7 +20,7 @@ func TestConsumerLeaseRenewal(t *testing.T) {
 	const refresh = policyconfig.ConsumerCountRefresh
 	policy := types.NamespacedName{Namespace: "shop", Name: "cart"}
 	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	two := consumerTally{Count: 2, Members: 11}
+	two := consumerTally{Count: 2, Members: 11, Newest: start.Add(-time.Hour)}
 	var l consumerLeases
 
 	expect := func(at time.Duration, tally consumerTally, budget types.UID, wantAt, wantDue time.Duration) {
@@ -30,15 +30,24 @@ func TestConsumerLeaseRenewal(t *testing.T) {
 			t.Fatalf("at +%s: %+v due in %s, want observedAt +%s due in %s", at, c, due, wantAt, wantDue)
 		}
 	}
-	expect(0, two, "b1", 0, refresh)                                                                          // the first count
-	expect(5*time.Second, two, "b1", 0, refresh-5*time.Second)                                                // same pods: kept
-	expect(refresh, two, "b1", refresh, refresh)                                                              // due: renewed
-	expect(refresh+time.Second, consumerTally{Count: 3, Members: 12}, "b1", refresh+time.Second, refresh)     // a pod more
-	expect(refresh+2*time.Second, consumerTally{Count: 3, Members: 13}, "b1", refresh+2*time.Second, refresh) // one replaced
-	expect(refresh+3*time.Second, consumerTally{Count: 3, Members: 13}, "b2", refresh+3*time.Second, refresh) // another budget
-	expect(time.Second, consumerTally{Count: 3, Members: 13}, "b2", time.Second, refresh)                     // the clock went back
+	expect(0, two, "b1", 0, refresh)                                                                                              // the first count
+	expect(5*time.Second, two, "b1", 0, refresh-5*time.Second)                                                                    // same pods: kept
+	expect(refresh, two, "b1", refresh, refresh)                                                                                  // due: renewed
+	expect(refresh+time.Second, consumerTally{Count: 3, Members: 12, Newest: two.Newest}, "b1", refresh+time.Second, refresh)     // a pod more
+	expect(refresh+2*time.Second, consumerTally{Count: 3, Members: 13, Newest: two.Newest}, "b1", refresh+2*time.Second, refresh) // one replaced
+	expect(refresh+3*time.Second, consumerTally{Count: 3, Members: 13, Newest: two.Newest}, "b2", refresh+3*time.Second, refresh) // another budget
+	expect(time.Second, consumerTally{Count: 3, Members: 13, Newest: two.Newest}, "b2", time.Second, refresh)                     // the clock went back
 	l.forget(policy)
-	expect(2*time.Second, consumerTally{Count: 3, Members: 13}, "b2", 2*time.Second, refresh) // forgotten
+	expect(2*time.Second, consumerTally{Count: 3, Members: 13, Newest: two.Newest}, "b2", 2*time.Second, refresh) // forgotten
+
+	// While a counted pod is young, the lease is renewed more often, so
+	// that a count taken after it started soon covers it.
+	young := consumerTally{Count: 4, Members: 14, Newest: start.Add(10 * time.Second)}
+	expect(11*time.Second, young, "b2", 11*time.Second, YoungConsumerRefresh)
+	expect(12*time.Second, young, "b2", 11*time.Second, YoungConsumerRefresh-time.Second)
+	expect(11*time.Second+YoungConsumerRefresh, young, "b2", 11*time.Second+YoungConsumerRefresh, YoungConsumerRefresh)
+	grown := start.Add(10*time.Second + YoungConsumerWindow)
+	expect(grown.Sub(start), young, "b2", grown.Sub(start), refresh) // no longer young
 }
 
 func TestPodMembershipChanged(t *testing.T) {
