@@ -112,6 +112,16 @@ var _ = Describe("Fleet budgets", func() {
 		edit(held, func(p *corev1.Pod) { p.Finalizers = nil })
 		expectConsumers(ns, "checkout", 2)
 
+		// A relabel that keeps the pod counted changes no count, and the
+		// status is not rewritten.
+		steady := expectConsumers(ns, "checkout", 2)
+		edit(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c2"}}, func(p *corev1.Pod) { p.Labels["tier"] = "web" })
+		Consistently(func(g Gomega) {
+			var now v1.RetryBudget
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(steady), &now)).To(Succeed())
+			g.Expect(now.ResourceVersion).To(Equal(steady.ResourceVersion))
+		}, "500ms").Should(Succeed())
+
 		Expect(k8s.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c1"}})).To(Succeed())
 		b := expectConsumers(ns, "checkout", 1)
 		ready := meta.FindStatusCondition(b.Status.Conditions, v1.ConditionReady)
