@@ -1,11 +1,14 @@
 package controllers_test
 
 import (
+	"encoding/json"
 	"os"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -140,5 +143,82 @@ func TestNoRetryPayloadDropsATemplateThatCannotRender(t *testing.T) {
 	// An Enforced payload keeps what the spec says, and Marshal refuses it.
 	if _, err := policyconfig.Marshal(controllers.BuildPayload(p, nil, 3, policyconfig.Enforcement{Mode: policyconfig.Enforced})); err == nil {
 		t.Fatal("an Enforced payload with a bad template was published")
+	}
+}
+
+// A fleet budget's allowance always reaches the pods; its consumer count
+// only when the budget selects consumers and the controller counted them.
+func TestFleetBudgetPayload(t *testing.T) {
+	p := load[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
+	p.Namespace, p.Generation = "auth", 2
+	budget := load[v1.RetryBudget](t, "policy_v1alpha1_retrybudget.yaml")
+	enforced := policyconfig.Enforcement{Mode: policyconfig.Enforced}
+	counted := policyconfig.Consumers{Count: 7, ObservedAt: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	publish := func(b *v1.RetryBudget, opts ...controllers.PayloadOption) *policyconfig.Budget {
+		t.Helper()
+		raw, err := policyconfig.Marshal(controllers.BuildPayload(p, b, 3, enforced, opts...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := policyconfig.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.Budget
+	}
+
+	if b := publish(budget, controllers.WithConsumers(counted)); b.MaxRetriesPerSecond != nil || b.Consumers != nil {
+		t.Errorf("a budget without fleet figures: %+v", b)
+	}
+	budget.Spec.MaxRetriesPerSecond = ptr.To[int32](20)
+	if b := publish(budget); b.MaxRetriesPerSecond == nil || *b.MaxRetriesPerSecond != 20 || b.Consumers != nil {
+		t.Errorf("an allowance without consumers: %+v", b)
+	}
+	budget.Spec.MaxRetriesPerSecond = ptr.To[int32](0)
+	if b := publish(budget); b.MaxRetriesPerSecond == nil || *b.MaxRetriesPerSecond != 0 {
+		t.Errorf("an allowance of 0 (no retry) was lost: %+v", b)
+	}
+	budget.Spec.Consumers = &v1.BudgetConsumers{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "sms"}}}
+	if b := publish(budget); b.Consumers != nil {
+		t.Errorf("consumers never counted were published: %+v", b.Consumers)
+	}
+	if b := publish(budget, controllers.WithConsumers(counted)); b.Consumers == nil || *b.Consumers != counted {
+		t.Errorf("consumers %+v, want %+v", b.Consumers, counted)
+	}
+	// The payload does not alias the budget: publishing cannot edit it.
+	payload := controllers.BuildPayload(p, budget, 3, enforced)
+	*payload.Budget.MaxRetriesPerSecond = 99
+	if *budget.Spec.MaxRetriesPerSecond != 0 {
+		t.Error("the payload shares the budget's allowance")
+	}
+}
+
+// A budget that escaped admission with an allowance out of range, or a
+// floor above it, is published as written and refused by the pods, as
+// admission would have refused it.
+func TestFleetBudgetOutOfRangeIsRefusedByThePods(t *testing.T) {
+	p := load[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
+	p.Namespace, p.Generation = "auth", 2
+	for name, edit := range map[string]func(*v1.RetryBudgetSpec){
+		"a negative allowance":       func(s *v1.RetryBudgetSpec) { s.MaxRetriesPerSecond = ptr.To[int32](-1) },
+		"an allowance above the cap": func(s *v1.RetryBudgetSpec) { s.MaxRetriesPerSecond = ptr.To[int32](100001) },
+		"a floor above the allowance": func(s *v1.RetryBudgetSpec) {
+			s.MaxRetriesPerSecond, s.MinRetriesPerSecond = ptr.To[int32](2), ptr.To[int32](3)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			budget := load[v1.RetryBudget](t, "policy_v1alpha1_retrybudget.yaml")
+			edit(&budget.Spec)
+			if len(v1.ValidateRetryBudgetSpec(&budget.Spec, field.NewPath("spec"))) == 0 {
+				t.Fatal("admission accepts it")
+			}
+			raw, err := json.Marshal(controllers.BuildPayload(p, budget, 3, policyconfig.Enforcement{Mode: policyconfig.Enforced}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := policyconfig.Parse(raw); err == nil {
+				t.Fatalf("the pods accept it:\n%s", raw)
+			}
+		})
 	}
 }

@@ -16,8 +16,9 @@ import (
 
 // +kubebuilder:rbac:groups=policy.retryguard.io,resources=retrybudgets/status,verbs=patch
 
-// RetryBudgetReconciler counts the policies that draw on each budget and
-// reports whether it is in force. Publishing the budget's figures is the
+// RetryBudgetReconciler counts the policies that draw on each budget and,
+// for a fleet budget, the pods that share it, and reports whether it is in
+// force. Publishing the budget's figures is the
 // RetryPolicyReconciler's, which inlines them in every payload.
 type RetryBudgetReconciler struct {
 	client.Client
@@ -42,6 +43,18 @@ func (r *RetryBudgetReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{}, err
 	}
 	b.Status.PolicyCount = int32(len(users.Items))
+	// No count for a budget without consumers, nor for a selector that
+	// escaped validation (evaluateBudget reports it): its pods take the
+	// conservative share. A failed count keeps the last one.
+	var consumers *int32
+	if sel, err := consumerSelector(&b); err == nil && sel != nil {
+		tally, err := countConsumers(ctx, r.Client, &b, sel)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		consumers = &tally.Count
+	}
+	b.Status.Consumers = consumers
 	meta.SetStatusCondition(&b.Status.Conditions, evaluateBudget(&b, b.Status.PolicyCount, r.Limits))
 	b.Status.ObservedGeneration = b.Generation
 	return ctrl.Result{}, nil

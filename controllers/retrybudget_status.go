@@ -9,15 +9,35 @@ import (
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 )
 
-// evaluateBudget decides a budget's Ready condition. A budget above the
-// platform cap can only exist where admission was bypassed; it is reported,
-// and its policies keep the figures they are published with.
+// evaluateBudget decides a budget's Ready condition from its spec and its
+// status counts (policyCount, and status.consumers for a fleet budget). A
+// budget above the platform cap, or with a pod selector that cannot be
+// parsed, can only exist where admission was bypassed; it is reported, and
+// its policies keep the figures they are published with (with no consumer
+// count, the conservative share).
 func evaluateBudget(b *v1.RetryBudget, policyCount int32, limits policygraph.Limits) metav1.Condition {
+	notReady := func(reason, format string, args ...any) metav1.Condition {
+		return metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionFalse, Reason: reason,
+			Message: fmt.Sprintf(format, args...), ObservedGeneration: b.Generation}
+	}
 	if b.Spec.RetryPercent > limits.MaxRetryPercent {
-		return metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1.ReasonAbovePlatformCap,
-			Message:            fmt.Sprintf("retryPercent %d is above the platform cap of %d%%", b.Spec.RetryPercent, limits.MaxRetryPercent),
-			ObservedGeneration: b.Generation}
+		return notReady(v1.ReasonAbovePlatformCap, "retryPercent %d is above the platform cap of %d%%", b.Spec.RetryPercent, limits.MaxRetryPercent)
+	}
+	if _, err := consumerSelector(b); err != nil {
+		return notReady(v1.ReasonInvalidSpec, "%v; no consumer count is published, so each pod takes the conservative share (the absolute figures over partitions)", err)
+	}
+	msg := fmt.Sprintf("%d policies draw on this budget", policyCount)
+	if n := b.Status.Consumers; n != nil {
+		partitions := *b.Spec.WithDefaults().Partitions
+		msg += fmt.Sprintf("; %d consumers", *n)
+		if *n > partitions {
+			// Fresh counts still divide by the count; a stale one divides by
+			// max(partitions, count), which no longer bounds a fleet that
+			// keeps growing while the controller is down.
+			msg += fmt.Sprintf(", above partitions (%d), the declared maximum: if counting stops while the fleet grows, "+
+				"each pod's stale share (1/%d) overshoots the absolute figures; raise partitions to the largest fleet", partitions, *n)
+		}
 	}
 	return metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1.ReasonAccepted,
-		Message: fmt.Sprintf("%d policies draw on this budget", policyCount), ObservedGeneration: b.Generation}
+		Message: msg, ObservedGeneration: b.Generation}
 }

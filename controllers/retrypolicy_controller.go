@@ -30,6 +30,7 @@ import (
 	"github.com/retryguard/retryguard/api/policygraph"
 	"github.com/retryguard/retryguard/api/policygraph/policyindex"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/runtime/clock"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
@@ -67,6 +68,15 @@ type RetryPolicyReconciler struct {
 	// VirtualServices detects Istio VirtualServices as hidden layers; nil
 	// detects none.
 	VirtualServices *VirtualServiceFinder
+	// Clock dates consumer counts; nil is the wall clock.
+	Clock clock.Clock
+	// ConsumerCountRefresh is how often a policy whose budget has consumers
+	// is republished with a new count; 0 means
+	// policyconfig.ConsumerCountRefresh, which the pods' staleness bound
+	// assumes.
+	ConsumerCountRefresh time.Duration
+
+	consumerLeases consumerLeases
 }
 
 // DefaultResyncPeriod is how often every policy is republished when nothing
@@ -85,6 +95,7 @@ func (r *RetryPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if err := r.Get(ctx, req.NamespacedName, &p); err != nil {
 		if apierrors.IsNotFound(err) {
 			policyMetrics.forget(req.NamespacedName.String())
+			r.consumerLeases.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -102,7 +113,11 @@ func (r *RetryPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	enforcement, ready := evaluatePolicy(facts, p.Generation)
 	nameHiddenLayers(&enforcement, &ready, hidden)
 	leaf := facts.Verdict.Analysis.LeafAttempts()
-	if err := r.publish(ctx, &p, BuildPayload(&p, budget, leaf, enforcement)); err != nil {
+	consumers, renewIn, err := r.consumerCount(ctx, &p, budget)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.publish(ctx, &p, BuildPayload(&p, budget, leaf, enforcement, consumers...)); err != nil {
 		meta.SetStatusCondition(&p.Status.Conditions, publishFailedCondition(err, p.Generation))
 		return ctrl.Result{}, err
 	}
@@ -112,7 +127,11 @@ func (r *RetryPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	p.Status.HiddenLayers = hidden
 	p.Status.WorstCaseDuration = ptr.To(v1.DurationOf(facts.Verdict.Schedule.Duration))
 	p.Status.ConfigMapName = policyconfig.ConfigMapName(p.Name)
-	return ctrl.Result{RequeueAfter: r.resyncPeriod()}, nil
+	requeue := r.resyncPeriod()
+	if consumers != nil {
+		requeue = min(requeue, renewIn) // the count's lease
+	}
+	return ctrl.Result{RequeueAfter: requeue}, nil
 }
 
 func (r *RetryPolicyReconciler) resyncPeriod() time.Duration {

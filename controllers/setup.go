@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -24,14 +25,19 @@ import (
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
-// CacheOptions limits the manager's ConfigMap cache to the ConfigMaps
-// Retryguard publishes, so that the operator never holds every ConfigMap
-// of the cluster in memory.
+// CacheOptions limits what the manager's cache holds: the ConfigMaps
+// Retryguard publishes (never every ConfigMap of the cluster), Istio's
+// VirtualService CRD alone among CRDs, and pods as trimmed metadata.
 func CacheOptions() cache.Options {
 	crd, crdCache := virtualServiceCRDCache()
+	// Pods, for counting budget consumers, are held as metadata only and
+	// trimmed to what counting reads.
+	pods := &metav1.PartialObjectMetadata{}
+	pods.SetGroupVersionKind(podGVK)
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
 		&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{policyconfig.ManagedByLabel: policyconfig.ManagedByValue})},
 		crd:                 crdCache,
+		pods:                {Transform: keepCountedPodFields},
 	}}
 }
 
@@ -68,6 +74,9 @@ func SetupWithManager(_ context.Context, mgr ctrl.Manager, opts Options) error {
 		// A budget change is republished into every payload that inlines it.
 		Watches(&v1.RetryBudget{}, handler.EnqueueRequestsFromMapFunc(pr.budgetUsers),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// A change in a fleet budget's consumers is republished at once.
+		WatchesMetadata(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(pr.consumersOfPod),
+			builder.WithPredicates(podMembershipChanged)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}).
 		Build(pr)
 	if err != nil {
@@ -82,6 +91,8 @@ func SetupWithManager(_ context.Context, mgr ctrl.Manager, opts Options) error {
 		For(&v1.RetryBudget{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&v1.RetryPolicy{}, handler.EnqueueRequestsFromMapFunc(budgetOf),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		WatchesMetadata(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(budgetsOfPod(br.Client)),
+			builder.WithPredicates(podMembershipChanged)).
 		Complete(br)
 }
 

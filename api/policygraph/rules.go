@@ -144,5 +144,23 @@ func ValidateRetryBudget(b *v1.RetryBudget, limits Limits, fldPath *field.Path) 
 			"minRetriesPerSecond: %d retries/s are allowed whatever the traffic, so below %d primary requests/s retries may exceed %d%%",
 			*f, int64(*f)*100/int64(max(b.Spec.RetryPercent, 1)), b.Spec.RetryPercent))
 	}
+	partitions := *b.Spec.WithDefaults().Partitions
+	if m := b.Spec.MaxRetriesPerSecond; m != nil && *m > 0 && *m < partitions {
+		// A pod's share is the allowance over its denominator, at worst
+		// partitions; below one retry a second, a pod banks its share and
+		// retries once every partitions/maxRetriesPerSecond seconds.
+		v.Warnings = append(v.Warnings, fmt.Sprintf(
+			"maxRetriesPerSecond: %d retries/s shared by up to %d partitions is below one retry/s per pod; a pod taking the conservative share (1/%d) may retry once every %.1f s",
+			*m, partitions, partitions, float64(partitions)/float64(*m)))
+	}
+	if b.Spec.Consumers != nil && partitions == 1 {
+		// With consumers, partitions is the declared largest fleet: the
+		// share of a pod that has no fresh count (the controller down, or no
+		// count published) is the allowance over max(partitions, last count).
+		v.Warnings = append(v.Warnings,
+			"partitions: 1 with consumers declares a fleet of at most one pod, so the share a pod takes without a fresh count is the whole allowance "+
+				"(divided only by the last count, if any); if the controller stops while pods are added, together they exceed maxTokens, "+
+				"minRetriesPerSecond and maxRetriesPerSecond. Set partitions to the largest number of pods consumers.podSelector can match")
+	}
 	return v
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
@@ -232,6 +233,36 @@ func TestValidateRetryBudget(t *testing.T) {
 	v = policygraph.ValidateRetryBudget(mk(10, 5), limits, field.NewPath("spec"))
 	if len(v.Errors) > 0 || len(v.Warnings) != 1 || !strings.Contains(v.Warnings[0], "below 50 primary requests/s") {
 		t.Errorf("floor: %v %q", v.Errors, v.Warnings)
+	}
+	fleet := func(allowance, partitions int32, consumers bool) policygraph.Verdict {
+		b := mk(10, 0)
+		b.Spec.MaxRetriesPerSecond, b.Spec.Partitions = ptr.To(allowance), ptr.To(partitions)
+		if consumers {
+			b.Spec.Consumers = &v1.BudgetConsumers{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "a"}}}
+		}
+		return policygraph.ValidateRetryBudget(b, limits, field.NewPath("spec"))
+	}
+	for _, tc := range []struct {
+		allowance, partitions int32
+		consumers             bool
+		want                  []string
+	}{
+		{20, 20, true, nil}, // seed 003's toy: one retry/s each
+		{0, 20, true, nil},  // no retry at all, on purpose
+		{20, 50, true, []string{"maxRetriesPerSecond: 20 retries/s shared by up to 50 partitions is below one retry/s per pod", "once every 2.5 s"}},
+		{20, 1, true, []string{"partitions: 1 with consumers", "whole allowance", "exceed"}},
+		{20, 1, false, nil}, // one pod, by declaration: its share is the allowance
+	} {
+		v := fleet(tc.allowance, tc.partitions, tc.consumers)
+		all := strings.Join(v.Warnings, "\n")
+		if len(v.Errors) > 0 || (tc.want == nil) != (len(v.Warnings) == 0) {
+			t.Errorf("%+v: %v %q", tc, v.Errors, v.Warnings)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(all, w) {
+				t.Errorf("%+v: warnings %q lack %q", tc, v.Warnings, w)
+			}
+		}
 	}
 	raised := policygraph.Limits{MaxLeafAttempts: 3, MaxRetryPercent: 20}
 	if v := policygraph.ValidateRetryBudget(mk(20, 0), raised, field.NewPath("spec")); len(v.Errors) > 0 {

@@ -129,6 +129,16 @@ func runAsServiceAccount(t *testing.T, ns, sa string, rbac []object) {
 	if err := admin.Get(ctx, client.ObjectKey{Namespace: app, Name: fixtures.DefaultBudget}, &b); err != nil || b.Status.ObservedGeneration != b.Generation {
 		t.Fatalf("budget status not written: %v %+v", err, b.Status)
 	}
+	// A fleet budget's consumers are counted from the metadata-only pod
+	// watch (pods: list and watch).
+	fleet := fixtures.Budget(app, "fleet", 10)
+	fleet.Spec.Consumers = &v1.BudgetConsumers{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "shop"}}}
+	mustCreate(ctx, t, admin, fleet)
+	mustCreate(ctx, t, admin, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: app, Name: "shop-1", Labels: map[string]string{"app": "shop"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.invalid/shop"}}}})
+	eventually(t, 30*time.Second, "the fleet budget's consumers counted", func() bool {
+		return admin.Get(ctx, client.ObjectKeyFromObject(fleet), fleet) == nil && fleet.Status.Consumers != nil && *fleet.Status.Consumers == 1
+	})
 	eventually(t, 30*time.Second, "a Warning event for the not-Ready policy", func() bool {
 		var events eventsv1.EventList
 		_ = admin.List(ctx, &events, client.InNamespace(app))

@@ -111,5 +111,6 @@ func seedPayloads() []*policyconfig.Payload {
 	noRetry.Enforcement = policyconfig.Enforcement{Mode: policyconfig.NoRetry, Reason: "BudgetNotFound"}
 	short := fixtures.Named("short", 1)
 	short.Policy.Deadline, short.Policy.RetryAfterMax = fixtures.D("2s"), fixtures.D("1500ms")
-	return []*policyconfig.Payload{sms, get, noRetry, short}
+	// A fleet budget may grant no retry at all, never no first attempt.
+	return []*policyconfig.Payload{sms, get, noRetry, short, fixtures.Fleet()}
 }

@@ -143,6 +143,12 @@ type Consumers struct {
 	ObservedAt time.Time `json:"observedAt"`
 }
 
+// MaxConsumerCount bounds a published consumer count: several times the
+// pods a whole cluster can hold (Kubernetes is tested to 150,000), so only a
+// forged or corrupted count reaches it. A count may be 0: no pod matched
+// when the controller counted, so any pod that reads it started after.
+const MaxConsumerCount = int32(1_000_000)
+
 // The lease on a published consumer count.
 const (
 	// ConsumerCountRefresh is how often the controller recounts and

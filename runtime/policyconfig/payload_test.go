@@ -138,6 +138,8 @@ func TestImportsNoKubernetesClients(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	raw, _ := policyconfig.Marshal(fixtures.SMS())
 	f.Add(raw)
+	fleet, _ := policyconfig.Marshal(fixtures.Fleet())
+	f.Add(fleet)
 	f.Add([]byte(`{"schemaVersion":"policy.retryguard.io/payload/v1"}`))
 	f.Add([]byte(`{"schemaVersion":"policy.retryguard.io/payload/v1","policy":{"maxAttempts":-1},"enforcement":{"mode":"NoRetry"}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -261,5 +261,24 @@ func validateBudget(b *Budget) error {
 	case b.Partitions < 1 || b.Partitions > limits.MaxBudgetPartitions:
 		return bad("budget.partitions", "%d is outside 1–%d", b.Partitions, limits.MaxBudgetPartitions)
 	}
+	if m := b.MaxRetriesPerSecond; m != nil {
+		switch {
+		case *m < 0 || *m > limits.MaxBudgetRetriesPerSecond:
+			return bad("budget.maxRetriesPerSecond", "%d is outside 0–%d", *m, limits.MaxBudgetRetriesPerSecond)
+		case b.MinRetriesPerSecond > *m:
+			// The floor never grants past the hard cap; a payload that says
+			// otherwise was not written from an admitted budget.
+			return bad("budget.minRetriesPerSecond", "%d is above maxRetriesPerSecond %d", b.MinRetriesPerSecond, *m)
+		}
+	}
+	if c := b.Consumers; c != nil {
+		switch {
+		case c.Count < 0 || c.Count > MaxConsumerCount:
+			return bad("budget.consumers.count", "%d is outside 0–%d", c.Count, MaxConsumerCount)
+		case c.ObservedAt.IsZero():
+			// A count without its time cannot be judged fresh or stale.
+			return bad("budget.consumers.observedAt", "required")
+		}
+	}
 	return nil
 }

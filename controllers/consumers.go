@@ -1,0 +1,246 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"maps"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/runtime/clock"
+	"github.com/retryguard/retryguard/runtime/policyconfig"
+)
+
+// Consumers of a fleet budget are counted from a metadata-only watch of
+// pods: every pod object that matches spec.consumers.podSelector in the
+// budget's namespace, pending, running and terminating alike. A pod object
+// exists before its process starts and until after it stops, so counting
+// objects never undercounts running processes; metadata cannot show
+// readiness, and counting a pod that is not Ready yet only lowers every
+// pod's share.
+//
+// Pods: list and watch feed the metadata cache; nothing reads a pod by name.
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch
+
+// podGVK is the kind the metadata-only watch and cache hold.
+var podGVK = corev1.SchemeGroupVersion.WithKind("Pod")
+
+// podMetadataList is an empty list of pods in their metadata-only form.
+func podMetadataList() *metav1.PartialObjectMetadataList {
+	l := &metav1.PartialObjectMetadataList{}
+	l.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
+	return l
+}
+
+// keepCountedPodFields keeps in the metadata cache only what counting reads
+// (namespace, name, UID, labels, timestamps): a pod's managed fields,
+// annotations and owner references are most of its metadata.
+func keepCountedPodFields(obj any) (any, error) {
+	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+		m.ManagedFields, m.Annotations, m.OwnerReferences = nil, nil, nil
+	}
+	return obj, nil
+}
+
+// consumerSelector is a budget's pod selector; nil when the budget selects
+// no consumers. An error means a selector that escaped CEL and the Go
+// validator (admission bypassed).
+func consumerSelector(b *v1.RetryBudget) (labels.Selector, error) {
+	if b.Spec.Consumers == nil {
+		return nil, nil
+	}
+	sel, err := metav1.LabelSelectorAsSelector(&b.Spec.Consumers.PodSelector)
+	if err != nil {
+		return nil, fmt.Errorf("consumers.podSelector is not a valid label selector: %w", err)
+	}
+	return sel, nil
+}
+
+// A pod takes no share until a count taken after it started covers it, and
+// metadata does not show when its process starts: seconds to minutes after
+// its object is created. So while a budget has a young pod, its count is
+// renewed more often than policyconfig.ConsumerCountRefresh.
+const (
+	// YoungConsumerRefresh is how often a count is renewed while one of
+	// the counted pods is young.
+	YoungConsumerRefresh = 2 * time.Second
+	// YoungConsumerWindow is how long after its creation a pod is young;
+	// one that starts later waits for the regular renewal.
+	YoungConsumerWindow = time.Minute
+)
+
+// consumerTally is one count of a budget's consumers.
+type consumerTally struct {
+	Count int32
+	// Members fingerprints the set of pods counted (by UID), so that one pod
+	// replacing another, which keeps the count, still renews the lease.
+	Members uint64
+	// Newest is the creation time of the newest pod counted.
+	Newest time.Time
+}
+
+// same reports whether two tallies counted the same pods.
+func (t consumerTally) same(u consumerTally) bool {
+	return t.Count == u.Count && t.Members == u.Members
+}
+
+// countConsumers counts the pods in b's namespace that match its selector,
+// reading the manager's cache, which serves a list only once the pod
+// informer has synced. The cost follows the pods of that one namespace.
+func countConsumers(ctx context.Context, r client.Reader, b *v1.RetryBudget, sel labels.Selector) (consumerTally, error) {
+	pods := podMetadataList()
+	if err := r.List(ctx, pods, client.InNamespace(b.Namespace), client.MatchingLabelsSelector{Selector: sel},
+		client.UnsafeDisableDeepCopy); err != nil {
+		return consumerTally{}, fmt.Errorf("counting the consumers of RetryBudget %s: %w", b.Name, err)
+	}
+	t := consumerTally{Count: int32(min(len(pods.Items), int(policyconfig.MaxConsumerCount)))}
+	for i := range pods.Items {
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(pods.Items[i].UID))
+		t.Members += h.Sum64() // a sum: the order of the list does not matter
+		if c := pods.Items[i].CreationTimestamp.Time; c.After(t.Newest) {
+			t.Newest = c
+		}
+	}
+	return t, nil
+}
+
+// budgetsSelecting returns the fleet budgets in pod's namespace whose
+// selector matches its labels. It lists the budgets of that namespace only.
+func budgetsSelecting(ctx context.Context, r client.Reader, pod client.Object) []v1.RetryBudget {
+	var list v1.RetryBudgetList
+	if err := r.List(ctx, &list, client.InNamespace(pod.GetNamespace())); err != nil {
+		return nil
+	}
+	set := labels.Set(pod.GetLabels())
+	var out []v1.RetryBudget
+	for _, b := range list.Items {
+		if sel, err := consumerSelector(&b); err == nil && sel != nil && sel.Matches(set) {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// budgetsOfPod maps a pod event to the budgets that count it. On an update
+// it is called with the old and the new pod, so a relabel reaches both the
+// budget it left and the one it joined.
+func budgetsOfPod(r client.Reader) func(context.Context, client.Object) []reconcile.Request {
+	return func(ctx context.Context, pod client.Object) []reconcile.Request {
+		var out []reconcile.Request
+		for _, b := range budgetsSelecting(ctx, r, pod) {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&b)})
+		}
+		return out
+	}
+}
+
+// podMembershipChanged passes the pod events that can change a count:
+// creations, deletions and label changes. A pod's status and its other
+// metadata change often and count for nothing.
+var podMembershipChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectOld == nil || e.ObjectNew == nil || !maps.Equal(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels())
+	},
+}
+
+// consumerLeases remembers, per policy, the consumer count its payload last
+// carried, so that a reconcile that finds the same pods keeps the published
+// observedAt (and writes nothing), and the count is renewed with a new
+// observedAt when the pods change or the lease is due. It is safe for
+// concurrent use; its zero value is ready.
+type consumerLeases struct {
+	mu       sync.Mutex
+	byPolicy map[types.NamespacedName]consumerLease
+}
+
+type consumerLease struct {
+	budget     types.UID
+	tally      consumerTally
+	observedAt time.Time
+}
+
+// renew returns the count to publish for policy and when it must be
+// renewed: after refresh, or YoungConsumerRefresh while a counted pod is
+// young. countedAt is when the count began, read before listing, so that
+// every pod object created before it is in the count: a published
+// observedAt never claims more than the count covers.
+func (l *consumerLeases) renew(policy types.NamespacedName, budget types.UID, tally consumerTally, countedAt time.Time, refresh time.Duration) (policyconfig.Consumers, time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if countedAt.Sub(tally.Newest) < YoungConsumerWindow {
+		refresh = min(refresh, YoungConsumerRefresh)
+	}
+	last, ok := l.byPolicy[policy]
+	age := countedAt.Sub(last.observedAt)
+	if !ok || last.budget != budget || !last.tally.same(tally) || age < 0 || age >= refresh {
+		last = consumerLease{budget: budget, tally: tally, observedAt: countedAt}
+		if l.byPolicy == nil {
+			l.byPolicy = map[types.NamespacedName]consumerLease{}
+		}
+		l.byPolicy[policy] = last
+		age = 0
+	}
+	return policyconfig.Consumers{Count: tally.Count, ObservedAt: last.observedAt}, refresh - age
+}
+
+// forget drops a deleted policy's lease.
+func (l *consumerLeases) forget(policy types.NamespacedName) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.byPolicy, policy)
+}
+
+// consumerCount counts the consumers of p's budget for its payload: no
+// option and no deadline when the budget selects none (or its selector is
+// invalid, which the budget's status reports: the pods then take the
+// conservative share, the allowance over partitions), else the count and
+// when it must be renewed.
+func (r *RetryPolicyReconciler) consumerCount(ctx context.Context, p *v1.RetryPolicy, budget *v1.RetryBudget) ([]PayloadOption, time.Duration, error) {
+	if budget == nil {
+		return nil, 0, nil
+	}
+	sel, err := consumerSelector(budget)
+	if sel == nil || err != nil {
+		return nil, 0, nil
+	}
+	now := r.now().UTC()
+	tally, err := countConsumers(ctx, r.Client, budget, sel)
+	if err != nil {
+		return nil, 0, err
+	}
+	refresh := r.ConsumerCountRefresh
+	if refresh <= 0 {
+		refresh = policyconfig.ConsumerCountRefresh
+	}
+	c, due := r.consumerLeases.renew(client.ObjectKeyFromObject(p), budget.UID, tally, now, refresh)
+	return []PayloadOption{WithConsumers(c)}, due, nil
+}
+
+func (r *RetryPolicyReconciler) now() time.Time {
+	if r.Clock == nil {
+		return clock.Real{}.Now()
+	}
+	return r.Clock.Now()
+}
+
+// consumersOfPod maps a pod event to every policy that inlines a budget
+// counting the pod.
+func (r *RetryPolicyReconciler) consumersOfPod(ctx context.Context, pod client.Object) []reconcile.Request {
+	var out []reconcile.Request
+	for _, b := range budgetsSelecting(ctx, r.Client, pod) {
+		out = append(out, r.budgetUsers(ctx, &b)...)
+	}
+	return out
+}

@@ -1,0 +1,100 @@
+package controllers
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	"github.com/retryguard/retryguard/api/policygraph"
+	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
+	"github.com/retryguard/retryguard/runtime/policyconfig"
+)
+
+func TestConsumerLeaseRenewal(t *testing.T) {
+	const refresh = policyconfig.ConsumerCountRefresh
+	policy := types.NamespacedName{Namespace: "shop", Name: "cart"}
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	two := consumerTally{Count: 2, Members: 11, Newest: start.Add(-time.Hour)}
+	var l consumerLeases
+
+	expect := func(at time.Duration, tally consumerTally, budget types.UID, wantAt, wantDue time.Duration) {
+		t.Helper()
+		c, due := l.renew(policy, budget, tally, start.Add(at), refresh)
+		if c.Count != tally.Count || !c.ObservedAt.Equal(start.Add(wantAt)) || due != wantDue {
+			t.Fatalf("at +%s: %+v due in %s, want observedAt +%s due in %s", at, c, due, wantAt, wantDue)
+		}
+	}
+	expect(0, two, "b1", 0, refresh)                                                                                              // the first count
+	expect(5*time.Second, two, "b1", 0, refresh-5*time.Second)                                                                    // same pods: kept
+	expect(refresh, two, "b1", refresh, refresh)                                                                                  // due: renewed
+	expect(refresh+time.Second, consumerTally{Count: 3, Members: 12, Newest: two.Newest}, "b1", refresh+time.Second, refresh)     // a pod more
+	expect(refresh+2*time.Second, consumerTally{Count: 3, Members: 13, Newest: two.Newest}, "b1", refresh+2*time.Second, refresh) // one replaced
+	expect(refresh+3*time.Second, consumerTally{Count: 3, Members: 13, Newest: two.Newest}, "b2", refresh+3*time.Second, refresh) // another budget
+	expect(time.Second, consumerTally{Count: 3, Members: 13, Newest: two.Newest}, "b2", time.Second, refresh)                     // the clock went back
+	l.forget(policy)
+	expect(2*time.Second, consumerTally{Count: 3, Members: 13, Newest: two.Newest}, "b2", 2*time.Second, refresh) // forgotten
+
+	// While a counted pod is young, the lease is renewed more often, so
+	// that a count taken after it started soon covers it.
+	young := consumerTally{Count: 4, Members: 14, Newest: start.Add(10 * time.Second)}
+	expect(11*time.Second, young, "b2", 11*time.Second, YoungConsumerRefresh)
+	expect(12*time.Second, young, "b2", 11*time.Second, YoungConsumerRefresh-time.Second)
+	expect(11*time.Second+YoungConsumerRefresh, young, "b2", 11*time.Second+YoungConsumerRefresh, YoungConsumerRefresh)
+	grown := start.Add(10*time.Second + YoungConsumerWindow)
+	expect(grown.Sub(start), young, "b2", grown.Sub(start), refresh) // no longer young
+}
+
+func TestPodMembershipChanged(t *testing.T) {
+	pod := func(labels map[string]string, rv string) *metav1.PartialObjectMetadata {
+		return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Labels: labels, ResourceVersion: rv}}
+	}
+	a := map[string]string{"app": "a"}
+	if podMembershipChanged.Update(event.UpdateEvent{ObjectOld: pod(a, "1"), ObjectNew: pod(map[string]string{"app": "a"}, "2")}) {
+		t.Error("a status change passed")
+	}
+	if !podMembershipChanged.Update(event.UpdateEvent{ObjectOld: pod(a, "1"), ObjectNew: pod(map[string]string{"app": "b"}, "2")}) {
+		t.Error("a relabel was dropped")
+	}
+	if !podMembershipChanged.Create(event.CreateEvent{Object: pod(a, "1")}) || !podMembershipChanged.Delete(event.DeleteEvent{Object: pod(a, "1")}) {
+		t.Error("a creation or deletion was dropped")
+	}
+}
+
+func TestKeepCountedPodFields(t *testing.T) {
+	m := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: map[string]string{"app": "a"},
+		Annotations: map[string]string{"big": strings.Repeat("x", 1000)}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}},
+		OwnerReferences: []metav1.OwnerReference{{Name: "rs"}}, UID: "u", DeletionTimestamp: &metav1.Time{}}}
+	out, err := keepCountedPodFields(m)
+	got := out.(*metav1.PartialObjectMetadata)
+	if err != nil || got.Annotations != nil || got.ManagedFields != nil || got.OwnerReferences != nil ||
+		got.Labels["app"] != "a" || got.UID != "u" || got.DeletionTimestamp == nil {
+		t.Fatalf("%+v %v", got, err)
+	}
+}
+
+func TestEvaluateFleetBudget(t *testing.T) {
+	limits := policygraph.DefaultLimits()
+	b := fixtures.Budget("ns", "b", 10)
+	b.Spec.Partitions = ptr.To[int32](4)
+	b.Spec.Consumers = &v1.BudgetConsumers{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "a"}}}
+	b.Status.Consumers = ptr.To[int32](4)
+	if c := evaluateBudget(b, 1, limits); c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "4 consumers") ||
+		strings.Contains(c.Message, "above partitions") {
+		t.Errorf("at partitions: %+v", c)
+	}
+	b.Status.Consumers = ptr.To[int32](5)
+	if c := evaluateBudget(b, 1, limits); c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "above partitions (4)") {
+		t.Errorf("above partitions: %+v", c)
+	}
+	b.Spec.Consumers.PodSelector = metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Near"}}}
+	if c := evaluateBudget(b, 1, limits); c.Status != metav1.ConditionFalse || c.Reason != v1.ReasonInvalidSpec ||
+		!strings.Contains(c.Message, "consumers.podSelector") || !strings.Contains(c.Message, "conservative share") {
+		t.Errorf("an invalid selector: %+v", c)
+	}
+}

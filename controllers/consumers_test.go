@@ -1,0 +1,340 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/retryguard/retryguard/api/policygraph"
+	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
+	"github.com/retryguard/retryguard/controllers"
+	"github.com/retryguard/retryguard/runtime/clock"
+	"github.com/retryguard/retryguard/runtime/policyconfig"
+)
+
+// envtest runs no kubelet and no scheduler: the pods created here stay
+// Pending, unbound, and are deleted at once (or kept terminating by a
+// finalizer). That is exactly what is counted: pod objects, whatever their
+// phase.
+
+// fleetBudget shares 20 retries/s among at most partitions pods labelled
+// app=<app>.
+func fleetBudget(ns, name, app string, partitions int32) *v1.RetryBudget {
+	b := fixtures.Budget(ns, name, 10)
+	b.Spec.Partitions = ptr.To(partitions)
+	b.Spec.MaxRetriesPerSecond = ptr.To[int32](20)
+	b.Spec.Consumers = &v1.BudgetConsumers{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": app}}}
+	return b
+}
+
+func newPod(ns, name, app string, finalizers ...string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"app": app}, Finalizers: finalizers},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.invalid/app"}}},
+	}
+}
+
+func createPods(ns, app string, names ...string) {
+	GinkgoHelper()
+	for _, n := range names {
+		Expect(k8s.Create(ctx, newPod(ns, n, app))).To(Succeed())
+	}
+}
+
+// consumersOf waits until a budget reports want consumers and returns it.
+func expectConsumers(ns, budget string, want int32) *v1.RetryBudget {
+	GinkgoHelper()
+	var b v1.RetryBudget
+	Eventually(func(g Gomega) {
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: budget}, &b)).To(Succeed())
+		g.Expect(b.Status.Consumers).To(HaveValue(Equal(want)), "status.consumers of %s", budget)
+	}).Should(Succeed())
+	return &b
+}
+
+// expectPublishedCount waits until a policy's payload carries want consumers
+// and returns the payload.
+func expectPublishedCount(ns, policy string, want int32) *policyconfig.Payload {
+	GinkgoHelper()
+	var payload *policyconfig.Payload
+	Eventually(func(g Gomega) {
+		payload, _ = payloadOf(g, ns, policy)
+		g.Expect(payload.Budget).NotTo(BeNil())
+		g.Expect(payload.Budget.Consumers).To(HaveField("Count", want))
+	}).Should(Succeed())
+	return payload
+}
+
+var _ = Describe("Fleet budgets", func() {
+	It("keeps status.consumers on the pods that match, through creation, relabelling, termination and deletion", func() {
+		ns, elsewhere := newNamespace(), newNamespace()
+		Expect(k8s.Create(ctx, fleetBudget(ns, "checkout", "checkout", 5))).To(Succeed())
+		Expect(k8s.Create(ctx, fleetBudget(ns, "search", "search", 5))).To(Succeed())
+		expectConsumers(ns, "checkout", 0)
+
+		createPods(ns, "checkout", "c1", "c2", "c3")
+		createPods(ns, "search", "s1")
+		createPods(elsewhere, "checkout", "x1", "x2") // another namespace's pods are not the budget's
+		expectConsumers(ns, "checkout", 3)
+		expectConsumers(ns, "search", 1)
+
+		// A relabel leaves one budget and joins the other.
+		edit(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c3"}}, func(p *corev1.Pod) { p.Labels["app"] = "search" })
+		expectConsumers(ns, "checkout", 2)
+		expectConsumers(ns, "search", 2)
+
+		// A terminating pod may still retry: it counts until it is gone.
+		Expect(k8s.Create(ctx, newPod(ns, "c4", "checkout", "retryguard.test/hold"))).To(Succeed())
+		expectConsumers(ns, "checkout", 3)
+		held := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c4"}}
+		Expect(k8s.Delete(ctx, held)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(held), held)).To(Succeed())
+			g.Expect(held.DeletionTimestamp).NotTo(BeNil())
+		}).Should(Succeed())
+		Consistently(func(g Gomega) {
+			expectConsumersNow(g, ns, "checkout", 3)
+		}, "300ms").Should(Succeed())
+		edit(held, func(p *corev1.Pod) { p.Finalizers = nil })
+		expectConsumers(ns, "checkout", 2)
+
+		// A relabel that keeps the pod counted changes no count, and the
+		// status is not rewritten.
+		steady := expectConsumers(ns, "checkout", 2)
+		edit(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c2"}}, func(p *corev1.Pod) { p.Labels["tier"] = "web" })
+		Consistently(func(g Gomega) {
+			var now v1.RetryBudget
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(steady), &now)).To(Succeed())
+			g.Expect(now.ResourceVersion).To(Equal(steady.ResourceVersion))
+		}, "500ms").Should(Succeed())
+
+		Expect(k8s.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c1"}})).To(Succeed())
+		b := expectConsumers(ns, "checkout", 1)
+		ready := meta.FindStatusCondition(b.Status.Conditions, v1.ConditionReady)
+		Expect(ready).To(HaveField("Status", metav1.ConditionTrue))
+		Expect(ready.Message).To(ContainSubstring("1 consumers"))
+	})
+
+	It("says in Ready when the count exceeds partitions, the declared maximum", func() {
+		ns := newNamespace()
+		Expect(k8s.Create(ctx, fleetBudget(ns, "small", "web", 2))).To(Succeed())
+		createPods(ns, "web", "w1", "w2", "w3")
+		Eventually(func(g Gomega) {
+			var b v1.RetryBudget
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "small"}, &b)).To(Succeed())
+			g.Expect(b.Status.Consumers).To(HaveValue(BeEquivalentTo(3)))
+			g.Expect(meta.FindStatusCondition(b.Status.Conditions, v1.ConditionReady)).To(And(
+				HaveField("Status", metav1.ConditionTrue),
+				HaveField("Message", ContainSubstring("above partitions (2)"))))
+		}).Should(Succeed())
+	})
+
+	It("turns a budget whose pod selector escaped validation not Ready, with no count", func() {
+		ns := newNamespace()
+		b := fleetBudget(ns, "broken", "web", 2)
+		// No webhook runs in this suite; the CRD's schema lets this through.
+		b.Spec.Consumers.PodSelector = metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: "app", Operator: "Near", Values: []string{"web"}}}}
+		if err := k8s.Create(ctx, b); err != nil {
+			Skip("the API server refuses the selector itself: " + err.Error())
+		}
+		createPods(ns, "web", "w1")
+		Eventually(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(b), b)).To(Succeed())
+			g.Expect(b.Status.ObservedGeneration).To(Equal(b.Generation))
+			g.Expect(meta.FindStatusCondition(b.Status.Conditions, v1.ConditionReady)).To(And(
+				HaveField("Status", metav1.ConditionFalse), HaveField("Reason", v1.ReasonInvalidSpec)))
+		}).Should(Succeed())
+		Expect(b.Status.Consumers).To(BeNil())
+	})
+
+	It("publishes the count, with a recent observedAt, to every policy using the budget, again on each change", func() {
+		ns := newNamespace()
+		Expect(k8s.Create(ctx, fleetBudget(ns, "checkout", "checkout", 5))).To(Succeed())
+		createPods(ns, "checkout", "c1", "c2")
+		for _, name := range []string{"cart", "pay"} {
+			Expect(k8s.Create(ctx, fixtures.Policy(ns, name, "connector", 3, fixtures.BudgetRef("checkout"),
+				fixtures.Service(name)))).To(Succeed())
+		}
+		before := time.Now()
+		for _, name := range []string{"cart", "pay"} {
+			payload := expectPublishedCount(ns, name, 2)
+			Expect(payload.Budget.MaxRetriesPerSecond).To(HaveValue(BeEquivalentTo(20)))
+			Expect(payload.Budget.Partitions).To(BeEquivalentTo(5))
+			Expect(payload.Budget.Consumers.ObservedAt).To(BeTemporally("~", time.Now(), policyconfig.ConsumerCountRefresh+time.Second))
+		}
+
+		createPods(ns, "checkout", "c3")
+		for _, name := range []string{"cart", "pay"} {
+			payload := expectPublishedCount(ns, name, 3)
+			// The new count was taken after the pod existed.
+			Expect(payload.Budget.Consumers.ObservedAt).To(BeTemporally(">", before))
+		}
+		Expect(k8s.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c1"}})).To(Succeed())
+		expectPublishedCount(ns, "cart", 2)
+		expectPublishedCount(ns, "pay", 2)
+
+		// The controller's own write echoes back once and changes nothing:
+		// within the lease, the same pods keep the same observedAt. (The
+		// pods are young, so the lease is YoungConsumerRefresh.)
+		seen := map[time.Time]bool{}
+		Consistently(func(g Gomega) {
+			payload, _ := payloadOf(g, ns, "cart")
+			seen[payload.Budget.Consumers.ObservedAt] = true
+		}, 2*controllers.YoungConsumerRefresh).Should(Succeed())
+		Expect(len(seen)).To(BeNumerically("<=", 4), "observedAt renewed %d times in %s", len(seen), 2*controllers.YoungConsumerRefresh)
+	})
+
+	It("publishes no count, and no allowance it was not given, for a budget without consumers", func() {
+		ns := newNamespace()
+		plain := fixtures.Budget(ns, "plain", 10)
+		allowance := fixtures.Budget(ns, "allowance", 10)
+		allowance.Spec.MaxRetriesPerSecond = ptr.To[int32](20)
+		Expect(k8s.Create(ctx, plain)).To(Succeed())
+		Expect(k8s.Create(ctx, allowance)).To(Succeed())
+		createPods(ns, "checkout", "c1")
+		Expect(k8s.Create(ctx, fixtures.Policy(ns, "on-plain", "connector", 3, fixtures.BudgetRef("plain")))).To(Succeed())
+		Expect(k8s.Create(ctx, fixtures.Policy(ns, "on-allowance", "connector", 3, fixtures.BudgetRef("allowance"), fixtures.Service("other")))).To(Succeed())
+		expectReason(ns, "on-plain", v1.ReasonPublished)
+		expectReason(ns, "on-allowance", v1.ReasonPublished)
+
+		_, cm := payloadOf(Default, ns, "on-plain")
+		Expect(cm.Data[policyconfig.DataKey]).NotTo(Or(ContainSubstring(`"consumers"`), ContainSubstring(`"maxRetriesPerSecond"`)))
+		payload, cm := payloadOf(Default, ns, "on-allowance")
+		Expect(cm.Data[policyconfig.DataKey]).NotTo(ContainSubstring(`"consumers"`))
+		Expect(payload.Budget.MaxRetriesPerSecond).To(HaveValue(BeEquivalentTo(20)))
+		for _, b := range []*v1.RetryBudget{plain, allowance} {
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(b), b)).To(Succeed())
+			Expect(b.Status.Consumers).To(BeNil())
+		}
+	})
+
+	It("renews the count's lease every ConsumerCountRefresh, on its clock, and when the pods change", func() {
+		ns := newNamespace()
+		Expect(k8s.Create(ctx, fleetBudget(ns, "checkout", "checkout", 5))).To(Succeed())
+		Expect(k8s.Create(ctx, fixtures.Budget(ns, "plain", 10))).To(Succeed())
+		createPods(ns, "checkout", "c1", "c2")
+		Expect(k8s.Create(ctx, fixtures.Policy(ns, "cart", "connector", 3, fixtures.BudgetRef("checkout")))).To(Succeed())
+		Expect(k8s.Create(ctx, fixtures.Policy(ns, "plain", "connector", 3, fixtures.BudgetRef("plain"), fixtures.Service("other")))).To(Succeed())
+		expectPublishedCount(ns, "cart", 2)
+		expectReason(ns, "plain", v1.ReasonPublished)
+
+		// A second reconciler, on a fake clock, whose writes are captured
+		// rather than sent, so that it does not fight the suite's manager.
+		start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+		fake := clock.NewFake(start)
+		capture := &capturingClient{Client: mgr.GetClient()}
+		r := &controllers.RetryPolicyReconciler{Client: capture, Scheme: mgr.GetScheme(),
+			Recorder: mgr.GetEventRecorder("test"), Limits: policygraph.DefaultLimits(), Clock: fake}
+		reconcile := func(name string) (ctrl.Result, *policyconfig.Consumers) {
+			GinkgoHelper()
+			res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: name}})
+			Expect(err).NotTo(HaveOccurred())
+			p := capture.last()
+			Expect(p).NotTo(BeNil(), "nothing was published")
+			return res, p.Budget.Consumers
+		}
+
+		res, c := reconcile("cart")
+		Expect(c).To(Equal(&policyconfig.Consumers{Count: 2, ObservedAt: start}))
+		Expect(res.RequeueAfter).To(Equal(policyconfig.ConsumerCountRefresh))
+
+		// Same pods, within the lease: the same count, the same time.
+		fake.Advance(5 * time.Second)
+		res, c = reconcile("cart")
+		Expect(c.ObservedAt).To(Equal(start))
+		Expect(res.RequeueAfter).To(Equal(policyconfig.ConsumerCountRefresh - 5*time.Second))
+
+		// The lease is due: a new count with a new time.
+		fake.Advance(policyconfig.ConsumerCountRefresh - 5*time.Second)
+		res, c = reconcile("cart")
+		Expect(c).To(Equal(&policyconfig.Consumers{Count: 2, ObservedAt: fake.Now()}))
+		Expect(res.RequeueAfter).To(Equal(policyconfig.ConsumerCountRefresh))
+
+		// One pod replaces another: the count is the same, but the new pod
+		// needs a count taken after it started.
+		createPods(ns, "checkout", "c3")
+		Expect(k8s.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c1"}})).To(Succeed())
+		Eventually(func(g Gomega) {
+			var pods metav1.PartialObjectMetadataList
+			pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
+			g.Expect(mgr.GetCache().List(ctx, &pods, client.InNamespace(ns))).To(Succeed())
+			g.Expect(pods.Items).To(ConsistOf(HaveField("Name", "c2"), HaveField("Name", "c3")))
+			// The cache holds what counting reads, not a pod's managed fields.
+			g.Expect(pods.Items).To(HaveEach(And(HaveField("ManagedFields", BeNil()), HaveField("Labels", HaveKey("app")))))
+		}).Should(Succeed())
+		fake.Advance(time.Second)
+		_, c = reconcile("cart")
+		Expect(c).To(Equal(&policyconfig.Consumers{Count: 2, ObservedAt: fake.Now()}))
+
+		// A policy whose budget has no consumers keeps the slow resync, and
+		// its payload, which has no time in it, is not rewritten.
+		res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "plain"}})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.RequeueAfter).To(Equal(controllers.DefaultResyncPeriod))
+		Expect(capture.last()).To(BeNil())
+	})
+})
+
+// expectConsumersNow checks a budget's status.consumers once.
+func expectConsumersNow(g Gomega, ns, budget string, want int32) {
+	var b v1.RetryBudget
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: budget}, &b)).To(Succeed())
+	g.Expect(b.Status.Consumers).To(HaveValue(Equal(want)))
+}
+
+// capturingClient reads through the manager's client, and keeps the
+// ConfigMaps it is asked to apply and the status patches instead of sending
+// them.
+type capturingClient struct {
+	client.Client
+	mu      sync.Mutex
+	applied []string
+}
+
+func (c *capturingClient) Apply(_ context.Context, obj runtime.ApplyConfiguration, _ ...client.ApplyOption) error {
+	cm, ok := obj.(*corev1ac.ConfigMapApplyConfiguration)
+	if !ok {
+		return fmt.Errorf("unexpected apply of %T", obj)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.applied = append(c.applied, cm.Data[policyconfig.DataKey])
+	return nil
+}
+
+func (c *capturingClient) Status() client.SubResourceWriter { return discardStatus{} }
+
+// last parses the last payload applied; nil when none was.
+func (c *capturingClient) last() *policyconfig.Payload {
+	GinkgoHelper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.applied) == 0 {
+		return nil
+	}
+	p, err := policyconfig.Parse([]byte(c.applied[len(c.applied)-1]))
+	Expect(err).NotTo(HaveOccurred(), strings.TrimSpace(c.applied[len(c.applied)-1]))
+	c.applied = nil
+	return p
+}
+
+type discardStatus struct{ client.SubResourceWriter }
+
+func (discardStatus) Patch(context.Context, client.Object, client.Patch, ...client.SubResourcePatchOption) error {
+	return nil
+}
