@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
@@ -58,6 +59,21 @@ var policyCases = []policyCase{
 	{name: "cap equal to base is accepted", mutate: func(s *v1.RetryPolicySpec) { s.Backoff.Base = dur("1s"); s.Backoff.Cap = dur("1s") }},
 	{name: "multiplier 11", mutate: func(s *v1.RetryPolicySpec) { s.Backoff.Multiplier = ptr.To[int32](11) },
 		want: []string{fe("spec.backoff.multiplier", codes.OutOfRange)}},
+	{name: "children from a namespace selector", mutate: func(s *v1.RetryPolicySpec) {
+		s.Layer.AllowedChildren = &v1.AllowedChildren{Namespaces: &v1.ChildNamespaces{
+			From:     ptr.To(v1.NamespacesFromSelector),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "payments"}}}}
+	}},
+	{name: "a parent in another namespace", mutate: func(s *v1.RetryPolicySpec) {
+		s.Layer.ParentRef = &v1.ParentReference{Name: "gateway", Namespace: ptr.To("edge")}
+	}},
+	{name: "from Selector without a selector", mutate: func(s *v1.RetryPolicySpec) {
+		s.Layer.AllowedChildren = &v1.AllowedChildren{Namespaces: &v1.ChildNamespaces{From: ptr.To(v1.NamespacesFromSelector)}}
+	}, want: []string{fe("spec.layer.allowedChildren.namespaces.selector", codes.InvalidSelector)}},
+	{name: "a selector with from All", mutate: func(s *v1.RetryPolicySpec) {
+		s.Layer.AllowedChildren = &v1.AllowedChildren{Namespaces: &v1.ChildNamespaces{From: ptr.To(v1.NamespacesFromAll),
+			Selector: &metav1.LabelSelector{}}}
+	}, want: []string{fe("spec.layer.allowedChildren.namespaces.selector", codes.InvalidSelector)}},
 	{name: "hiddenAttempts 0", mutate: func(s *v1.RetryPolicySpec) { s.Layer.HiddenAttempts = ptr.To[int32](0) },
 		want: []string{fe("spec.layer.hiddenAttempts", codes.OutOfRange)}},
 	{name: "hiddenAttempts negative", mutate: func(s *v1.RetryPolicySpec) { s.Layer.HiddenAttempts = ptr.To[int32](-2) },
@@ -218,6 +234,19 @@ var budgetCases = []budgetCase{
 		want: []string{fe("spec.partitions", codes.OutOfRange)}},
 	{name: "1001 partitions", mutate: func(s *v1.RetryBudgetSpec) { s.Partitions = ptr.To[int32](1001) },
 		want: []string{fe("spec.partitions", codes.OutOfRange)}},
+	{name: "a fleet allowance at its edges", mutate: func(s *v1.RetryBudgetSpec) {
+		s.MaxRetriesPerSecond = ptr.To[int32](100000)
+		s.Consumers = &v1.BudgetConsumers{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "sms"}}}
+	}},
+	{name: "no retry at all: maxRetriesPerSecond 0", mutate: func(s *v1.RetryBudgetSpec) { s.MaxRetriesPerSecond = ptr.To[int32](0) }},
+	{name: "negative maxRetriesPerSecond", mutate: func(s *v1.RetryBudgetSpec) { s.MaxRetriesPerSecond = ptr.To[int32](-1) },
+		want: []string{fe("spec.maxRetriesPerSecond", codes.OutOfRange)}},
+	{name: "maxRetriesPerSecond 100001", mutate: func(s *v1.RetryBudgetSpec) { s.MaxRetriesPerSecond = ptr.To[int32](100001) },
+		want: []string{fe("spec.maxRetriesPerSecond", codes.OutOfRange)}},
+	{name: "a floor above the fleet allowance", mutate: func(s *v1.RetryBudgetSpec) {
+		s.MaxRetriesPerSecond = ptr.To[int32](20)
+		s.MinRetriesPerSecond = ptr.To[int32](21)
+	}, want: []string{fe("spec.minRetriesPerSecond", codes.OutOfRange)}},
 	{name: "floor of 10001 retries per second", mutate: func(s *v1.RetryBudgetSpec) { s.MinRetriesPerSecond = ptr.To[int32](10001) },
 		want: []string{fe("spec.minRetriesPerSecond", codes.OutOfRange)}},
 }

@@ -17,9 +17,11 @@ import (
 // unpublished are the fields the payload does not carry, each with how to
 // clear it. The runtime never acts on them, so a pod has nothing to judge:
 // layer.hiddenAttempts reaches a pod only through leafAttempts, which the
-// controller computes from admitted specs.
+// controller computes from admitted specs; layer.allowedChildren is a
+// parent's consent, which only admission and the controller judge.
 var unpublished = map[string]func(*v1.RetryPolicySpec){
-	"spec.layer.hiddenAttempts": func(s *v1.RetryPolicySpec) { s.Layer.HiddenAttempts = nil },
+	"spec.layer.hiddenAttempts":                      func(s *v1.RetryPolicySpec) { s.Layer.HiddenAttempts = nil },
+	"spec.layer.allowedChildren.namespaces.selector": func(s *v1.RetryPolicySpec) { s.Layer.AllowedChildren = nil },
 }
 
 // onlyUnpublished reports whether every error a case wants is on a field the

@@ -17,7 +17,7 @@ const (
 )
 
 // RetryBudgetSpec is a token-bucket retry budget for one dependency.
-// +kubebuilder:validation:XValidation:rule="!has(self.maxRetriesPerSecond) || !has(self.minRetriesPerSecond) || self.minRetriesPerSecond <= self.maxRetriesPerSecond",message="ERR_OUT_OF_RANGE: minRetriesPerSecond must not be above maxRetriesPerSecond"
+// +kubebuilder:validation:XValidation:rule="!has(self.maxRetriesPerSecond) || self.maxRetriesPerSecond < 0 || !has(self.minRetriesPerSecond) || self.minRetriesPerSecond <= self.maxRetriesPerSecond",message="ERR_OUT_OF_RANGE: minRetriesPerSecond must not be above maxRetriesPerSecond",fieldPath=".minRetriesPerSecond"
 type RetryBudgetSpec struct {
 	// retryPercent is the retry allowance, from 1 to 100 (the platform caps it
 	// further, at 10 by default). Each success deposits retryPercent/100 of a

@@ -38,10 +38,10 @@ func ValidateRetryBudgetSpec(spec *RetryBudgetSpec, fldPath *field.Path) field.E
 		errs = append(errs, Invalid(fldPath.Child("maxRetriesPerSecond"), *m, codes.OutOfRange,
 			"maxRetriesPerSecond must be between 0 and 100000"))
 	}
-	// Against what the user wrote, as the CRD's rule does: an unset floor
-	// defaults to 0, which is never above the allowance.
-	if m, f := spec.MaxRetriesPerSecond, spec.MinRetriesPerSecond; m != nil && f != nil && *f > *m {
-		errs = append(errs, Invalid(fldPath.Child("minRetriesPerSecond"), *f, codes.OutOfRange,
+	// A floor above the allowance (judged only on an allowance in range, so
+	// that a negative one is refused once).
+	if m, f := s.MaxRetriesPerSecond, *s.MinRetriesPerSecond; m != nil && *m >= 0 && f > *m {
+		errs = append(errs, Invalid(fldPath.Child("minRetriesPerSecond"), f, codes.OutOfRange,
 			"minRetriesPerSecond must not be above maxRetriesPerSecond"))
 	}
 	if c := s.Consumers; c != nil {

@@ -179,7 +179,7 @@ const (
 )
 
 // ChildNamespaces selects namespaces, as Gateway API's allowedRoutes does.
-// +kubebuilder:validation:XValidation:rule="(has(self.from) && self.from == 'Selector') == has(self.selector)",message="ERR_INVALID_SELECTOR: namespaces.selector is required when from is Selector, and allowed only then"
+// +kubebuilder:validation:XValidation:rule="(has(self.from) && self.from == 'Selector') == has(self.selector)",message="ERR_INVALID_SELECTOR: namespaces.selector is required when from is Selector, and allowed only then",fieldPath=".selector"
 type ChildNamespaces struct {
 	// from is Same (the default: the parent's namespace only), All, or
 	// Selector (the namespaces that match selector). The parent's own
