@@ -112,7 +112,7 @@ func FuzzValidateRetryPolicy(f *testing.F) {
 		policyIn("ns", "loop-b", "b", 1, parent("loop-a")),
 	}
 	v := validator(stored...)
-	lookup := policyindex.CacheLookup{Reader: v.Reader, Namespace: "ns"}
+	lookup := policyindex.CacheLookup{Reader: v.Reader}
 	for _, p := range stored {
 		raw, _ := json.Marshal(p.Spec)
 		f.Add("new", raw)
