@@ -25,7 +25,9 @@ func labelledNamespace(labels map[string]string) *corev1.Namespace {
 
 // parentIn names a parent in another namespace.
 func parentIn(ns, name string) fixtures.Option {
-	return func(p *v1.RetryPolicy) { p.Spec.Layer.ParentRef = &v1.ParentReference{Name: name, Namespace: ptr.To(ns)} }
+	return func(p *v1.RetryPolicy) {
+		p.Spec.Layer.ParentRef = &v1.ParentReference{Name: name, Namespace: ptr.To(ns)}
+	}
 }
 
 // allowing sets layer.allowedChildren.namespaces.from, with a selector
