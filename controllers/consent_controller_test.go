@@ -7,8 +7,8 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
+	"github.com/retryguard/retryguard/api/policygraph/layertest"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
@@ -21,27 +21,6 @@ func labelledNamespace(labels map[string]string) *corev1.Namespace {
 	Expect(k8s.Create(ctx, n)).To(Succeed())
 	Expect(k8s.Create(ctx, fixtures.Budget(n.Name, fixtures.DefaultBudget, 10))).To(Succeed())
 	return n
-}
-
-// parentIn names a parent in another namespace.
-func parentIn(ns, name string) fixtures.Option {
-	return func(p *v1.RetryPolicy) {
-		p.Spec.Layer.ParentRef = &v1.ParentReference{Name: name, Namespace: ptr.To(ns)}
-	}
-}
-
-// allowing sets layer.allowedChildren.namespaces.from, with a selector
-// matching match when from is Selector.
-func allowing(from v1.FromNamespaces, match map[string]string) fixtures.Option {
-	return func(p *v1.RetryPolicy) { setAllowed(p, from, match) }
-}
-
-func setAllowed(p *v1.RetryPolicy, from v1.FromNamespaces, match map[string]string) {
-	cn := &v1.ChildNamespaces{From: ptr.To(from)}
-	if from == v1.NamespacesFromSelector {
-		cn.Selector = &metav1.LabelSelector{MatchLabels: match}
-	}
-	p.Spec.Layer.AllowedChildren = &v1.AllowedChildren{Namespaces: cn}
 }
 
 var _ = Describe("Call chains across namespaces", func() {
@@ -78,14 +57,14 @@ var _ = Describe("Call chains across namespaces", func() {
 		Expect(k8s.Create(ctx, fixtures.Policy(pay, "connector", "connector", 3, parentIn(gw, "job")))).To(Succeed())
 		expectReason(pay, "connector", v1.ReasonPublished)
 
-		edit(job, func(p *v1.RetryPolicy) { setAllowed(p, v1.NamespacesFromSame, nil) })
+		edit(job, func(p *v1.RetryPolicy) { allowing(v1.NamespacesFromSame, nil)(p) })
 		expectReason(pay, "connector", v1.ReasonParentNotPermitted)
 		Eventually(func(g Gomega) {
 			payload, _ := payloadOf(g, pay, "connector")
 			g.Expect(payload.Enforcement.Mode).To(Equal(policyconfig.NoRetry))
 		}).Should(Succeed())
 
-		edit(job, func(p *v1.RetryPolicy) { setAllowed(p, v1.NamespacesFromAll, nil) })
+		edit(job, func(p *v1.RetryPolicy) { allowing(v1.NamespacesFromAll, nil)(p) })
 		expectReason(pay, "connector", v1.ReasonPublished)
 	})
 
@@ -105,3 +84,8 @@ var _ = Describe("Call chains across namespaces", func() {
 		expectReason(pay, "connector", v1.ReasonPublished)
 	})
 })
+
+var (
+	parentIn = layertest.ParentIn
+	allowing = layertest.Allowing
+)

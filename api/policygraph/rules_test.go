@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
 	"github.com/retryguard/retryguard/api/policygraph"
+	"github.com/retryguard/retryguard/api/policygraph/layertest"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
 	"github.com/retryguard/retryguard/runtime/codes"
@@ -35,25 +35,6 @@ func pol(name, layer string, attempts int32, opts ...fixtures.Option) v1.RetryPo
 // polIn is a fixture policy in namespace ns with budget "b".
 func polIn(ns, name, layer string, attempts int32, opts ...fixtures.Option) v1.RetryPolicy {
 	return *fixtures.Policy(ns, name, layer, attempts, append([]fixtures.Option{fixtures.BudgetRef("b")}, opts...)...)
-}
-
-// parentIn names a parent in namespace ns.
-func parentIn(ns, name string) fixtures.Option {
-	return func(p *v1.RetryPolicy) {
-		p.Spec.Layer.ParentRef = &v1.ParentReference{Name: name, Namespace: ptr.To(ns)}
-	}
-}
-
-// allow sets layer.allowedChildren.namespaces: from, and a selector
-// matching the labels in match (only with Selector).
-func allow(from v1.FromNamespaces, match map[string]string) fixtures.Option {
-	return func(p *v1.RetryPolicy) {
-		cn := &v1.ChildNamespaces{From: ptr.To(from)}
-		if from == v1.NamespacesFromSelector {
-			cn.Selector = &metav1.LabelSelector{MatchLabels: match}
-		}
-		p.Spec.Layer.AllowedChildren = &v1.AllowedChildren{Namespaces: cn}
-	}
 }
 
 func codesOf(errs field.ErrorList) []string {
@@ -396,3 +377,8 @@ func TestWorstCase(t *testing.T) {
 		t.Errorf("exactly the reserve left: %d feasible, want 2", s.FeasibleAttempts)
 	}
 }
+
+var (
+	parentIn = layertest.ParentIn
+	allow    = layertest.Allowing
+)
