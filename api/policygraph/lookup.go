@@ -13,17 +13,18 @@ import (
 
 // StaticLookup is a Lookup over a fixed set of policies and namespaces, for
 // tests and offline tools. It is a linear scan; use it for tables, not for
-// benchmarks of scale. It is not safe for concurrent use while being built.
+// benchmarks of scale. Copies share their contents. It is not safe for
+// concurrent use while WithNamespace adds to it.
 type StaticLookup struct {
 	policies   map[types.NamespacedName]v1.RetryPolicy
 	namespaces map[string]map[string]string
 }
 
-var _ Lookup = (*StaticLookup)(nil)
+var _ Lookup = StaticLookup{}
 
 // NewStaticLookup indexes policies by namespace and name.
-func NewStaticLookup(policies ...v1.RetryPolicy) *StaticLookup {
-	s := &StaticLookup{policies: map[types.NamespacedName]v1.RetryPolicy{}, namespaces: map[string]map[string]string{}}
+func NewStaticLookup(policies ...v1.RetryPolicy) StaticLookup {
+	s := StaticLookup{policies: map[types.NamespacedName]v1.RetryPolicy{}, namespaces: map[string]map[string]string{}}
 	for _, p := range policies {
 		s.policies[keyOf(&p)] = p
 	}
@@ -31,13 +32,13 @@ func NewStaticLookup(policies ...v1.RetryPolicy) *StaticLookup {
 }
 
 // WithNamespace records a namespace and its labels.
-func (s *StaticLookup) WithNamespace(name string, labels map[string]string) *StaticLookup {
+func (s StaticLookup) WithNamespace(name string, labels map[string]string) StaticLookup {
 	s.namespaces[name] = maps.Clone(labels)
 	return s
 }
 
 // Get returns a copy of the policy, or nil.
-func (s *StaticLookup) Get(_ context.Context, key types.NamespacedName) (*v1.RetryPolicy, error) {
+func (s StaticLookup) Get(_ context.Context, key types.NamespacedName) (*v1.RetryPolicy, error) {
 	p, ok := s.policies[key]
 	if !ok {
 		return nil, nil
@@ -45,7 +46,7 @@ func (s *StaticLookup) Get(_ context.Context, key types.NamespacedName) (*v1.Ret
 	return p.DeepCopy(), nil
 }
 
-func (s *StaticLookup) where(keep func(*v1.RetryPolicy) bool) []v1.RetryPolicy {
+func (s StaticLookup) where(keep func(*v1.RetryPolicy) bool) []v1.RetryPolicy {
 	var out []v1.RetryPolicy
 	for _, p := range s.policies {
 		if keep(&p) {
@@ -59,7 +60,7 @@ func (s *StaticLookup) where(keep func(*v1.RetryPolicy) bool) []v1.RetryPolicy {
 }
 
 // Children lists the policies, in every namespace, whose parentRef names parent.
-func (s *StaticLookup) Children(_ context.Context, parent types.NamespacedName) ([]v1.RetryPolicy, error) {
+func (s StaticLookup) Children(_ context.Context, parent types.NamespacedName) ([]v1.RetryPolicy, error) {
 	return s.where(func(p *v1.RetryPolicy) bool {
 		key, ok := ParentKey(p)
 		return ok && key == parent
@@ -67,7 +68,7 @@ func (s *StaticLookup) Children(_ context.Context, parent types.NamespacedName) 
 }
 
 // PoolUsers lists the policies of namespace that use the pool.
-func (s *StaticLookup) PoolUsers(_ context.Context, namespace, pool string) ([]v1.RetryPolicy, error) {
+func (s StaticLookup) PoolUsers(_ context.Context, namespace, pool string) ([]v1.RetryPolicy, error) {
 	return s.where(func(p *v1.RetryPolicy) bool {
 		return p.Namespace == namespace && p.Spec.ConnectionPool != nil && p.Spec.ConnectionPool.Name == pool
 	}), nil
@@ -75,14 +76,14 @@ func (s *StaticLookup) PoolUsers(_ context.Context, namespace, pool string) ([]v
 
 // BudgetUsers lists the policies of namespace and of one criticality that
 // draw on the budget.
-func (s *StaticLookup) BudgetUsers(_ context.Context, namespace, budget string, crit v1.Criticality) ([]v1.RetryPolicy, error) {
+func (s StaticLookup) BudgetUsers(_ context.Context, namespace, budget string, crit v1.Criticality) ([]v1.RetryPolicy, error) {
 	return s.where(func(p *v1.RetryPolicy) bool {
 		return p.Namespace == namespace && p.Spec.BudgetRef != nil && p.Spec.BudgetRef.Name == budget && CriticalityOf(p) == crit
 	}), nil
 }
 
 // NamespaceLabels returns the labels recorded with WithNamespace.
-func (s *StaticLookup) NamespaceLabels(_ context.Context, namespace string) (map[string]string, bool, error) {
+func (s StaticLookup) NamespaceLabels(_ context.Context, namespace string) (map[string]string, bool, error) {
 	l, ok := s.namespaces[namespace]
 	return maps.Clone(l), ok, nil
 }
