@@ -238,7 +238,7 @@ func crossLeaf(i int) *v1.RetryPolicy {
 }
 
 // crossNamespaces creates the labelled namespaces of the cross-namespace
-// layout and its crossPolicies policies.
+// layout and its first crossPolicies policies.
 func (bc *benchCluster) crossNamespaces(b *testing.B) {
 	b.Helper()
 	for i := range benchNamespaces {
@@ -258,17 +258,23 @@ func (bc *benchCluster) crossNamespaces(b *testing.B) {
 
 // BenchmarkValidateRetryPolicyAcrossNamespaces is BenchmarkValidateRetryPolicy
 // for chains that cross namespaces: a new leaf in a fourth namespace under
-// a chain of three, with 1,000 policies over 50 namespaces in the cache.
+// a chain of three, with 1,000 and then 3,000 policies over 50 namespaces
+// in the cache.
 func BenchmarkValidateRetryPolicyAcrossNamespaces(b *testing.B) {
 	bc := startBenchCluster(b, false)
 	bc.crossNamespaces(b)
 	v := &webhooks.RetryPolicyValidator{Reader: bc.mgr.GetCache(), Limits: policygraph.DefaultLimits()}
 	leaf := crossLeaf(0)
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := v.ValidateCreate(context.Background(), leaf); err != nil {
-			b.Fatal(err)
-		}
+	for _, n := range []int{crossPolicies, 3 * crossPolicies} {
+		bc.create(b, crossPolicies, n, crossPolicy)
+		b.Run(fmt.Sprintf("policies=%d/namespaces=%d/depth=%d", bc.total(b), benchNamespaces, crossDepth), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := v.ValidateCreate(context.Background(), leaf); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 
