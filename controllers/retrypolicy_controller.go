@@ -156,8 +156,7 @@ func (r *RetryPolicyReconciler) observe(ctx context.Context, p *v1.RetryPolicy) 
 			return facts, nil, err
 		}
 	}
-	lookup := policyindex.CacheLookup{Reader: r.Client, Namespace: p.Namespace}
-	verdict, err := policygraph.ValidateRetryPolicy(ctx, r.detecting(lookup), p, r.Limits, spec)
+	verdict, err := policygraph.ValidateRetryPolicy(ctx, r.detecting(policyindex.CacheLookup{Reader: r.Client}), p, r.Limits, spec)
 	facts.Verdict = verdict
 	return facts, budget, err
 }

@@ -31,6 +31,7 @@ var graphReasons = []struct {
 	reason string
 }{
 	{codes.LayerCycle, v1.ReasonLayerCycle},
+	{codes.ParentNotPermitted, v1.ReasonParentNotPermitted},
 	{codes.LayerAmplification, v1.ReasonAmplificationExceeded},
 	{codes.SharedFailureDomainLeak, v1.ReasonSharedFailureDomain},
 }

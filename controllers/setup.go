@@ -71,6 +71,10 @@ func SetupWithManager(_ context.Context, mgr ctrl.Manager, opts Options) error {
 		// the budget's other criticality. Any change to one (status
 		// included, so that leaf attempts ripple down) re-checks the others.
 		Watches(&v1.RetryPolicy{}, handler.EnqueueRequestsFromMapFunc(pr.relatives)).
+		// A namespace's labels decide a Selector parent's consent to the
+		// namespace's children; metadata is all that is read.
+		WatchesMetadata(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(pr.foreignChildren),
+			builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		// A budget change is republished into every payload that inlines it.
 		Watches(&v1.RetryBudget{}, handler.EnqueueRequestsFromMapFunc(pr.budgetUsers),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
@@ -96,37 +100,57 @@ func SetupWithManager(_ context.Context, mgr ctrl.Manager, opts Options) error {
 		Complete(br)
 }
 
-// relatives maps a policy to the policies whose verdict may depend on it.
+// relatives maps a policy to the policies whose verdict may depend on it:
+// its parent and its children in any namespace (a parent's consent decides
+// whether a child from another namespace counts), its pool and the users of
+// its budget's other criticality.
 func (r *RetryPolicyReconciler) relatives(ctx context.Context, o client.Object) []reconcile.Request {
 	p, ok := o.(*v1.RetryPolicy)
 	if !ok {
 		return nil
 	}
-	lookup := policyindex.CacheLookup{Reader: r.Client, Namespace: p.Namespace}
-	seen := map[string]bool{p.Name: true}
+	lookup := policyindex.CacheLookup{Reader: r.Client}
+	seen := map[types.NamespacedName]bool{client.ObjectKeyFromObject(p): true}
 	var out []reconcile.Request
-	add := func(names ...string) {
-		for _, n := range names {
-			if !seen[n] {
-				seen[n] = true
-				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: n}})
-			}
+	add := func(key types.NamespacedName) {
+		if !seen[key] {
+			seen[key] = true
+			out = append(out, reconcile.Request{NamespacedName: key})
 		}
 	}
-	if p.Spec.Layer.ParentRef != nil {
-		add(p.Spec.Layer.ParentRef.Name)
+	if key, ok := policygraph.ParentKey(p); ok {
+		add(key)
 	}
 	addAll := func(list []v1.RetryPolicy, err error) {
-		for _, q := range list {
-			add(q.Name)
+		for i := range list {
+			add(client.ObjectKeyFromObject(&list[i]))
 		}
 	}
-	addAll(lookup.Children(ctx, p.Name))
+	addAll(lookup.Children(ctx, client.ObjectKeyFromObject(p)))
 	if p.Spec.ConnectionPool != nil {
-		addAll(lookup.PoolUsers(ctx, p.Spec.ConnectionPool.Name))
+		addAll(lookup.PoolUsers(ctx, p.Namespace, p.Spec.ConnectionPool.Name))
 	}
 	if p.Spec.BudgetRef != nil {
-		addAll(lookup.BudgetUsers(ctx, p.Spec.BudgetRef.Name, policygraph.ClashingCriticality(p)))
+		addAll(lookup.BudgetUsers(ctx, p.Namespace, p.Spec.BudgetRef.Name, policygraph.ClashingCriticality(p)))
+	}
+	return out
+}
+
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+
+// foreignChildren maps a Namespace to its policies whose parent is in
+// another namespace: the namespace's labels decide whether a Selector
+// parent consents to them.
+func (r *RetryPolicyReconciler) foreignChildren(ctx context.Context, o client.Object) []reconcile.Request {
+	var list v1.RetryPolicyList
+	if err := r.List(ctx, &list, client.InNamespace(o.GetName())); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range list.Items {
+		if key, ok := policygraph.ParentKey(&list.Items[i]); ok && key.Namespace != o.GetName() {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		}
 	}
 	return out
 }

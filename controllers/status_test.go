@@ -33,6 +33,10 @@ func TestEvaluatePolicy(t *testing.T) {
 			Verdict: policygraph.Verdict{Errors: graphErr(codes.LayerAmplification)}}, v1.ReasonAmplificationExceeded},
 		"a cycle beats amplification": {policyFacts{Verdict: policygraph.Verdict{
 			Errors: append(graphErr(codes.LayerAmplification), graphErr(codes.LayerCycle)...)}}, v1.ReasonLayerCycle},
+		"a parent that does not consent": {policyFacts{BudgetRef: "b", BudgetFound: true,
+			Verdict: policygraph.Verdict{Errors: graphErr(codes.ParentNotPermitted)}}, v1.ReasonParentNotPermitted},
+		"a refusing parent beats amplification": {policyFacts{Verdict: policygraph.Verdict{
+			Errors: append(graphErr(codes.LayerAmplification), graphErr(codes.ParentNotPermitted)...)}}, v1.ReasonParentNotPermitted},
 		"a shared pool": {policyFacts{BudgetRef: "b", BudgetFound: true,
 			Verdict: policygraph.Verdict{Errors: graphErr(codes.SharedFailureDomainLeak)}}, v1.ReasonSharedFailureDomain},
 		"an invalid spec beats everything": {policyFacts{SpecErrors: graphErr(codes.RetryLimitExceeded), BudgetRef: "b",

@@ -16,6 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/retryguard/retryguard/api/policygraph"
+	"github.com/retryguard/retryguard/api/policygraph/layertest"
+	"github.com/retryguard/retryguard/api/policygraph/policyindex"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
 	"github.com/retryguard/retryguard/hack/devenv"
@@ -71,6 +73,12 @@ func startBenchCluster(b *testing.B, withWebhooks bool) *benchCluster {
 // the manager's cache to hold them.
 func (bc *benchCluster) populate(b *testing.B, from, n, depth int) {
 	prefix := fmt.Sprintf("d%d", depth)
+	bc.create(b, from, n, func(i int) *v1.RetryPolicy { return chainPolicy(prefix, i, depth) })
+}
+
+// create creates policies build(from) to build(n-1), 8 at a time, and
+// waits for the manager's cache to hold them.
+func (bc *benchCluster) create(b *testing.B, from, n int, build func(int) *v1.RetryPolicy) {
 	b.Helper()
 	ctx := context.Background()
 	work := make(chan *v1.RetryPolicy)
@@ -89,7 +97,7 @@ func (bc *benchCluster) populate(b *testing.B, from, n, depth int) {
 		})
 	}
 	for i := from; i < n; i++ {
-		work <- chainPolicy(prefix, i, depth)
+		work <- build(i)
 	}
 	close(work)
 	wg.Wait()
@@ -165,22 +173,121 @@ func BenchmarkAdmissionLatency(b *testing.B) {
 		b.Run(fmt.Sprintf("webhook=%v", withWebhooks), func(b *testing.B) {
 			bc := startBenchCluster(b, withWebhooks)
 			bc.populate(b, 0, 1000, 3)
-			ctx := context.Background()
-			lat := make([]time.Duration, 0, b.N)
-			i := 0
-			for b.Loop() {
-				p := fixtures.Policy("bench", fmt.Sprintf("new-%d", i), "leaf", 1,
+			bc.latency(b, func(i int) *v1.RetryPolicy {
+				return fixtures.Policy("bench", fmt.Sprintf("new-%d", i), "leaf", 1,
 					fixtures.Parent(fmt.Sprintf("d3-%d-2", i%333)), fixtures.Pool(fmt.Sprintf("d3-pool-%d", i%333)))
-				i++
-				start := time.Now()
-				if err := bc.client.Create(ctx, p); err != nil {
+			})
+		})
+	}
+}
+
+// latency creates build(0), build(1), ... one at a time through the API
+// server and reports p50 and p99 of the create round trip.
+func (bc *benchCluster) latency(b *testing.B, build func(int) *v1.RetryPolicy) {
+	ctx := context.Background()
+	lat := make([]time.Duration, 0, b.N)
+	i := 0
+	for b.Loop() {
+		p := build(i)
+		i++
+		start := time.Now()
+		if err := bc.client.Create(ctx, p); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+}
+
+// The cross-namespace layout: benchNamespaces namespaces, each labelled
+// benchFleetLabel, and chains of crossDepth layers whose layer k of chain c
+// lives in namespace (c+k) mod benchNamespaces, so that every chain crosses
+// crossDepth namespaces. Every parent consents by Selector, so that each
+// admission also reads the child namespace's labels.
+const (
+	benchNamespaces = 50
+	crossDepth      = 3
+	crossPolicies   = 1000
+	crossChains     = crossPolicies / crossDepth
+)
+
+var benchFleetLabel = map[string]string{"retryguard.io/fleet": "bench"}
+
+func benchNamespace(i int) string { return fmt.Sprintf("bench-%d", i%benchNamespaces) }
+
+// crossPolicy is policy i of the cross-namespace layout, named x-<chain>-<layer>.
+func crossPolicy(i int) *v1.RetryPolicy {
+	chain, layer := i/crossDepth, i%crossDepth
+	opts := []fixtures.Option{fixtures.Pool(fmt.Sprintf("x-pool-%d", chain)),
+		layertest.Allowing(v1.NamespacesFromSelector, benchFleetLabel)}
+	if layer > 0 {
+		opts = append(opts, layertest.ParentIn(benchNamespace(chain+layer-1), fmt.Sprintf("x-%d-%d", chain, layer-1)))
+	}
+	return fixtures.Policy(benchNamespace(chain+layer), fmt.Sprintf("x-%d-%d", chain, layer), fmt.Sprintf("layer-%d", layer), 1, opts...)
+}
+
+// crossLeaf is the i-th new leaf, under the deepest layer of a chain and in
+// the namespace after that layer's: one more namespace crossed.
+func crossLeaf(i int) *v1.RetryPolicy {
+	chain := i % crossChains
+	return fixtures.Policy(benchNamespace(chain+crossDepth), fmt.Sprintf("new-%d", i), "leaf", 1,
+		layertest.ParentIn(benchNamespace(chain+crossDepth-1), fmt.Sprintf("x-%d-%d", chain, crossDepth-1)),
+		fixtures.Pool(fmt.Sprintf("x-pool-%d", chain)))
+}
+
+// crossNamespaces creates the labelled namespaces of the cross-namespace
+// layout and its first crossPolicies policies.
+func (bc *benchCluster) crossNamespaces(b *testing.B) {
+	b.Helper()
+	for i := range benchNamespaces {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: benchNamespace(i), Labels: benchFleetLabel}}
+		if err := bc.client.Create(context.Background(), ns); err != nil {
+			b.Fatal(err)
+		}
+	}
+	bc.create(b, 0, crossPolicies, crossPolicy)
+	// The manager's controllers watch namespace metadata from the start; a
+	// manager with the webhooks alone starts that informer on the first
+	// consent check. Start it here, so that no timed create waits for it.
+	if _, _, err := (policyindex.CacheLookup{Reader: bc.mgr.GetCache()}).NamespaceLabels(context.Background(), benchNamespace(0)); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkValidateRetryPolicyAcrossNamespaces is BenchmarkValidateRetryPolicy
+// for chains that cross namespaces: a new leaf in a fourth namespace under
+// a chain of three, with 1,000 and then 3,000 policies over 50 namespaces
+// in the cache.
+func BenchmarkValidateRetryPolicyAcrossNamespaces(b *testing.B) {
+	bc := startBenchCluster(b, false)
+	bc.crossNamespaces(b)
+	v := &webhooks.RetryPolicyValidator{Reader: bc.mgr.GetCache(), Limits: policygraph.DefaultLimits()}
+	leaf := crossLeaf(0)
+	for _, n := range []int{crossPolicies, 3 * crossPolicies} {
+		bc.create(b, crossPolicies, n, crossPolicy)
+		b.Run(fmt.Sprintf("policies=%d/namespaces=%d/depth=%d", bc.total(b), benchNamespaces, crossDepth), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := v.ValidateCreate(context.Background(), leaf); err != nil {
 					b.Fatal(err)
 				}
-				lat = append(lat, time.Since(start))
 			}
-			slices.Sort(lat)
-			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
-			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+		})
+	}
+}
+
+// BenchmarkAdmissionLatencyAcrossNamespaces is BenchmarkAdmissionLatency
+// with 1,000 policies spread over 50 namespaces in chains that cross three
+// namespaces, each parent consenting by namespace Selector; each create is
+// a leaf in yet another namespace. Run it with -benchtime=500x.
+func BenchmarkAdmissionLatencyAcrossNamespaces(b *testing.B) {
+	for _, withWebhooks := range []bool{true, false} {
+		b.Run(fmt.Sprintf("webhook=%v", withWebhooks), func(b *testing.B) {
+			bc := startBenchCluster(b, withWebhooks)
+			bc.crossNamespaces(b)
+			bc.latency(b, crossLeaf)
 		})
 	}
 }

@@ -17,7 +17,8 @@ import (
 
 // RetryPolicyValidator admits RetryPolicies. It is safe for concurrent use.
 type RetryPolicyValidator struct {
-	// Reader serves other policies; in the manager it is the indexed cache.
+	// Reader serves other policies and the labels of namespaces; in the
+	// manager it is the indexed cache.
 	Reader client.Reader
 	// Limits are the platform's cross-object limits.
 	Limits policygraph.Limits
@@ -44,8 +45,7 @@ func (v *RetryPolicyValidator) ValidateDelete(context.Context, *v1.RetryPolicy) 
 func (v *RetryPolicyValidator) validate(ctx context.Context, p *v1.RetryPolicy) (admission.Warnings, error) {
 	spec := field.NewPath("spec")
 	errs := v1.ValidateRetryPolicySpec(&p.Spec, spec)
-	lookup := policyindex.CacheLookup{Reader: v.Reader, Namespace: p.Namespace}
-	verdict, err := policygraph.ValidateRetryPolicy(ctx, lookup, p, v.Limits, spec)
+	verdict, err := policygraph.ValidateRetryPolicy(ctx, policyindex.CacheLookup{Reader: v.Reader}, p, v.Limits, spec)
 	if err != nil {
 		return nil, apierrors.NewInternalError(err)
 	}

@@ -101,8 +101,10 @@ func TestRetryBudgetValidator(t *testing.T) {
 }
 
 // FuzzValidateRetryPolicy sends random specs through the admission
-// validator against a cache holding a small call tree. It must never panic,
-// and an admitted policy never makes a chain above the limit.
+// validator against a cache holding a small call tree, with parents in
+// another namespace that consent (All) and that do not (Same). It must
+// never panic, an admitted policy never makes a chain above the limit, and
+// an admitted policy never names a parent that does not allow it.
 func FuzzValidateRetryPolicy(f *testing.F) {
 	stored := []*v1.RetryPolicy{
 		policyIn("ns", "workflow", "workflow", 1),
@@ -110,15 +112,20 @@ func FuzzValidateRetryPolicy(f *testing.F) {
 		policyIn("ns", "connector", "connector", 1, parent("job")),
 		policyIn("ns", "loop-a", "a", 1, parent("loop-b")),
 		policyIn("ns", "loop-b", "b", 1, parent("loop-a")),
+		policyIn("gw", "open", "gateway", 1, allowing(v1.NamespacesFromAll, nil)),
+		policyIn("gw", "closed", "gateway", 3),
+		policyIn("gw", "job", "job", 3, parent("open"), allowing(v1.NamespacesFromAll, nil)),
 	}
 	v := validator(stored...)
-	lookup := policyindex.CacheLookup{Reader: v.Reader, Namespace: "ns"}
+	lookup := policyindex.CacheLookup{Reader: v.Reader}
 	for _, p := range stored {
 		raw, _ := json.Marshal(p.Spec)
 		f.Add("new", raw)
 		f.Add(p.Name, raw)
 	}
 	f.Add("job", []byte(`{"maxAttempts":3,"layer":{"name":"x","parentRef":{"name":"connector"}}}`))
+	f.Add("new", []byte(`{"maxAttempts":1,"layer":{"name":"x","parentRef":{"name":"closed","namespace":"gw"}}}`))
+	f.Add("new", []byte(`{"maxAttempts":3,"layer":{"name":"x","parentRef":{"name":"job","namespace":"gw"}}}`))
 	f.Fuzz(func(t *testing.T, name string, raw []byte) {
 		var spec v1.RetryPolicySpec
 		if name == "" || json.Unmarshal(raw, &spec) != nil {
@@ -134,6 +141,11 @@ func FuzzValidateRetryPolicy(f *testing.F) {
 		}
 		if len(a.Cycle) > 0 || a.Worst().Product() > policygraph.DefaultMaxLeafAttempts {
 			t.Fatalf("admitted %s with chain %s, cycle %v", name, a.Worst(), a.Cycle)
+		}
+		if key, ok := policygraph.ParentKey(p); ok {
+			if parent, _ := lookup.Get(context.Background(), key); parent != nil && !policygraph.ChildPermitted(parent, p.Namespace, nil) {
+				t.Fatalf("admitted %s under %s, which does not allow namespace %s", name, key, p.Namespace)
+			}
 		}
 	})
 }

@@ -1,6 +1,7 @@
 package webhooks_test
 
 import (
+	"fmt"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -9,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/retryguard/retryguard/api/policygraph/layertest"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
 )
@@ -69,6 +71,62 @@ var _ = Describe("Layer product", func() {
 		create(policyIn(ns, "a", "a", 1, parent("b")))
 		err := k8s.Create(ctx, policyIn(ns, "b", "b", 1, parent("a")))
 		refused(err, "spec.layer.parentRef.name", "ERR_LAYER_CYCLE", "b → a → b")
+	})
+})
+
+var payments = map[string]string{"retryguard.io/team": "payments"}
+
+var _ = Describe("Layers across namespaces", func() {
+	It("refuses a [3,3,3] chain across three namespaces, naming each layer's namespace", func() {
+		gw, co, pay := newNamespace(), newNamespace(), newNamespace()
+		create(policyIn(gw, "workflow", "workflow", 3, allowing(v1.NamespacesFromAll, nil)))
+		create(policyIn(pay, "connector", "connector", 3, parentIn(co, "job")))
+		err := k8s.Create(ctx, policyIn(co, "job", "job", 3, parentIn(gw, "workflow"), allowing(v1.NamespacesFromAll, nil)))
+		refused(err, "spec.maxAttempts", "ERR_LAYER_AMPLIFICATION",
+			fmt.Sprintf("%s/workflow(3) × %s/job(3) × %s/connector(3) = 27 > 3", gw, co, pay))
+	})
+
+	It("refuses a child from another namespace when its parent allows only its own (Same)", func() {
+		gw, pay := newNamespace(), newNamespace()
+		create(policyIn(gw, "job", "job", 1, allowing(v1.NamespacesFromSame, nil)))
+		err := k8s.Create(ctx, policyIn(pay, "connector", "connector", 3, parentIn(gw, "job")))
+		refused(err, "spec.layer.parentRef.namespace", "ERR_PARENT_NOT_PERMITTED",
+			fmt.Sprintf(`RetryPolicy "%s/job" does not allow child layers from namespace %q`, gw, pay), "from is Same")
+	})
+
+	It("accepts a child from another namespace when its parent allows All", func() {
+		gw, pay := newNamespace(), newNamespace()
+		create(policyIn(gw, "job", "job", 1, allowing(v1.NamespacesFromAll, nil)))
+		create(policyIn(pay, "connector", "connector", 3, parentIn(gw, "job")))
+		Expect(warnings.Take()).To(BeEmpty())
+	})
+
+	It("accepts a child whose namespace labels match its Selector parent, and counts it against the parent", func() {
+		gw, pay := newNamespace(), labelledNamespace(payments)
+		job := policyIn(gw, "job", "job", 1, allowing(v1.NamespacesFromSelector, payments))
+		create(job)
+		create(policyIn(pay, "connector", "connector", 3, parentIn(gw, "job")))
+		Expect(warnings.Take()).To(BeEmpty())
+		job.Spec.MaxAttempts = 2
+		refused(k8s.Update(ctx, job), "ERR_LAYER_AMPLIFICATION", fmt.Sprintf("%s/job(2) × %s/connector(3) = 6 > 3", gw, pay))
+	})
+
+	It("refuses a child whose namespace labels do not match its Selector parent", func() {
+		gw, ads := newNamespace(), labelledNamespace(map[string]string{"retryguard.io/team": "ads"})
+		create(policyIn(gw, "job", "job", 1, allowing(v1.NamespacesFromSelector, payments)))
+		err := k8s.Create(ctx, policyIn(ads, "connector", "connector", 3, parentIn(gw, "job")))
+		refused(err, "spec.layer.parentRef.namespace", "ERR_PARENT_NOT_PERMITTED", "the selector does not match namespace")
+	})
+
+	It("admits a parent that withdraws consent, warning which children it no longer counts", func() {
+		gw, pay := newNamespace(), newNamespace()
+		job := policyIn(gw, "job", "job", 3, allowing(v1.NamespacesFromAll, nil))
+		create(job)
+		create(policyIn(pay, "connector", "connector", 1, parentIn(gw, "job")))
+		job.Spec.Layer.AllowedChildren = nil
+		Expect(k8s.Update(ctx, job)).To(Succeed())
+		Expect(warnings.Take()).To(ContainElement(ContainSubstring(
+			fmt.Sprintf("does not allow the child layers %s/connector", pay))))
 	})
 })
 
@@ -140,3 +198,8 @@ var _ = Describe("Single-object rules", func() {
 		Expect(apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(p), &stored))).To(BeTrue())
 	})
 })
+
+var (
+	parentIn = layertest.ParentIn
+	allowing = layertest.Allowing
+)

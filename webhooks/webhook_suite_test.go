@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/retryguard/retryguard/api/policygraph"
+	"github.com/retryguard/retryguard/api/policygraph/policyindex"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
 	"github.com/retryguard/retryguard/hack/devenv"
 )
@@ -75,6 +76,19 @@ func newNamespace() string {
 	name := fmt.Sprintf("wh-%d", nsSeq.Add(1))
 	Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})).To(Succeed())
 	return name
+}
+
+// labelledNamespace creates a namespace with labels and waits until the
+// webhooks' cache (which reads namespaces as metadata) has seen it.
+func labelledNamespace(labels map[string]string) string {
+	GinkgoHelper()
+	n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("wh-%d", nsSeq.Add(1)), Labels: labels}}
+	Expect(k8s.Create(ctx, n)).To(Succeed())
+	m := policyindex.NamespaceMetadata()
+	m.SetName(n.Name)
+	m.SetResourceVersion(n.ResourceVersion)
+	settled(m)
+	return n.Name
 }
 
 // settled waits until the manager's cache, which the webhooks read, has

@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
@@ -46,21 +47,33 @@ func DefaultLimits() Limits {
 	return Limits{MaxLeafAttempts: DefaultMaxLeafAttempts, MaxRetryPercent: DefaultMaxRetryPercent}
 }
 
-// Lookup reads the RetryPolicies of one namespace. Get returns nil, nil for
-// a policy that does not exist. Each list answers one indexed question, so
-// the cost of a rule follows what it asks about, not the namespace's size.
+// Lookup reads RetryPolicies and the labels of namespaces. Get returns nil,
+// nil for a policy that does not exist. Each list answers one indexed
+// question, so the cost of a rule follows what it asks about, not the
+// cluster's size.
 type Lookup interface {
-	Get(ctx context.Context, name string) (*v1.RetryPolicy, error)
-	Children(ctx context.Context, parent string) ([]v1.RetryPolicy, error)
-	PoolUsers(ctx context.Context, pool string) ([]v1.RetryPolicy, error)
-	BudgetUsers(ctx context.Context, budget string, crit v1.Criticality) ([]v1.RetryPolicy, error)
+	// Get reads one policy.
+	Get(ctx context.Context, key types.NamespacedName) (*v1.RetryPolicy, error)
+	// Children lists the policies, in every namespace, whose parentRef
+	// names parent.
+	Children(ctx context.Context, parent types.NamespacedName) ([]v1.RetryPolicy, error)
+	// PoolUsers lists the policies of namespace that use the pool.
+	PoolUsers(ctx context.Context, namespace, pool string) ([]v1.RetryPolicy, error)
+	// BudgetUsers lists the policies of namespace and of one criticality
+	// that draw on the budget.
+	BudgetUsers(ctx context.Context, namespace, budget string, crit v1.Criticality) ([]v1.RetryPolicy, error)
+	// NamespaceLabels reads a namespace's labels; found is false when the
+	// lookup does not know the namespace.
+	NamespaceLabels(ctx context.Context, namespace string) (labels map[string]string, found bool, err error)
 }
 
 // Layer is one policy's place in a chain.
 type Layer struct {
-	Policy   string
-	Layer    string
-	Attempts int32
+	// Namespace is the policy's namespace.
+	Namespace string
+	Policy    string
+	Layer     string
+	Attempts  int32
 	// Hidden is layer.hiddenAttempts: the attempts someone else's code (an
 	// SDK, a proxy) makes for each of Attempts. 0 reads as 1, nothing hidden.
 	Hidden int32
@@ -74,7 +87,7 @@ func (l Layer) Calls() int64 {
 
 // LayerOf is p's layer as a chain holds it, hidden attempts included.
 func LayerOf(p *v1.RetryPolicy) Layer {
-	return Layer{Policy: p.Name, Layer: p.Spec.Layer.Name, Attempts: p.Spec.MaxAttempts,
+	return Layer{Namespace: p.Namespace, Policy: p.Name, Layer: p.Spec.Layer.Name, Attempts: p.Spec.MaxAttempts,
 		Hidden: ptr.Deref(p.Spec.Layer.HiddenAttempts, v1.DefaultHiddenAttempts)}
 }
 
@@ -98,29 +111,46 @@ func (c Chain) Product() int64 {
 
 // String renders the chain as the webhook's message shows it:
 // "workflow(3) × job(3) × connector(3) = 27", and a layer with hidden
-// attempts as "connector(3×3 hidden)".
+// attempts as "connector(3×3 hidden)". A chain that crosses namespaces
+// names each layer's namespace: "gateway/workflow(3) × payments/connector(3)".
 func (c Chain) String() string {
 	parts := make([]string, len(c))
+	qualify := c.crossesNamespaces()
 	for i, l := range c {
+		name := l.Layer
+		if qualify {
+			name = l.Namespace + "/" + name
+		}
 		if l.Hidden > 1 {
-			parts[i] = fmt.Sprintf("%s(%d×%d hidden)", l.Layer, l.Attempts, l.Hidden)
+			parts[i] = fmt.Sprintf("%s(%d×%d hidden)", name, l.Attempts, l.Hidden)
 			continue
 		}
-		parts[i] = fmt.Sprintf("%s(%d)", l.Layer, l.Attempts)
+		parts[i] = fmt.Sprintf("%s(%d)", name, l.Attempts)
 	}
 	return fmt.Sprintf("%s = %d", strings.Join(parts, " × "), c.Product())
 }
 
-// Policies lists the policy names along the chain.
+// Policies lists the policy names along the chain, namespace/name when the
+// chain crosses namespaces.
 func (c Chain) Policies() string {
 	names := make([]string, len(c))
+	qualify := c.crossesNamespaces()
 	for i, l := range c {
 		names[i] = l.Policy
+		if qualify {
+			names[i] = l.Namespace + "/" + l.Policy
+		}
 	}
 	return strings.Join(names, " → ")
 }
 
-// Analysis is a policy's position in its call tree.
+func (c Chain) crossesNamespaces() bool {
+	return slices.ContainsFunc(c, func(l Layer) bool { return l.Namespace != c[0].Namespace })
+}
+
+// Analysis is a policy's position in its call tree. The tree is cut where a
+// parent does not consent to a child from another namespace: such a child
+// is neither a descendant of the parent nor has the parent as an ancestor.
 type Analysis struct {
 	// Ancestors are the calling layers, the outermost first.
 	Ancestors Chain
@@ -128,12 +158,27 @@ type Analysis struct {
 	Self Layer
 	// Descendants is the path below Self with the largest attempt product.
 	Descendants Chain
-	// MissingParent names the first parentRef that does not exist yet.
+	// MissingParent names the first parentRef that does not exist yet:
+	// its name, or namespace/name when it is in another namespace.
 	MissingParent string
+	// NotPermitted is set when Self's own parent, in another namespace,
+	// does not allow Self's namespace.
+	NotPermitted *Refusal
+	// Unpermitted are Self's children, from other namespaces, that Self's
+	// layer.allowedChildren does not allow; they are not counted.
+	Unpermitted []types.NamespacedName
 	// Cycle lists the policies of a parentRef cycle through Self, if any.
 	Cycle []string
 	// TooDeep is set when a chain is longer than MaxDepth.
 	TooDeep bool
+}
+
+// Refusal is a parent's refusal of a child from another namespace.
+type Refusal struct {
+	// Parent is the parent that refuses.
+	Parent types.NamespacedName
+	// From is the parent's layer.allowedChildren.namespaces.from.
+	From v1.FromNamespaces
 }
 
 // LeafAttempts is the product along the parentRef chain down to this policy:
@@ -148,32 +193,73 @@ func (a Analysis) Worst() Chain {
 	return append(c, a.Descendants...)
 }
 
+// ParentKey is the policy p's parentRef names: its namespace defaults to
+// p's own. ok is false when p has no parent.
+func ParentKey(p *v1.RetryPolicy) (key types.NamespacedName, ok bool) {
+	ref := p.Spec.Layer.ParentRef
+	if ref == nil {
+		return types.NamespacedName{}, false
+	}
+	ns := p.Namespace
+	if ref.Namespace != nil && *ref.Namespace != "" {
+		ns = *ref.Namespace
+	}
+	return types.NamespacedName{Namespace: ns, Name: ref.Name}, true
+}
+
+// displayName is key as a message names it seen from namespace home: the
+// bare name at home, namespace/name elsewhere.
+func displayName(key types.NamespacedName, home string) string {
+	if key.Namespace == home {
+		return key.Name
+	}
+	return key.String()
+}
+
 // Analyze places p, as it would be stored, in its call tree: it follows
-// parentRef up to the root and children down to the worst leaf.
+// parentRef up to the root and children down to the worst leaf, across
+// namespaces where the parents consent.
 func Analyze(ctx context.Context, lk Lookup, p *v1.RetryPolicy) (Analysis, error) {
-	self, err := LayerIn(ctx, lk, p)
+	layer, err := LayerIn(ctx, lk, p)
 	if err != nil {
 		return Analysis{}, err
 	}
-	a := Analysis{Self: self}
-	path := []string{p.Name}
-	onPath := map[string]bool{p.Name: true}
-	for cur := p; cur.Spec.Layer.ParentRef != nil; {
-		name := cur.Spec.Layer.ParentRef.Name
-		if onPath[name] {
-			a.Cycle = cycleFrom(path, name)
+	a := Analysis{Self: layer}
+	consent := newConsent(lk)
+	self := keyOf(p)
+	path := []types.NamespacedName{self}
+	onPath := map[types.NamespacedName]bool{self: true}
+	for cur := p; ; {
+		key, ok := ParentKey(cur)
+		if !ok {
+			break
+		}
+		if onPath[key] {
+			a.Cycle = cycleFrom(path, key, p.Namespace)
 			return a, nil
 		}
 		if len(path) > MaxDepth {
 			a.TooDeep = true
 			return a, nil
 		}
-		parent, err := lk.Get(ctx, name)
+		parent, err := lk.Get(ctx, key)
 		if err != nil {
 			return a, err
 		}
 		if parent == nil {
-			a.MissingParent = name
+			a.MissingParent = displayName(key, p.Namespace)
+			break
+		}
+		permitted, err := consent.permits(ctx, parent, cur.Namespace)
+		if err != nil {
+			return a, err
+		}
+		if !permitted {
+			// The parent does not count cur, and cur makes a single
+			// attempt: the chain above is cut here.
+			if cur == p {
+				a.NotPermitted = &Refusal{Parent: key, From: FromOf(parent)}
+			}
 			break
 		}
 		layer, err := LayerIn(ctx, lk, parent)
@@ -181,34 +267,42 @@ func Analyze(ctx context.Context, lk Lookup, p *v1.RetryPolicy) (Analysis, error
 			return a, err
 		}
 		a.Ancestors = append(Chain{layer}, a.Ancestors...)
-		path = append(path, name)
-		onPath[name] = true
+		path = append(path, key)
+		onPath[key] = true
 		cur = parent
 	}
-	desc, deep, err := worstDescendants(ctx, lk, p.Name, onPath, 0)
+	desc, deep, err := worstDescendants(ctx, lk, consent, p, onPath, 0, &a.Unpermitted)
 	a.Descendants, a.TooDeep = desc, deep
 	return a, err
 }
 
-// cycleFrom turns the upward path (child, parent, grandparent, ...) that
-// reached name again into the cycle in call order, caller first:
-// a's parent c, c's parent b, b's parent a reads "a → b → c → a".
-func cycleFrom(path []string, name string) []string {
-	start := slices.Index(path, name)
-	out := []string{name}
-	for i := len(path) - 1; i > start; i-- {
-		out = append(out, path[i])
-	}
-	return append(out, name)
+// keyOf is p's key.
+func keyOf(p *v1.RetryPolicy) types.NamespacedName {
+	return types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
 }
 
-// worstDescendants returns the path below name with the largest product.
-// Each policy has one parent, so the walk visits each descendant once.
-func worstDescendants(ctx context.Context, lk Lookup, name string, onPath map[string]bool, depth int) (Chain, bool, error) {
+// cycleFrom turns the upward path (child, parent, grandparent, ...) that
+// reached key again into the cycle in call order, caller first:
+// a's parent c, c's parent b, b's parent a reads "a → b → c → a".
+func cycleFrom(path []types.NamespacedName, key types.NamespacedName, home string) []string {
+	start := slices.Index(path, key)
+	out := []string{displayName(key, home)}
+	for i := len(path) - 1; i > start; i-- {
+		out = append(out, displayName(path[i], home))
+	}
+	return append(out, displayName(key, home))
+}
+
+// worstDescendants returns the path below parent with the largest product.
+// Each policy has one parent, so the walk visits each descendant once. A
+// child the parent does not consent to is skipped; the ones directly below
+// the analysed policy are reported in unpermitted.
+func worstDescendants(ctx context.Context, lk Lookup, consent *consent, parent *v1.RetryPolicy,
+	onPath map[types.NamespacedName]bool, depth int, unpermitted *[]types.NamespacedName) (Chain, bool, error) {
 	if depth > MaxDepth {
 		return nil, true, nil
 	}
-	children, err := lk.Children(ctx, name)
+	children, err := lk.Children(ctx, keyOf(parent))
 	if err != nil {
 		return nil, false, err
 	}
@@ -217,12 +311,23 @@ func worstDescendants(ctx context.Context, lk Lookup, name string, onPath map[st
 	tooDeep := false
 	for i := range children {
 		c := &children[i]
-		if onPath[c.Name] {
+		key := keyOf(c)
+		if onPath[key] {
 			continue // a stored cycle the up-walk reports; never loop on it
 		}
-		onPath[c.Name] = true
-		below, deep, err := worstDescendants(ctx, lk, c.Name, onPath, depth+1)
-		delete(onPath, c.Name)
+		permitted, err := consent.permits(ctx, parent, c.Namespace)
+		if err != nil {
+			return nil, false, err
+		}
+		if !permitted {
+			if depth == 0 {
+				*unpermitted = append(*unpermitted, key)
+			}
+			continue
+		}
+		onPath[key] = true
+		below, deep, err := worstDescendants(ctx, lk, consent, c, onPath, depth+1, unpermitted)
+		delete(onPath, key)
 		if err != nil {
 			return nil, false, err
 		}

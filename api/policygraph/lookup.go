@@ -2,30 +2,44 @@ package policygraph
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 )
 
-// StaticLookup is a Lookup over a fixed set of policies, for tests. It is a
-// linear scan; use it for tables, not for benchmarks of scale.
-type StaticLookup map[string]v1.RetryPolicy
+// StaticLookup is a Lookup over a fixed set of policies and namespaces, for
+// tests and offline tools. It is a linear scan; use it for tables, not for
+// benchmarks of scale. Copies share their contents. It is not safe for
+// concurrent use while WithNamespace adds to it.
+type StaticLookup struct {
+	policies   map[types.NamespacedName]v1.RetryPolicy
+	namespaces map[string]map[string]string
+}
 
 var _ Lookup = StaticLookup{}
 
-// NewStaticLookup indexes policies by name.
+// NewStaticLookup indexes policies by namespace and name.
 func NewStaticLookup(policies ...v1.RetryPolicy) StaticLookup {
-	s := StaticLookup{}
+	s := StaticLookup{policies: map[types.NamespacedName]v1.RetryPolicy{}, namespaces: map[string]map[string]string{}}
 	for _, p := range policies {
-		s[p.Name] = p
+		s.policies[keyOf(&p)] = p
 	}
 	return s
 }
 
-// Get returns a copy of the named policy, or nil.
-func (s StaticLookup) Get(_ context.Context, name string) (*v1.RetryPolicy, error) {
-	p, ok := s[name]
+// WithNamespace records a namespace and its labels.
+func (s StaticLookup) WithNamespace(name string, labels map[string]string) StaticLookup {
+	s.namespaces[name] = maps.Clone(labels)
+	return s
+}
+
+// Get returns a copy of the policy, or nil.
+func (s StaticLookup) Get(_ context.Context, key types.NamespacedName) (*v1.RetryPolicy, error) {
+	p, ok := s.policies[key]
 	if !ok {
 		return nil, nil
 	}
@@ -34,32 +48,42 @@ func (s StaticLookup) Get(_ context.Context, name string) (*v1.RetryPolicy, erro
 
 func (s StaticLookup) where(keep func(*v1.RetryPolicy) bool) []v1.RetryPolicy {
 	var out []v1.RetryPolicy
-	for _, p := range s {
+	for _, p := range s.policies {
 		if keep(&p) {
 			out = append(out, *p.DeepCopy())
 		}
 	}
-	slices.SortFunc(out, func(a, b v1.RetryPolicy) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b v1.RetryPolicy) int {
+		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	})
 	return out
 }
 
-// Children lists the policies whose parentRef names parent.
-func (s StaticLookup) Children(_ context.Context, parent string) ([]v1.RetryPolicy, error) {
+// Children lists the policies, in every namespace, whose parentRef names parent.
+func (s StaticLookup) Children(_ context.Context, parent types.NamespacedName) ([]v1.RetryPolicy, error) {
 	return s.where(func(p *v1.RetryPolicy) bool {
-		return p.Spec.Layer.ParentRef != nil && p.Spec.Layer.ParentRef.Name == parent
+		key, ok := ParentKey(p)
+		return ok && key == parent
 	}), nil
 }
 
-// PoolUsers lists the policies that use the pool.
-func (s StaticLookup) PoolUsers(_ context.Context, pool string) ([]v1.RetryPolicy, error) {
+// PoolUsers lists the policies of namespace that use the pool.
+func (s StaticLookup) PoolUsers(_ context.Context, namespace, pool string) ([]v1.RetryPolicy, error) {
 	return s.where(func(p *v1.RetryPolicy) bool {
-		return p.Spec.ConnectionPool != nil && p.Spec.ConnectionPool.Name == pool
+		return p.Namespace == namespace && p.Spec.ConnectionPool != nil && p.Spec.ConnectionPool.Name == pool
 	}), nil
 }
 
-// BudgetUsers lists the policies of one criticality that draw on the budget.
-func (s StaticLookup) BudgetUsers(_ context.Context, budget string, crit v1.Criticality) ([]v1.RetryPolicy, error) {
+// BudgetUsers lists the policies of namespace and of one criticality that
+// draw on the budget.
+func (s StaticLookup) BudgetUsers(_ context.Context, namespace, budget string, crit v1.Criticality) ([]v1.RetryPolicy, error) {
 	return s.where(func(p *v1.RetryPolicy) bool {
-		return p.Spec.BudgetRef != nil && p.Spec.BudgetRef.Name == budget && CriticalityOf(p) == crit
+		return p.Namespace == namespace && p.Spec.BudgetRef != nil && p.Spec.BudgetRef.Name == budget && CriticalityOf(p) == crit
 	}), nil
+}
+
+// NamespaceLabels returns the labels recorded with WithNamespace.
+func (s StaticLookup) NamespaceLabels(_ context.Context, namespace string) (map[string]string, bool, error) {
+	l, ok := s.namespaces[namespace]
+	return maps.Clone(l), ok, nil
 }

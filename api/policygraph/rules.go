@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
@@ -23,9 +24,12 @@ type Verdict struct {
 }
 
 // ValidateRetryPolicy applies every cross-object rule to p as it would be
-// stored: the layer product, cycles, shared failure domains, and the
-// feasibility of its schedule. A parent that does not exist yet is a warning,
-// because kubectl applies files in any order.
+// stored: the layer product, cycles, a parent's consent to a child from
+// another namespace, shared failure domains, and the feasibility of its
+// schedule. A parent that does not exist yet is a warning, because kubectl
+// applies files in any order. A parent that withdraws its consent is
+// admitted with a warning naming the children it drops: the parent's owner
+// decides, and those children turn not Ready and stop retrying.
 func ValidateRetryPolicy(ctx context.Context, lk Lookup, p *v1.RetryPolicy, limits Limits, fldPath *field.Path) (Verdict, error) {
 	var v Verdict
 	a, err := Analyze(ctx, lk, p)
@@ -48,6 +52,13 @@ func ValidateRetryPolicy(ctx context.Context, lk Lookup, p *v1.RetryPolicy, limi
 					worst, limits.MaxLeafAttempts, worst.Policies())))
 		}
 	}
+	if r := a.NotPermitted; r != nil {
+		v.Errors = append(v.Errors, v1.Invalid(fldPath.Child("layer", "parentRef", "namespace"), r.Parent.Namespace, codes.ParentNotPermitted,
+			NotPermittedMessage(*r, p.Namespace)))
+	}
+	if len(a.Unpermitted) > 0 {
+		v.Warnings = append(v.Warnings, unpermittedWarning(a.Unpermitted, FromOf(p)))
+	}
 	if a.MissingParent != "" {
 		v.Warnings = append(v.Warnings, fmt.Sprintf(
 			"layer.parentRef: RetryPolicy %q does not exist yet; this policy stays not Ready (and its pods do not retry) until it does",
@@ -65,6 +76,37 @@ func ValidateRetryPolicy(ctx context.Context, lk Lookup, p *v1.RetryPolicy, limi
 	return v, nil
 }
 
+// NotPermittedMessage explains a parent's refusal of a child in namespace
+// childNS, and the fix.
+func NotPermittedMessage(r Refusal, childNS string) string {
+	var why string
+	switch r.From {
+	case v1.NamespacesFromSelector:
+		why = fmt.Sprintf("its layer.allowedChildren.namespaces.from is Selector and the selector does not match namespace %q; "+
+			"ask the parent's owner to widen the selector, or label namespace %q to match it", childNS, childNS)
+	default:
+		why = fmt.Sprintf("its layer.allowedChildren.namespaces.from is %s, which allows child layers from its own namespace only; "+
+			"ask the parent's owner to set from to All, or to Selector with a selector matching namespace %q", r.From, childNS)
+	}
+	return fmt.Sprintf("layer.parentRef: RetryPolicy %q does not allow child layers from namespace %q: %s", r.Parent, childNS, why)
+}
+
+// unpermittedWarning names the children from other namespaces that the
+// policy's layer.allowedChildren does not allow.
+func unpermittedWarning(children []types.NamespacedName, from v1.FromNamespaces) string {
+	names := make([]string, len(children))
+	for i, c := range children {
+		names[i] = c.String()
+	}
+	slices.Sort(names)
+	if len(names) > 3 {
+		names = append(names[:3], fmt.Sprintf("and %d more", len(names)-3))
+	}
+	return fmt.Sprintf("layer.allowedChildren: namespaces.from %s does not allow the child layers %s; they are not counted in this "+
+		"policy's product, turn not Ready (ParentNotPermitted), and their pods make a single attempt",
+		from, strings.Join(names, ", "))
+}
+
 // validateFailureDomains: a connection pool is shared only by policies with
 // the same criticality and target.service, and a budget only by policies of
 // the same criticality, so that a marketing outage cannot starve 2FA.
@@ -72,7 +114,7 @@ func validateFailureDomains(ctx context.Context, lk Lookup, p *v1.RetryPolicy, f
 	var errs field.ErrorList
 	crit := CriticalityOf(p)
 	if pool := p.Spec.ConnectionPool; pool != nil {
-		users, err := lk.PoolUsers(ctx, pool.Name)
+		users, err := lk.PoolUsers(ctx, p.Namespace, pool.Name)
 		if err != nil {
 			return nil, err
 		}
@@ -85,7 +127,7 @@ func validateFailureDomains(ctx context.Context, lk Lookup, p *v1.RetryPolicy, f
 		}
 	}
 	if b := p.Spec.BudgetRef; b != nil {
-		users, err := lk.BudgetUsers(ctx, b.Name, ClashingCriticality(p))
+		users, err := lk.BudgetUsers(ctx, p.Namespace, b.Name, ClashingCriticality(p))
 		if err != nil {
 			return nil, err
 		}

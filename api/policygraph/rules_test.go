@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/retryguard/retryguard/api/policygraph"
+	"github.com/retryguard/retryguard/api/policygraph/layertest"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
 	"github.com/retryguard/retryguard/runtime/codes"
@@ -32,6 +33,11 @@ func pol(name, layer string, attempts int32, opts ...fixtures.Option) v1.RetryPo
 	return *fixtures.Policy("ns", name, layer, attempts, append([]fixtures.Option{fixtures.BudgetRef("b")}, opts...)...)
 }
 
+// polIn is a fixture policy in namespace ns with budget "b".
+func polIn(ns, name, layer string, attempts int32, opts ...fixtures.Option) v1.RetryPolicy {
+	return *fixtures.Policy(ns, name, layer, attempts, append([]fixtures.Option{fixtures.BudgetRef("b")}, opts...)...)
+}
+
 func codesOf(errs field.ErrorList) []string {
 	var out []string
 	for _, e := range errs {
@@ -46,6 +52,7 @@ func TestValidateRetryPolicy(t *testing.T) {
 	limit9 := policygraph.Limits{MaxLeafAttempts: 9, MaxRetryPercent: 10}
 	for name, tc := range map[string]struct {
 		stored   []v1.RetryPolicy
+		labels   map[string]map[string]string // namespace labels
 		incoming v1.RetryPolicy
 		limits   *policygraph.Limits
 		want     []string // "field code"
@@ -137,6 +144,91 @@ func TestValidateRetryPolicy(t *testing.T) {
 			want:     []string{"spec.layer.parentRef.name ERR_LAYER_CYCLE"},
 			message:  "a → b → c → a",
 		},
+		"cross-namespace [3,3,3] names each layer's namespace": {
+			stored: []v1.RetryPolicy{
+				polIn("gateway", "workflow", "workflow", 3, allow(v1.NamespacesFromAll, nil)),
+				polIn("checkout", "job", "job", 3, parentIn("gateway", "workflow"), allow(v1.NamespacesFromAll, nil)),
+			},
+			incoming: polIn("payments", "connector", "connector", 3, parentIn("checkout", "job")),
+			want:     []string{"spec.maxAttempts ERR_LAYER_AMPLIFICATION"},
+			message:  "gateway/workflow(3) × checkout/job(3) × payments/connector(3) = 27 > 3: attempts multiply across layers (gateway/workflow → checkout/job → payments/connector)",
+			leaf:     27,
+		},
+		"a parent in another namespace counts its foreign child on update": {
+			stored:   []v1.RetryPolicy{polIn("payments", "connector", "connector", 3, parentIn("gateway", "job"))},
+			incoming: polIn("gateway", "job", "job", 2, allow(v1.NamespacesFromAll, nil)),
+			want:     []string{"spec.maxAttempts ERR_LAYER_AMPLIFICATION"},
+			message:  "gateway/job(2) × payments/connector(3) = 6 > 3",
+		},
+		"parentRef.namespace set to the policy's own namespace needs no consent": {
+			stored:   []v1.RetryPolicy{pol("job", "job", 1)},
+			incoming: pol("connector", "connector", 3, parentIn("ns", "job")), leaf: 3,
+		},
+		"a parent with from Same (the default) refuses a child from another namespace": {
+			stored:   []v1.RetryPolicy{polIn("gateway", "job", "job", 1)},
+			incoming: polIn("payments", "connector", "connector", 3, parentIn("gateway", "job")),
+			want:     []string{"spec.layer.parentRef.namespace ERR_PARENT_NOT_PERMITTED"},
+			message:  `RetryPolicy "gateway/job" does not allow child layers from namespace "payments": its layer.allowedChildren.namespaces.from is Same`,
+			leaf:     3,
+		},
+		"a parent with from All admits a child from any namespace": {
+			stored:   []v1.RetryPolicy{polIn("gateway", "job", "job", 1, allow(v1.NamespacesFromAll, nil))},
+			incoming: polIn("payments", "connector", "connector", 3, parentIn("gateway", "job")), leaf: 3,
+		},
+		"a Selector parent admits a child whose namespace labels match": {
+			stored:   []v1.RetryPolicy{polIn("gateway", "job", "job", 1, allow(v1.NamespacesFromSelector, map[string]string{"team": "pay"}))},
+			labels:   map[string]map[string]string{"payments": {"team": "pay"}},
+			incoming: polIn("payments", "connector", "connector", 3, parentIn("gateway", "job")), leaf: 3,
+		},
+		"a Selector parent refuses a child whose namespace labels do not match": {
+			stored:   []v1.RetryPolicy{polIn("gateway", "job", "job", 1, allow(v1.NamespacesFromSelector, map[string]string{"team": "pay"}))},
+			labels:   map[string]map[string]string{"payments": {"team": "ads"}},
+			incoming: polIn("payments", "connector", "connector", 3, parentIn("gateway", "job")),
+			want:     []string{"spec.layer.parentRef.namespace ERR_PARENT_NOT_PERMITTED"},
+			message:  "the selector does not match namespace \"payments\"; ask the parent's owner to widen the selector, or label namespace",
+		},
+		"a Selector parent refuses a child whose namespace the lookup does not know": {
+			stored:   []v1.RetryPolicy{polIn("gateway", "job", "job", 1, allow(v1.NamespacesFromSelector, map[string]string{"team": "pay"}))},
+			incoming: polIn("payments", "connector", "connector", 3, parentIn("gateway", "job")),
+			want:     []string{"spec.layer.parentRef.namespace ERR_PARENT_NOT_PERMITTED"},
+		},
+		"a Selector matches the namespace's name label every namespace carries": {
+			stored: []v1.RetryPolicy{polIn("gateway", "job", "job", 1,
+				allow(v1.NamespacesFromSelector, map[string]string{"kubernetes.io/metadata.name": "payments"}))},
+			incoming: polIn("payments", "connector", "connector", 3, parentIn("gateway", "job")), leaf: 3,
+		},
+		"a refused child is not counted: its parent's update is admitted with a warning naming it": {
+			stored:   []v1.RetryPolicy{polIn("payments", "connector", "connector", 3, parentIn("gateway", "job"))},
+			incoming: polIn("gateway", "job", "job", 3),
+			warn:     "namespaces.from Same does not allow the child layers payments/connector",
+			leaf:     3,
+		},
+		"withdrawing consent drops only the foreign children": {
+			stored: []v1.RetryPolicy{
+				polIn("payments", "connector", "connector", 3, parentIn("gateway", "job")),
+				polIn("gateway", "local", "local", 1, parent("job")),
+			},
+			incoming: polIn("gateway", "job", "job", 3, allow(v1.NamespacesFromSelector, map[string]string{"team": "pay"})),
+			labels:   map[string]map[string]string{"payments": {"team": "ads"}},
+			warn:     "namespaces.from Selector does not allow the child layers payments/connector",
+		},
+		"the chain above a refused link is cut, and only the refused child is refused": {
+			stored: []v1.RetryPolicy{
+				polIn("gateway", "workflow", "workflow", 3),
+				polIn("checkout", "job", "job", 1, parentIn("gateway", "workflow")),
+			},
+			incoming: polIn("checkout", "connector", "connector", 3, parent("job")), leaf: 3,
+		},
+		"a cycle across namespaces names the namespaces": {
+			stored:   []v1.RetryPolicy{polIn("b", "y", "y", 1, parentIn("a", "x"), allow(v1.NamespacesFromAll, nil))},
+			incoming: polIn("a", "x", "x", 1, parentIn("b", "y"), allow(v1.NamespacesFromAll, nil)),
+			want:     []string{"spec.layer.parentRef.name ERR_LAYER_CYCLE"},
+			message:  "x → b/y → x",
+		},
+		"pools and budgets stay within a namespace": {
+			stored:   []v1.RetryPolicy{polIn("other", "sms-2fa", "connector", 3, pool("p"), budget("b"), critical)},
+			incoming: polIn("ns", "marketing", "connector", 3, pool("p"), budget("b")), leaf: 3,
+		},
 		"a pool shared by the same criticality and service is accepted": {
 			stored:   []v1.RetryPolicy{pol("sms-a", "connector", 1, pool("pool-sms-auth"), critical)},
 			incoming: pol("sms-b", "connector", 1, pool("pool-sms-auth"), critical), leaf: 1,
@@ -173,6 +265,9 @@ func TestValidateRetryPolicy(t *testing.T) {
 				limits = *tc.limits
 			}
 			lk := policygraph.NewStaticLookup(tc.stored...)
+			for ns, l := range tc.labels {
+				lk.WithNamespace(ns, l)
+			}
 			v, err := policygraph.ValidateRetryPolicy(context.Background(), lk, &tc.incoming, limits, field.NewPath("spec"))
 			if err != nil {
 				t.Fatal(err)
@@ -313,3 +408,8 @@ func TestWorstCase(t *testing.T) {
 		t.Errorf("exactly the reserve left: %d feasible, want 2", s.FeasibleAttempts)
 	}
 }
+
+var (
+	parentIn = layertest.ParentIn
+	allow    = layertest.Allowing
+)

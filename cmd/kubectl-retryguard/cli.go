@@ -32,8 +32,10 @@ Usage:
   kubectl retryguard lint    -f PATH [-f PATH ...]
 
 Commands:
-  graph    The layer forest (parentRef chains) with each path's attempt
-           product, the budgets and the Ready state of every policy.
+  graph    The layer forest (parentRef chains, across namespaces) with each
+           path's attempt product, the hidden layers, the budgets and the
+           Ready state of every policy. -n shows every tree that touches
+           the namespace.
   explain  Why one RetryPolicy is or is not in force: its conditions, its
            product path, its worst-case schedule and its budget share.
   lint     Admit manifests offline with the same single-object and
@@ -41,8 +43,8 @@ Commands:
            Exits 1 when anything would be refused. No cluster needed.
 
 Examples:
-  # Where do 27 calls per operation come from?
-  kubectl retryguard graph -n checkout
+  # Where do 27 calls per operation come from, across the teams' namespaces?
+  kubectl retryguard graph -n payments
   kubectl retryguard graph -A -o dot | dot -Tsvg > layers.svg
 
   # Why is this policy not Ready, and how long can it take in the worst case?

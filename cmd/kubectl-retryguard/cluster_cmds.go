@@ -6,7 +6,9 @@ import (
 	"io"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/retryguard/retryguard/api/policygraph"
@@ -55,16 +57,15 @@ func runGraph(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "graph: %v\n", err)
 		return exitFailure
 	}
-	var opts []client.ListOption
-	if !all {
-		opts = append(opts, client.InNamespace(ns))
-	}
-	policies, budgets, err := list(ctx, c, opts...)
+	view, err := gather(ctx, c, ns, all)
 	if err != nil {
 		fmt.Fprintf(stderr, "graph: %v\n", err)
 		return exitFailure
 	}
-	forest := graph.Build(policies, budgets)
+	forest := graph.BuildIn(view.policies, view.budgets, view.namespaces)
+	if !all {
+		forest.Touching(ns)
+	}
 	o := graph.Options{MaxLeafAttempts: limits.MaxLeafAttempts}
 	if output == outputDot {
 		forest.WriteDot(stdout, o)
@@ -74,16 +75,81 @@ func runGraph(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	return exitOK
 }
 
-func list(ctx context.Context, c client.Reader, opts ...client.ListOption) ([]v1.RetryPolicy, []v1.RetryBudget, error) {
+// clusterView is what graph and explain read from a cluster.
+type clusterView struct {
+	policies   []v1.RetryPolicy
+	budgets    []v1.RetryBudget
+	namespaces graph.Namespaces
+}
+
+// gather reads the policies and budgets of namespace ns (every namespace
+// with all) and the policies their chains cross into: every policy, when
+// the user may list them in all namespaces, else the parents followed up
+// from ns one by one. Namespace labels, for the consent of Selector
+// parents, are read when the user may list namespaces; else they are
+// unknown and the controller's verdict stands.
+func gather(ctx context.Context, c client.Reader, ns string, all bool) (clusterView, error) {
+	var v clusterView
 	var policies v1.RetryPolicyList
-	if err := c.List(ctx, &policies, opts...); err != nil {
-		return nil, nil, fmt.Errorf("listing RetryPolicies: %w", err)
+	err := c.List(ctx, &policies)
+	if apierrors.IsForbidden(err) && !all {
+		err = c.List(ctx, &policies, client.InNamespace(ns))
+		if err == nil {
+			policies.Items, err = withParents(ctx, c, policies.Items)
+		}
+	}
+	if err != nil {
+		return v, fmt.Errorf("listing RetryPolicies: %w", err)
 	}
 	var budgets v1.RetryBudgetList
-	if err := c.List(ctx, &budgets, opts...); err != nil {
-		return nil, nil, fmt.Errorf("listing RetryBudgets: %w", err)
+	var opts []client.ListOption
+	if !all {
+		opts = append(opts, client.InNamespace(ns))
 	}
-	return policies.Items, budgets.Items, nil
+	if err := c.List(ctx, &budgets, opts...); err != nil {
+		return v, fmt.Errorf("listing RetryBudgets: %w", err)
+	}
+	v.policies, v.budgets = policies.Items, budgets.Items
+	namespaces := &metav1.PartialObjectMetadataList{}
+	namespaces.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NamespaceList"))
+	if err := c.List(ctx, namespaces); err == nil {
+		v.namespaces = graph.Namespaces{}
+		for _, n := range namespaces.Items {
+			v.namespaces[n.Name] = n.Labels
+		}
+	}
+	return v, nil
+}
+
+// withParents adds to policies the parents their chains name in other
+// namespaces, up to policygraph.MaxDepth links; a parent that cannot be
+// read is left out, and shows as not found.
+func withParents(ctx context.Context, c client.Reader, policies []v1.RetryPolicy) ([]v1.RetryPolicy, error) {
+	have := map[graph.Key]bool{}
+	for i := range policies {
+		have[graph.Key{Namespace: policies[i].Namespace, Name: policies[i].Name}] = true
+	}
+	frontier := policies
+	for depth := 0; depth < policygraph.MaxDepth && len(frontier) > 0; depth++ {
+		var next []v1.RetryPolicy
+		for i := range frontier {
+			k, ok := graph.ParentOf(&frontier[i])
+			if !ok || have[k] {
+				continue
+			}
+			have[k] = true
+			var parent v1.RetryPolicy
+			switch err := c.Get(ctx, client.ObjectKey{Namespace: k.Namespace, Name: k.Name}, &parent); {
+			case err == nil:
+				next = append(next, parent)
+			case !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err):
+				return nil, err
+			}
+		}
+		policies = append(policies, next...)
+		frontier = next
+	}
+	return policies, nil
 }
 
 // policyArg reads "rp/NAME", "retrypolicy/NAME", "retrypolicies/NAME" or a bare NAME.
@@ -147,12 +213,12 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		return exitFailure
 	}
-	policies, budgets, err := list(ctx, c, client.InNamespace(ns))
+	view, err := gather(ctx, c, ns, false)
 	if err != nil {
 		fmt.Fprintf(stderr, "explain: %v\n", err)
 		return exitFailure
 	}
-	in := explain.Input{Policy: &p, Policies: policies, Budgets: budgets, Limits: limits}
+	in := explain.Input{Policy: &p, Policies: view.policies, Budgets: view.budgets, Namespaces: view.namespaces, Limits: limits}
 	if err := explain.Write(ctx, stdout, in); err != nil {
 		fmt.Fprintf(stderr, "explain: %v\n", err)
 		return exitFailure

@@ -1,15 +1,22 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	"github.com/retryguard/retryguard/api/policygraph/layertest"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
 	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/kube"
@@ -185,5 +192,74 @@ func assertContains(t *testing.T, out string, wants ...string) {
 		if !strings.Contains(out, w) {
 			t.Errorf("output lacks %q:\n%s", w, out)
 		}
+	}
+}
+
+// crossChain is the seed's 3×3×3 across three namespaces: gateway consents
+// to every namespace, checkout to the namespaces labelled team=payments,
+// and one more child in namespace ads, which checkout does not allow.
+func crossChain() []client.Object {
+	payments := map[string]string{"team": "payments"}
+	return []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "payments", Labels: payments}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ads", Labels: map[string]string{"team": "ads"}}},
+		fixtures.Policy("gateway", "workflow", "workflow", 3, layertest.Allowing(v1.NamespacesFromAll, nil)),
+		fixtures.Policy("checkout", "job", "job", 3, layertest.ParentIn("gateway", "workflow"),
+			layertest.Allowing(v1.NamespacesFromSelector, payments)),
+		fixtures.Policy("payments", "connector", "connector", 3, layertest.ParentIn("checkout", "job"),
+			ready(metav1.ConditionFalse, "AmplificationExceeded", "")),
+		fixtures.Policy("ads", "banner", "banner", 1, layertest.ParentIn("checkout", "job")),
+		fixtures.Budget("payments", fixtures.DefaultBudget, 10),
+	}
+}
+
+func TestGraphAndExplainFollowParentsAcrossNamespaces(t *testing.T) {
+	withCluster(t, "payments", crossChain()...)
+	code, out, errOut := runCLI(t, "", "graph")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	assertContains(t, out,
+		"Namespace gateway",
+		"  └─ checkout/job  layer job ×3  product 9 > 3",
+		"     ├─ ads/banner  layer banner ×1  product 1",
+		"(not permitted: checkout/job allows children from namespaces matching its selector only; not counted, a single attempt)",
+		"     └─ payments/connector  layer connector ×3  product 27 > 3",
+		"= gateway/workflow(3) × checkout/job(3) × payments/connector(3) = 27",
+		"payments/telephony: 10% of primaries",
+	)
+	code, out, errOut = runCLI(t, "", "explain", "rp/connector")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	assertContains(t, out,
+		"calls per top-level operation through this policy: gateway/workflow(3) × checkout/job(3) × payments/connector(3) = 27 (limit 3)",
+		"policies: gateway/workflow → checkout/job → payments/connector")
+	_, out, _ = runCLI(t, "", "explain", "rp/banner", "-n", "ads")
+	assertContains(t, out,
+		"calls per top-level operation through this policy: banner(1) = 1",
+		`RetryPolicy "checkout/job" does not allow child layers from namespace "ads"`)
+}
+
+// A user who may read RetryPolicies only in their own namespace still sees
+// the parents their chains name elsewhere, fetched one by one.
+func TestGraphFollowsParentsWithoutClusterWideList(t *testing.T) {
+	c := fake.NewClientBuilder().WithScheme(kube.Scheme()).WithObjects(crossChain()...).
+		WithInterceptorFuncs(interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if (&client.ListOptions{}).ApplyOptions(opts).Namespace == "" {
+				return apierrors.NewForbidden(schema.GroupResource{Resource: "retrypolicies"}, "", errors.New("cluster-wide"))
+			}
+			return c.List(ctx, list, opts...)
+		}}).Build()
+	orig := connect
+	connect = func(kube.ConfigFlags) (client.Client, string, error) { return c, "payments", nil }
+	t.Cleanup(func() { connect = orig })
+	code, out, errOut := runCLI(t, "", "graph")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	assertContains(t, out, "Namespace gateway", "= gateway/workflow(3) × checkout/job(3) × payments/connector(3) = 27")
+	if strings.Contains(out, "ads/banner") {
+		t.Errorf("a child in a namespace the user cannot list is shown:\n%s", out)
 	}
 }

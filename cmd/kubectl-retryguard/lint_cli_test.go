@@ -166,3 +166,49 @@ func TestHelpHasExamples(t *testing.T) {
 		t.Fatalf("lint -h: exit %d:\n%s", code, errOut)
 	}
 }
+
+// lint follows parentRef.namespace and the parent's consent, reading the
+// labels of the Namespaces in the files; a namespace outside the files is
+// judged by its name label alone, with a note.
+func TestLintAcrossNamespaces(t *testing.T) {
+	inNS := func(doc, ns string) string {
+		return strings.Replace(doc, "metadata:\n", "metadata:\n  namespace: "+ns+"\n", 1)
+	}
+	parent := inNS(policyYAML("job", 1, ""), "gateway")
+	parent = strings.Replace(parent, "    name: job\n", "    name: job\n    allowedChildren: {namespaces: {from: Selector, selector: {matchLabels: {team: payments}}}}\n", 1)
+	child := func(ns string) string {
+		doc := inNS(policyYAML("connector", 3, "job"), ns)
+		return strings.Replace(doc, "parentRef: {name: job}", "parentRef: {name: job, namespace: gateway}", 1)
+	}
+	nsDoc := func(name, team string) string {
+		return fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n  labels: {team: %s}\n", name, team)
+	}
+	dir := t.TempDir()
+	for name, tc := range map[string]struct {
+		docs  []string
+		code  int
+		wants []string
+	}{
+		"a matching namespace is admitted": {
+			[]string{nsDoc("payments", "payments"), parent, child("payments")}, 0,
+			[]string{"RetryPolicy payments/connector: created"}},
+		"a namespace that does not match is refused": {
+			[]string{nsDoc("ads", "ads"), parent, child("ads")}, 1,
+			[]string{"spec.layer.parentRef.namespace", "ERR_PARENT_NOT_PERMITTED", `RetryPolicy "gateway/job" does not allow child layers from namespace "ads"`}},
+		"a namespace outside the files is refused, with a note": {
+			[]string{parent, child("payments")}, 1,
+			[]string{"ERR_PARENT_NOT_PERMITTED", `Note: namespace "payments" is not in the files`}},
+		"a chain across namespaces multiplies": {
+			[]string{nsDoc("payments", "payments"), strings.Replace(parent, "maxAttempts: 1", "maxAttempts: 3", 1), child("payments")}, 1,
+			[]string{"gateway/job(3) × payments/connector(3) = 9 > 3"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := writeFile(t, dir, strings.ReplaceAll(name, " ", "-")+".yaml", docs(tc.docs...))
+			code, out, errOut := runCLI(t, "", "lint", "-f", f)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d\n%s%s", code, tc.code, out, errOut)
+			}
+			assertContains(t, out, tc.wants...)
+		})
+	}
+}

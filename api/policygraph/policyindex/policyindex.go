@@ -8,7 +8,10 @@ package policyindex
 import (
 	"context"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/retryguard/retryguard/api/policygraph"
@@ -18,13 +21,20 @@ import (
 // Field indexes on RetryPolicy, registered once with the manager's cache and
 // shared by the webhooks and the controllers.
 const (
-	IndexParentRef      = "spec.layer.parentRef.name"
+	// IndexParentRef keys a policy by its parent's "namespace/name" (the
+	// namespace defaulted to the policy's own), so that Children lists a
+	// parent's children in every namespace: the cache also keys each value
+	// under all namespaces, and a List without InNamespace reads that key.
+	IndexParentRef      = "spec.layer.parentRef"
 	IndexConnectionPool = "spec.connectionPool.name"
 	IndexBudgetRef      = "spec.budgetRef.name"
 	// IndexBudgetCriticality keys a policy by "budget/criticality", so that
 	// admission lists only the users of a budget that would clash.
 	IndexBudgetCriticality = "spec.budgetRef.name/criticality"
 )
+
+// ParentRefKey is the IndexParentRef value of the children of parent.
+func ParentRefKey(parent types.NamespacedName) string { return parent.String() }
 
 func budgetCriticalityKey(budget string, c v1.Criticality) string { return budget + "/" + string(c) }
 
@@ -40,10 +50,10 @@ func IndexFuncs() map[string]client.IndexerFunc {
 	}
 	return map[string]client.IndexerFunc{
 		IndexParentRef: by(func(p *v1.RetryPolicy) string {
-			if p.Spec.Layer.ParentRef == nil {
-				return ""
+			if key, ok := policygraph.ParentKey(p); ok {
+				return ParentRefKey(key)
 			}
-			return p.Spec.Layer.ParentRef.Name
+			return ""
 		}),
 		IndexConnectionPool: by(func(p *v1.RetryPolicy) string {
 			if p.Spec.ConnectionPool == nil {
@@ -76,19 +86,20 @@ func RegisterIndexes(ctx context.Context, indexer client.FieldIndexer) error {
 	return nil
 }
 
-// CacheLookup reads one namespace through a client.Reader whose cache has
-// the indexes from RegisterIndexes.
+// CacheLookup reads through a client.Reader whose cache has the indexes
+// from RegisterIndexes. Namespaces are read as metadata only, from the same
+// informer as the controller's metadata watch of Namespaces. It is safe for
+// concurrent use when its Reader is.
 type CacheLookup struct {
-	Reader    client.Reader
-	Namespace string
+	Reader client.Reader
 }
 
 var _ policygraph.Lookup = CacheLookup{}
 
-// Get returns the named policy, or nil when it does not exist.
-func (c CacheLookup) Get(ctx context.Context, name string) (*v1.RetryPolicy, error) {
+// Get returns the policy, or nil when it does not exist.
+func (c CacheLookup) Get(ctx context.Context, key types.NamespacedName) (*v1.RetryPolicy, error) {
 	var p v1.RetryPolicy
-	err := c.Reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, &p)
+	err := c.Reader.Get(ctx, key, &p)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
@@ -98,25 +109,48 @@ func (c CacheLookup) Get(ctx context.Context, name string) (*v1.RetryPolicy, err
 	return &p, nil
 }
 
-func (c CacheLookup) by(ctx context.Context, index, value string) ([]v1.RetryPolicy, error) {
+func (c CacheLookup) by(ctx context.Context, index, value string, opts ...client.ListOption) ([]v1.RetryPolicy, error) {
 	var list v1.RetryPolicyList
-	if err := c.Reader.List(ctx, &list, client.InNamespace(c.Namespace), client.MatchingFields{index: value}); err != nil {
+	if err := c.Reader.List(ctx, &list, append(opts, client.MatchingFields{index: value})...); err != nil {
 		return nil, err
 	}
 	return list.Items, nil
 }
 
-// Children lists the policies whose parentRef names parent.
-func (c CacheLookup) Children(ctx context.Context, parent string) ([]v1.RetryPolicy, error) {
-	return c.by(ctx, IndexParentRef, parent)
+// Children lists the policies, in every namespace, whose parentRef names parent.
+func (c CacheLookup) Children(ctx context.Context, parent types.NamespacedName) ([]v1.RetryPolicy, error) {
+	return c.by(ctx, IndexParentRef, ParentRefKey(parent))
 }
 
-// PoolUsers lists the policies that use the connection pool.
-func (c CacheLookup) PoolUsers(ctx context.Context, pool string) ([]v1.RetryPolicy, error) {
-	return c.by(ctx, IndexConnectionPool, pool)
+// PoolUsers lists the policies of namespace that use the connection pool.
+func (c CacheLookup) PoolUsers(ctx context.Context, namespace, pool string) ([]v1.RetryPolicy, error) {
+	return c.by(ctx, IndexConnectionPool, pool, client.InNamespace(namespace))
 }
 
-// BudgetUsers lists the policies of one criticality that draw on the budget.
-func (c CacheLookup) BudgetUsers(ctx context.Context, budget string, crit v1.Criticality) ([]v1.RetryPolicy, error) {
-	return c.by(ctx, IndexBudgetCriticality, budgetCriticalityKey(budget, crit))
+// BudgetUsers lists the policies of namespace and of one criticality that
+// draw on the budget.
+func (c CacheLookup) BudgetUsers(ctx context.Context, namespace, budget string, crit v1.Criticality) ([]v1.RetryPolicy, error) {
+	return c.by(ctx, IndexBudgetCriticality, budgetCriticalityKey(budget, crit), client.InNamespace(namespace))
+}
+
+// NamespaceMetadata is an empty metadata-only Namespace, as the cache and
+// the controller's watch read Namespaces.
+func NamespaceMetadata() *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+	return m
+}
+
+// NamespaceLabels reads a namespace's labels; found is false when the
+// reader does not know the namespace.
+func (c CacheLookup) NamespaceLabels(ctx context.Context, namespace string) (map[string]string, bool, error) {
+	m := NamespaceMetadata()
+	err := c.Reader.Get(ctx, client.ObjectKey{Name: namespace}, m)
+	if apierrors.IsNotFound(err) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return m.Labels, true, nil
 }

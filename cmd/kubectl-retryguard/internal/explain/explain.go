@@ -19,12 +19,14 @@ import (
 )
 
 // Input is what an explanation reads: the policy, the policies and budgets
-// of the namespaces its chain may cross, and the platform limits.
+// of the namespaces its chain may cross, the labels of the namespaces (nil
+// when unknown), and the platform limits.
 type Input struct {
-	Policy   *v1.RetryPolicy
-	Policies []v1.RetryPolicy
-	Budgets  []v1.RetryBudget
-	Limits   policygraph.Limits
+	Policy     *v1.RetryPolicy
+	Policies   []v1.RetryPolicy
+	Budgets    []v1.RetryBudget
+	Namespaces graph.Namespaces
+	Limits     policygraph.Limits
 }
 
 // Write renders the explanation.
@@ -71,7 +73,7 @@ func writeReady(w io.Writer, p *v1.RetryPolicy) {
 func writeLayers(ctx context.Context, w io.Writer, in Input) error {
 	p := in.Policy
 	fmt.Fprintln(w, "\nLayers")
-	forest := graph.Build(in.Policies, in.Budgets)
+	forest := graph.BuildIn(in.Policies, in.Budgets, in.Namespaces)
 	node := forest.Nodes[graph.Key{Namespace: p.Namespace, Name: p.Name}]
 	if node == nil { // not listed with the others: explain it alone
 		node = graph.Build([]v1.RetryPolicy{*p}, nil).Nodes[graph.Key{Namespace: p.Namespace, Name: p.Name}]
@@ -82,8 +84,16 @@ func writeLayers(ctx context.Context, w io.Writer, in Input) error {
 	if node.MissingParent != nil {
 		fmt.Fprintf(w, "  parent %s does not exist: the policy stays not Ready until it does\n", node.MissingParent)
 	}
+	if r := node.NotPermitted; r != nil {
+		fmt.Fprintf(w, "  %s\n  the parent does not count this policy, and its pods make a single attempt\n",
+			policygraph.NotPermittedMessage(*r, p.Namespace))
+	}
 	// The worst path through the policy, as the webhook computes it.
-	a, err := policygraph.Analyze(ctx, policygraph.NewStaticLookup(sameNamespace(in.Policies, p.Namespace)...), p)
+	lookup := policygraph.NewStaticLookup(in.Policies...)
+	for ns, labels := range in.Namespaces {
+		lookup.WithNamespace(ns, labels)
+	}
+	a, err := policygraph.Analyze(ctx, lookup, p)
 	if err != nil {
 		return err
 	}
@@ -101,16 +111,6 @@ func writeLayers(ctx context.Context, w io.Writer, in Input) error {
 		fmt.Fprintf(w, "  worst path through it, down to its deepest layer: %s (%s the limit of %d)\n", worst, verdict, in.Limits.MaxLeafAttempts)
 	}
 	return nil
-}
-
-func sameNamespace(policies []v1.RetryPolicy, ns string) []v1.RetryPolicy {
-	var out []v1.RetryPolicy
-	for _, q := range policies {
-		if q.Namespace == ns {
-			out = append(out, q)
-		}
-	}
-	return out
 }
 
 // sleepBounds returns the shortest and the longest wait before each retry.

@@ -2,10 +2,9 @@
 // with each path's attempt product, and renders it as text or Graphviz dot.
 //
 // The product along a path is policygraph's Chain, the webhook's own
-// arithmetic. Two facts are read in one place each, so that the API's
-// coming additions slot in: ParentOf (a parentRef in another namespace) and
-// HiddenAttempts (layer.hiddenAttempts, the attempts of a layer Retryguard
-// cannot see).
+// arithmetic, and a link across namespaces counts only where the parent
+// consents (policygraph.ChildPermitted), as in admission: a child its
+// parent does not allow is shown under it but starts its own product.
 package graph
 
 import (
@@ -14,6 +13,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/retryguard/retryguard/api/policygraph"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
@@ -31,13 +31,34 @@ func compareKeys(a, b Key) int {
 }
 
 // ParentOf returns the key of the policy p's parentRef names, and whether it
-// names one. A parentRef names a policy in p's own namespace.
+// names one: in parentRef.namespace, p's own namespace by default.
 func ParentOf(p *v1.RetryPolicy) (Key, bool) {
-	ref := p.Spec.Layer.ParentRef
-	if ref == nil {
-		return Key{}, false
+	k, ok := policygraph.ParentKey(p)
+	return Key{Namespace: k.Namespace, Name: k.Name}, ok
+}
+
+// Namespaces holds the labels of the namespaces a graph knows, for the
+// consent of Selector parents; nil when they could not be read.
+type Namespaces map[string]map[string]string
+
+// permitted says whether parent counts child, and why not. Where the
+// child's namespace labels are unknown and the parent consents by Selector,
+// the controller's verdict on the child (Ready reason ParentNotPermitted)
+// decides.
+func permitted(parent, child *v1.RetryPolicy, namespaces Namespaces) *policygraph.Refusal {
+	refusal := &policygraph.Refusal{Parent: types.NamespacedName{Namespace: parent.Namespace, Name: parent.Name},
+		From: policygraph.FromOf(parent)}
+	nsLabels, known := namespaces[child.Namespace]
+	if policygraph.FromOf(parent) == v1.NamespacesFromSelector && child.Namespace != parent.Namespace && !known {
+		if ReadyOf(child.Status.Conditions, child.Generation).Reason == v1.ReasonParentNotPermitted {
+			return refusal
+		}
+		return nil
 	}
-	return Key{Namespace: p.Namespace, Name: ref.Name}, true
+	if policygraph.ChildPermitted(parent, child.Namespace, nsLabels) {
+		return nil
+	}
+	return refusal
 }
 
 // HiddenAttempts is how many attempts a layer Retryguard cannot see (an
@@ -75,13 +96,21 @@ type Node struct {
 	Children []*Node
 	// MissingParent is the parent a parentRef names but the forest lacks.
 	MissingParent *Key
+	// NotPermitted is set when Parent, in another namespace, does not
+	// allow n's namespace: n is not counted in Parent's product and makes
+	// a single attempt.
+	NotPermitted *policygraph.Refusal
 }
 
-// Chain is the path from the root down to n, hidden layers included.
+// Chain is the path from the root down to n, hidden layers included. It
+// stops at a parent that does not consent to its child.
 func (n *Node) Chain() policygraph.Chain {
 	var c policygraph.Chain
 	for cur := n; cur != nil; cur = cur.Parent {
 		c = append(policygraph.Chain{policygraph.LayerOf(cur.Policy)}, c...)
+		if cur.NotPermitted != nil {
+			break
+		}
 	}
 	return c
 }
@@ -107,8 +136,15 @@ type Forest struct {
 	Budgets []*Budget
 }
 
-// Build links policies by parentRef. The inputs are not modified.
+// Build links policies by parentRef, knowing no namespace labels. The
+// inputs are not modified.
 func Build(policies []v1.RetryPolicy, budgets []v1.RetryBudget) *Forest {
+	return BuildIn(policies, budgets, nil)
+}
+
+// BuildIn links policies by parentRef, with the labels of the namespaces
+// for the consent of Selector parents. The inputs are not modified.
+func BuildIn(policies []v1.RetryPolicy, budgets []v1.RetryBudget, namespaces Namespaces) *Forest {
 	f := &Forest{Nodes: make(map[Key]*Node, len(policies))}
 	for i := range policies {
 		p := &policies[i]
@@ -127,6 +163,7 @@ func Build(policies []v1.RetryPolicy, budgets []v1.RetryBudget) *Forest {
 		}
 		if parent := f.Nodes[pk]; parent != nil {
 			n.Parent = parent
+			n.NotPermitted = permitted(parent.Policy, n.Policy, namespaces)
 			parent.Children = append(parent.Children, n)
 		} else {
 			n.MissingParent = &pk
@@ -219,3 +256,18 @@ func budgetsOf(f *Forest, keys []Key, budgets []v1.RetryBudget) []*Budget {
 }
 
 func slicesSortKeys(keys []Key) { slices.SortFunc(keys, compareKeys) }
+
+// Touching keeps the trees, cycles and budgets that involve namespace ns:
+// a tree stays whole when any of its policies is in ns, so that a chain
+// across namespaces is seen from each of them.
+func (f *Forest) Touching(ns string) {
+	var touches func(*Node) bool
+	touches = func(n *Node) bool {
+		return n.Namespace == ns || slices.ContainsFunc(n.Children, touches)
+	}
+	f.Roots = slices.DeleteFunc(f.Roots, func(r *Node) bool { return !touches(r) })
+	f.Cycles = slices.DeleteFunc(f.Cycles, func(c []Key) bool {
+		return !slices.ContainsFunc(c, func(k Key) bool { return touches(f.Nodes[k]) })
+	})
+	f.Budgets = slices.DeleteFunc(f.Budgets, func(b *Budget) bool { return b.Namespace != ns })
+}

@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/retryguard/retryguard/api/policygraph/layertest"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
 	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/graph"
@@ -102,5 +105,78 @@ func TestBudgetsListTheirUsersAndMissingOnes(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("text lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// A chain across namespaces multiplies through every consenting parent and
+// names each layer's namespace; seen from any of its namespaces the tree
+// stays whole.
+func TestAChainAcrossNamespaces(t *testing.T) {
+	all := layertest.Allowing(v1.NamespacesFromAll, nil)
+	f := graph.Build([]v1.RetryPolicy{
+		pol("gateway", "workflow", 3, all),
+		pol("checkout", "job", 3, layertest.ParentIn("gateway", "workflow"), all),
+		pol("payments", "connector", 3, layertest.ParentIn("checkout", "job")),
+	}, nil)
+	leaf := f.Nodes[graph.Key{Namespace: "payments", Name: "connector"}]
+	if got := leaf.Chain().String(); got != "gateway/workflow(3) × checkout/job(3) × payments/connector(3) = 27" {
+		t.Fatalf("chain %s", got)
+	}
+	f.Touching("payments")
+	var out bytes.Buffer
+	f.WriteText(&out, graph.Options{MaxLeafAttempts: 3})
+	for _, want := range []string{"Namespace gateway", "└─ checkout/job", "└─ payments/connector", "product 27 > 3"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("text lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// A child its parent does not allow is shown under the parent but starts
+// its own product, as admission and the controller count it.
+func TestAChildWithoutConsentIsNotCounted(t *testing.T) {
+	payments := map[string]string{"team": "payments"}
+	child := pol("ads", "connector", 3, layertest.ParentIn("gateway", "job"))
+	f := graph.BuildIn([]v1.RetryPolicy{
+		pol("gateway", "job", 3, layertest.Allowing(v1.NamespacesFromSelector, payments)),
+		child,
+		pol("payments", "sms", 1, layertest.ParentIn("gateway", "job")),
+	}, nil, graph.Namespaces{"ads": {"team": "ads"}, "payments": payments})
+	ads := f.Nodes[graph.Key{Namespace: "ads", Name: "connector"}]
+	if ads.NotPermitted == nil || ads.Chain().Product() != 3 {
+		t.Fatalf("refused child: not permitted %v, chain %s", ads.NotPermitted, ads.Chain())
+	}
+	if sms := f.Nodes[graph.Key{Namespace: "payments", Name: "sms"}]; sms.NotPermitted != nil || sms.Chain().Product() != 3 {
+		t.Errorf("consented child: not permitted %v, chain %s", sms.NotPermitted, sms.Chain())
+	}
+	var out bytes.Buffer
+	f.WriteText(&out, graph.Options{MaxLeafAttempts: 3})
+	if !strings.Contains(out.String(), "(not permitted: gateway/job allows children from namespaces matching its selector only") {
+		t.Errorf("text does not show the refusal:\n%s", out.String())
+	}
+	// Without the namespaces' labels, the controller's verdict decides.
+	child.Status.Conditions = []metav1.Condition{{Type: v1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1.ReasonParentNotPermitted}}
+	f = graph.Build([]v1.RetryPolicy{pol("gateway", "job", 3, layertest.Allowing(v1.NamespacesFromSelector, payments)), child}, nil)
+	if f.Nodes[graph.Key{Namespace: "ads", Name: "connector"}].NotPermitted == nil {
+		t.Error("a child the controller reports ParentNotPermitted is counted")
+	}
+}
+
+// status.hiddenLayers, filled by the controller, is shown under the policy.
+func TestHiddenLayersFromStatusShow(t *testing.T) {
+	p := pol("ns", "sms", 1)
+	p.Status.HiddenLayers = []v1.HiddenLayer{{Source: "VirtualService/telephony", Attempts: 3}}
+	p.Status.LeafAttempts = 3
+	var text, dot bytes.Buffer
+	f := graph.Build([]v1.RetryPolicy{p}, nil)
+	f.WriteText(&text, graph.Options{MaxLeafAttempts: 3})
+	f.WriteDot(&dot, graph.Options{MaxLeafAttempts: 3})
+	for _, want := range []string{"hidden layers: VirtualService/telephony ×3", "(status: leafAttempts 3)"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("text lacks %q:\n%s", want, text.String())
+		}
+	}
+	if !strings.Contains(dot.String(), `hidden: VirtualService/telephony ×3`) {
+		t.Errorf("dot lacks the hidden layer:\n%s", dot.String())
 	}
 }

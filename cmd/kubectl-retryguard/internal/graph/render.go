@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 )
 
 // Options select what a rendering shows.
@@ -76,6 +78,26 @@ func (f *Forest) WriteText(w io.Writer, o Options) {
 	}
 }
 
+// fromText reads an allowedChildren.namespaces.from.
+func fromText(from v1.FromNamespaces) string {
+	switch from {
+	case v1.NamespacesFromSelector:
+		return "namespaces matching its selector"
+	default:
+		return "its own namespace"
+	}
+}
+
+// hiddenText lists status.hiddenLayers: the layers the controller found
+// retrying unseen by the runtime, each with its attempts.
+func hiddenText(p *v1.RetryPolicy) string {
+	parts := make([]string, len(p.Status.HiddenLayers))
+	for i, h := range p.Status.HiddenLayers {
+		parts[i] = fmt.Sprintf("%s ×%d", h.Source, h.Attempts)
+	}
+	return strings.Join(parts, ", ")
+}
+
 func orNone(s []string) string {
 	if len(s) == 0 {
 		return "no policy"
@@ -103,7 +125,17 @@ func (f *Forest) writeNode(w io.Writer, o Options, n *Node, home, lead, indent s
 	if n.MissingParent != nil {
 		line += fmt.Sprintf("  (parent %s not found)", n.MissingParent)
 	}
+	if r := n.NotPermitted; r != nil {
+		line += fmt.Sprintf("  (not permitted: %s allows children from %s only; not counted, a single attempt)",
+			r.Parent, fromText(r.From))
+	}
+	if leaf := p.Status.LeafAttempts; leaf > 0 && int64(leaf) != product {
+		line += fmt.Sprintf("  (status: leafAttempts %d)", leaf)
+	}
 	fmt.Fprintln(w, line)
+	if hidden := hiddenText(p); hidden != "" {
+		fmt.Fprintf(w, "%s    hidden layers: %s\n", indent, hidden)
+	}
 	if len(n.Children) == 0 || over {
 		fmt.Fprintf(w, "%s    = %s\n", indent, chain)
 	}
@@ -142,6 +174,9 @@ func (f *Forest) WriteDot(w io.Writer, o Options) {
 				layer += fmt.Sprintf(" ×%d hidden", h)
 			}
 			label := fmt.Sprintf("%s\n%s\nproduct %d\n%s", n.Name, layer, chain.Product(), readyText(ready))
+			if hidden := hiddenText(p); hidden != "" {
+				label += "\nhidden: " + hidden
+			}
 			color := "black"
 			if (o.MaxLeafAttempts > 0 && chain.Product() > o.MaxLeafAttempts) || ready.Status == "False" {
 				color = "red"
@@ -163,7 +198,10 @@ func (f *Forest) WriteDot(w io.Writer, o Options) {
 	}
 	for _, k := range sortedKeys(f.Nodes) {
 		n := f.Nodes[k]
-		if n.Parent != nil {
+		switch {
+		case n.Parent != nil && n.NotPermitted != nil:
+			fmt.Fprintf(w, "  %q -> %q [style=dotted, color=red, label=%q];\n", n.Parent.Key.String(), k.String(), "not permitted")
+		case n.Parent != nil:
 			fmt.Fprintf(w, "  %q -> %q;\n", n.Parent.Key.String(), k.String())
 		}
 	}

@@ -7,7 +7,10 @@
 // the kind, namespace and name of an earlier admitted one is an update of it.
 //
 // The files are the whole world: lint knows nothing of the cluster, so a
-// parent or a pool user kept elsewhere is not seen.
+// parent or a pool user kept elsewhere is not seen. A namespace the files
+// do not declare is judged as the API server judges one created without
+// labels: by the kubernetes.io/metadata.name label every namespace carries.
+// Where that decides a Selector parent's consent, lint adds a note.
 package lint
 
 import (
@@ -78,6 +81,9 @@ type Result struct {
 	Causes []metav1.StatusCause
 	// Warnings are the admission warnings the API server would relay.
 	Warnings []string
+	// Notes are lint's own remarks on what the files alone cannot show;
+	// the API server would say nothing of them.
+	Notes []string
 }
 
 // Object renders the result's object as Kind namespace/name.
@@ -204,12 +210,43 @@ func (r *Result) decode(into client.Object, ns string) error {
 }
 
 func (l *Linter) admitPolicy(ctx context.Context, r Result) (Result, error) {
-	return admit(ctx, l, r, &v1.RetryPolicy{}, &v1.RetryPolicy{}, policyGVK.GroupKind(), l.policies,
+	var admitted *v1.RetryPolicy
+	r, err := admit(ctx, l, r, &v1.RetryPolicy{}, &v1.RetryPolicy{}, policyGVK.GroupKind(), l.policies,
 		func(p *v1.RetryPolicy) field.ErrorList {
 			p.Spec = p.Spec.WithDefaults()
 			p.Status = v1.RetryPolicyStatus{}
+			admitted = p
 			return v1.ValidateRetryPolicySpec(&p.Spec, field.NewPath("spec"))
 		})
+	if err != nil || admitted == nil {
+		return r, err
+	}
+	note, err := l.undeclaredNamespaceNote(ctx, admitted)
+	if note != "" {
+		r.Notes = append(r.Notes, note)
+	}
+	return r, err
+}
+
+// undeclaredNamespaceNote remarks on a policy whose parent, in another
+// namespace, consents by Selector while the policy's own namespace is not
+// in the files: its labels in the cluster decide, and lint cannot see them.
+func (l *Linter) undeclaredNamespaceNote(ctx context.Context, p *v1.RetryPolicy) (string, error) {
+	key, ok := policygraph.ParentKey(p)
+	if !ok || key.Namespace == p.Namespace {
+		return "", nil
+	}
+	lookup := policyindex.CacheLookup{Reader: l.store}
+	parent, err := lookup.Get(ctx, key)
+	if err != nil || parent == nil || policygraph.FromOf(parent) != v1.NamespacesFromSelector {
+		return "", err
+	}
+	if _, known, err := lookup.NamespaceLabels(ctx, p.Namespace); known || err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("namespace %q is not in the files: lint judged RetryPolicy %q's selector by the namespace's name "+
+		"label alone, as the API server would for a namespace created without labels; add the Namespace to the files "+
+		"to check it with its labels", p.Namespace, key), nil
 }
 
 func (l *Linter) admitBudget(ctx context.Context, r Result) (Result, error) {

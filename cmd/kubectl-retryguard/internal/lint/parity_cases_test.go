@@ -5,10 +5,13 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/retryguard/retryguard/api/policygraph/layertest"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
 	"github.com/retryguard/retryguard/hack/devenv"
@@ -242,4 +245,46 @@ var webhookCases = []parityCase{
 	{"accepts a schedule that cannot fit its deadline, warning how many attempts can run", seq(
 		policy("slow", "connector", 3, fixtures.Deadline(4*time.Second), fixtures.PerAttempt(2*time.Second)))},
 	{"still meet CEL first, so one request gets both kinds of answer in order", seq(policy("five", "connector", 5))},
+
+	{"refuses a [3,3,3] chain across three namespaces, naming each layer's namespace", seq(
+		policyIn("gw", "workflow", "workflow", 3, allowing(v1.NamespacesFromAll, nil)),
+		policyIn("pay", "connector", "connector", 3, parentIn("co", "job")),
+		policyIn("co", "job", "job", 3, parentIn("gw", "workflow"), allowing(v1.NamespacesFromAll, nil)))},
+	{"refuses a child from another namespace when its parent allows only its own (Same)", seq(
+		policyIn("gw", "job", "job", 1, allowing(v1.NamespacesFromSame, nil)),
+		policyIn("pay", "connector", "connector", 3, parentIn("gw", "job")))},
+	{"accepts a child from another namespace when its parent allows All", seq(
+		policyIn("gw", "job", "job", 1, allowing(v1.NamespacesFromAll, nil)),
+		policyIn("pay", "connector", "connector", 3, parentIn("gw", "job")))},
+	{"accepts a child whose namespace labels match its Selector parent, and counts it against the parent", seq(
+		namespace("pay", payments),
+		policyIn("gw", "job", "job", 1, allowing(v1.NamespacesFromSelector, payments)),
+		policyIn("pay", "connector", "connector", 3, parentIn("gw", "job")),
+		policyIn("gw", "job", "job", 2, allowing(v1.NamespacesFromSelector, payments)))},
+	{"refuses a child whose namespace labels do not match its Selector parent", seq(
+		namespace("ads", map[string]string{"retryguard.io/team": "ads"}),
+		policyIn("gw", "job", "job", 1, allowing(v1.NamespacesFromSelector, payments)),
+		policyIn("ads", "connector", "connector", 3, parentIn("gw", "job")))},
+	{"admits a parent that withdraws consent, warning which children it no longer counts", seq(
+		policyIn("gw", "job", "job", 3, allowing(v1.NamespacesFromAll, nil)),
+		policyIn("pay", "connector", "connector", 1, parentIn("gw", "job")),
+		policyIn("gw", "job", "job", 3))},
 }
+
+// policyIn is a fixture policy in the case's namespace named ns; the
+// parity test maps it to a namespace of the case's own.
+func policyIn(ns, name, layer string, attempts int32, opts ...fixtures.Option) *v1.RetryPolicy {
+	return fixtures.Policy(ns, name, layer, attempts, opts...)
+}
+
+// namespace is a Namespace with labels, named as policyIn names namespaces.
+func namespace(name string, labels map[string]string) *corev1.Namespace {
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+}
+
+var payments = map[string]string{"retryguard.io/team": "payments"}
+
+var (
+	parentIn = layertest.ParentIn
+	allowing = layertest.Allowing
+)

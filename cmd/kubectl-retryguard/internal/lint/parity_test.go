@@ -11,19 +11,24 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/yaml"
 
 	"github.com/retryguard/retryguard/api/policygraph"
+	"github.com/retryguard/retryguard/api/policygraph/policyindex"
+	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/lint"
 	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/manifest"
 	"github.com/retryguard/retryguard/hack/devenv"
@@ -106,6 +111,8 @@ func TestLintAgreesWithTheAPIServer(t *testing.T) {
 			a.Codes = sortedCodes(a.Codes)
 		} else if err := devenv.Settle(ctx, mgr); err != nil {
 			t.Fatal(err)
+		} else if _, isNamespace := obj.(*corev1.Namespace); isNamespace {
+			namespaceSettled(ctx, t, mgr, obj)
 		}
 		return a
 	}
@@ -115,15 +122,17 @@ func TestLintAgreesWithTheAPIServer(t *testing.T) {
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := fmt.Sprintf("parity-%d", i)
-			if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-				t.Fatal(err)
+			objs := inNamespaces(tc.objs(t), ns)
+			// The namespaces the case uses and does not declare exist on
+			// the server, unlabelled, as kubectl create namespace makes them.
+			for _, name := range undeclaredNamespaces(objs) {
+				if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+					t.Fatal(err)
+				}
 			}
-			objs := tc.objs(t)
 			var file strings.Builder
 			var server []answer
 			for _, o := range objs {
-				o = o.DeepCopyObject().(client.Object)
-				o.SetNamespace(ns)
 				file.WriteString("---\n")
 				file.Write(manifestOf(t, env.Scheme, o))
 				server = append(server, apply(o))
@@ -151,6 +160,69 @@ func TestLintAgreesWithTheAPIServer(t *testing.T) {
 	// A table whose objects all pass would agree trivially.
 	if refusals < len(cases)/2 {
 		t.Errorf("only %d refusals over %d cases: the table does not exercise the rules", refusals, len(cases))
+	}
+}
+
+// inNamespaces places a case's objects: an object without a namespace goes
+// to ns, and a namespace X the case names (of an object, a Namespace or a
+// parentRef) becomes ns-X, so that cases never share a namespace.
+func inNamespaces(objs []client.Object, ns string) []client.Object {
+	mapped := func(x string) string { return ns + "-" + x }
+	out := make([]client.Object, len(objs))
+	for i, o := range objs {
+		o = o.DeepCopyObject().(client.Object)
+		switch obj := o.(type) {
+		case *corev1.Namespace:
+			obj.Name = mapped(obj.Name)
+		case *v1.RetryPolicy:
+			if ref := obj.Spec.Layer.ParentRef; ref != nil && ref.Namespace != nil {
+				ref.Namespace = ptr.To(mapped(*ref.Namespace))
+			}
+		}
+		if _, isNamespace := o.(*corev1.Namespace); !isNamespace {
+			if o.GetNamespace() == "" {
+				o.SetNamespace(ns)
+			} else {
+				o.SetNamespace(mapped(o.GetNamespace()))
+			}
+		}
+		out[i] = o
+	}
+	return out
+}
+
+// undeclaredNamespaces lists the namespaces objs are in that no Namespace
+// among them declares.
+func undeclaredNamespaces(objs []client.Object) []string {
+	declared := map[string]bool{}
+	var out []string
+	for _, o := range objs {
+		if _, isNamespace := o.(*corev1.Namespace); isNamespace {
+			declared[o.GetName()] = true
+		}
+	}
+	for _, o := range objs {
+		if ns := o.GetNamespace(); ns != "" && !declared[ns] {
+			declared[ns] = true
+			out = append(out, ns)
+		}
+	}
+	return out
+}
+
+// namespaceSettled waits until the manager's cache, which reads namespaces
+// as metadata for the consent rule, holds n at its stored version.
+func namespaceSettled(ctx context.Context, t *testing.T, mgr ctrl.Manager, n client.Object) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		m := policyindex.NamespaceMetadata()
+		if err := mgr.GetCache().Get(ctx, client.ObjectKeyFromObject(n), m); err != nil {
+			return false, nil
+		}
+		return m.ResourceVersion == n.GetResourceVersion(), nil
+	})
+	if err != nil {
+		t.Fatalf("namespace %s not in the manager's cache: %v", n.GetName(), err)
 	}
 }
 

@@ -26,6 +26,9 @@ func Report(w io.Writer, results []Result, verbose bool) {
 		for _, warn := range r.Warnings {
 			fmt.Fprintf(w, "  Warning: %s\n", warn)
 		}
+		for _, note := range r.Notes {
+			fmt.Fprintf(w, "  Note: %s\n", note)
+		}
 	}
 	fmt.Fprintf(w, "%d documents: %d created, %d updated, %d refused, %d skipped\n",
 		len(results), counts[Created], counts[Updated], counts[Refused], counts[Skipped])

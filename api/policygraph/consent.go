@@ -1,0 +1,81 @@
+package policygraph
+
+import (
+	"context"
+	"maps"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+)
+
+// FromOf is the parent's layer.allowedChildren.namespaces.from, Same when unset.
+func FromOf(parent *v1.RetryPolicy) v1.FromNamespaces {
+	if ac := parent.Spec.Layer.AllowedChildren; ac != nil && ac.Namespaces != nil && ac.Namespaces.From != nil {
+		return *ac.Namespaces.From
+	}
+	return v1.NamespacesFromSame
+}
+
+// ChildPermitted is the consent rule: a child layer in namespace childNS
+// may name parent only if it is in the parent's own namespace, or the
+// parent's layer.allowedChildren.namespaces.from is All, or it is Selector
+// and the selector matches the child namespace's labels. Same, and a
+// selector that does not parse, refuse: a foreign child constrains the
+// parent's own changes, so consent is never assumed.
+func ChildPermitted(parent *v1.RetryPolicy, childNS string, childLabels map[string]string) bool {
+	if childNS == parent.Namespace {
+		return true
+	}
+	switch FromOf(parent) {
+	case v1.NamespacesFromAll:
+		return true
+	case v1.NamespacesFromSelector:
+		sel, err := metav1.LabelSelectorAsSelector(parent.Spec.Layer.AllowedChildren.Namespaces.Selector)
+		if err != nil {
+			return false
+		}
+		return sel.Matches(labels.Set(NamespaceLabelsOf(childNS, childLabels)))
+	default:
+		return false
+	}
+}
+
+// NamespaceLabelsOf is what a Selector is matched against: the namespace's
+// labels, with the kubernetes.io/metadata.name label the API server gives
+// every namespace. A namespace a lookup does not know (nil labels) has that
+// label only.
+func NamespaceLabelsOf(namespace string, nsLabels map[string]string) map[string]string {
+	out := maps.Clone(nsLabels)
+	if out == nil {
+		out = map[string]string{}
+	}
+	out[corev1.LabelMetadataName] = namespace
+	return out
+}
+
+// consent answers ChildPermitted through a Lookup, reading each namespace's
+// labels once per analysis. It is not safe for concurrent use.
+type consent struct {
+	lk     Lookup
+	labels map[string]map[string]string
+}
+
+func newConsent(lk Lookup) *consent { return &consent{lk: lk, labels: map[string]map[string]string{}} }
+
+func (c *consent) permits(ctx context.Context, parent *v1.RetryPolicy, childNS string) (bool, error) {
+	if childNS == parent.Namespace || FromOf(parent) != v1.NamespacesFromSelector {
+		return ChildPermitted(parent, childNS, nil), nil
+	}
+	nsLabels, ok := c.labels[childNS]
+	if !ok {
+		var err error
+		if nsLabels, _, err = c.lk.NamespaceLabels(ctx, childNS); err != nil {
+			return false, err
+		}
+		c.labels[childNS] = nsLabels
+	}
+	return ChildPermitted(parent, childNS, nsLabels), nil
+}
