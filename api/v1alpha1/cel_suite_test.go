@@ -78,28 +78,28 @@ func serverVerdict(obj client.Object) []string {
 
 var _ = Describe("RetryPolicy CEL and ValidateRetryPolicySpec agree", func() {
 	for _, tc := range policyCases {
-		It(tc.name, func() {
+		It(tc.Name, func() {
 			p := policyFor(GinkgoTB(), tc)
 			p.Name = "parity"
 			got := serverVerdict(p)
-			Expect(got).To(Equal(sorted(tc.want)))
+			Expect(got).To(Equal(sorted(tc.Want)))
 		})
 	}
 })
 
 var _ = Describe("RetryBudget CEL and ValidateRetryBudgetSpec agree", func() {
 	for _, tc := range budgetCases {
-		It(tc.name, func() {
+		It(tc.Name, func() {
 			b := budgetFor(GinkgoTB(), tc)
 			b.Name = "parity"
-			Expect(serverVerdict(b)).To(Equal(sorted(tc.want)))
+			Expect(serverVerdict(b)).To(Equal(sorted(tc.Want)))
 		})
 	}
 })
 
 var _ = Describe("Rejections a user reads", func() {
 	It("names the field, the rule and the code", func() {
-		p := policyFor(GinkgoTB(), policyCase{mutate: func(s *v1.RetryPolicySpec) { s.MaxAttempts = 5 }})
+		p := policyFor(GinkgoTB(), policyCase{Mutate: func(s *v1.RetryPolicySpec) { s.MaxAttempts = 5 }})
 		p.Name, p.Namespace = "too-many", "cel"
 		err := k8s.Create(ctx, p)
 		Expect(err).To(MatchError(And(
@@ -110,7 +110,7 @@ var _ = Describe("Rejections a user reads", func() {
 	})
 
 	It("rejects a duration that does not parse with one coded error", func() {
-		p := policyFor(GinkgoTB(), policyCase{mutate: func(*v1.RetryPolicySpec) {}})
+		p := policyFor(GinkgoTB(), policyCase{Mutate: func(*v1.RetryPolicySpec) {}})
 		u, err := toUnstructured(p)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(u.SetNestedField("soon", "spec", "deadline")).To(Succeed())

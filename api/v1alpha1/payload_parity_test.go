@@ -44,7 +44,7 @@ func TestParseIsAsStrictAsAdmission(t *testing.T) {
 	enforced := policyconfig.Enforcement{Mode: policyconfig.Enforced}
 	sampleBudget := loadSample[v1.RetryBudget](t, "policy_v1alpha1_retrybudget.yaml")
 	for _, tc := range policyCases {
-		t.Run("policy/"+tc.name, func(t *testing.T) {
+		t.Run("policy/"+tc.Name, func(t *testing.T) {
 			p := policyFor(t, tc)
 			p.Namespace, p.Generation = "auth", 1
 			var budget *v1.RetryBudget
@@ -52,11 +52,11 @@ func TestParseIsAsStrictAsAdmission(t *testing.T) {
 				budget = sampleBudget
 			}
 			payload := controllers.BuildPayload(p, budget, int64(p.Spec.MaxAttempts), enforced)
-			if onlyUnpublished(tc.want) {
+			if onlyUnpublished(tc.Want) {
 				// Refused for a field the payload lacks: the payload must hold
 				// no trace of it, or Parse would have something to judge.
 				cleared := p.DeepCopy()
-				for _, w := range tc.want {
+				for _, w := range tc.Want {
 					path, _, _ := strings.Cut(w, " ")
 					unpublished[path](&cleared.Spec)
 				}
@@ -66,16 +66,16 @@ func TestParseIsAsStrictAsAdmission(t *testing.T) {
 				}
 				return
 			}
-			expectParse(t, payload, len(tc.want) == 0, v1.ValidateRetryPolicySpec(&p.Spec, field.NewPath("spec")))
+			expectParse(t, payload, len(tc.Want) == 0, v1.ValidateRetryPolicySpec(&p.Spec, field.NewPath("spec")))
 		})
 	}
 	samplePolicy := loadSample[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
 	samplePolicy.Namespace, samplePolicy.Generation = "auth", 1
 	for _, tc := range budgetCases {
-		t.Run("budget/"+tc.name, func(t *testing.T) {
+		t.Run("budget/"+tc.Name, func(t *testing.T) {
 			b := budgetFor(t, tc)
 			payload := controllers.BuildPayload(samplePolicy, b, 3, enforced)
-			expectParse(t, payload, len(tc.want) == 0, v1.ValidateRetryBudgetSpec(&b.Spec, field.NewPath("spec")))
+			expectParse(t, payload, len(tc.Want) == 0, v1.ValidateRetryBudgetSpec(&b.Spec, field.NewPath("spec")))
 		})
 	}
 }

@@ -48,7 +48,7 @@ var _ = Describe("The README's example refusal", func() {
 	It("is what the API server answers, byte for byte, every time", func() {
 		want := readmeBlock("The configuration that caused the incident is refused")
 		for range 20 {
-			p := policyFor(GinkgoTB(), policyCase{mutate: func(s *v1.RetryPolicySpec) {
+			p := policyFor(GinkgoTB(), policyCase{Mutate: func(s *v1.RetryPolicySpec) {
 				s.MaxAttempts = 5
 				s.Backoff.Jitter = v1.JitterNone
 				s.Backoff.Base = dur("0s")

@@ -14,10 +14,10 @@ import (
 
 func TestValidateRetryPolicySpec(t *testing.T) {
 	for _, tc := range policyCases {
-		t.Run(tc.name, func(t *testing.T) {
+		t.Run(tc.Name, func(t *testing.T) {
 			p := policyFor(t, tc)
 			errs := v1.ValidateRetryPolicySpec(&p.Spec, field.NewPath("spec"))
-			if got, want := verdict(errs), sorted(tc.want); !slices.Equal(got, want) {
+			if got, want := verdict(errs), sorted(tc.Want); !slices.Equal(got, want) {
 				t.Fatalf("verdict\n got: %q\nwant: %q\nerrors: %v", got, want, errs)
 			}
 			for _, e := range errs {
@@ -31,10 +31,10 @@ func TestValidateRetryPolicySpec(t *testing.T) {
 
 func TestValidateRetryBudgetSpec(t *testing.T) {
 	for _, tc := range budgetCases {
-		t.Run(tc.name, func(t *testing.T) {
+		t.Run(tc.Name, func(t *testing.T) {
 			b := budgetFor(t, tc)
 			errs := v1.ValidateRetryBudgetSpec(&b.Spec, field.NewPath("spec"))
-			if got, want := verdict(errs), sorted(tc.want); !slices.Equal(got, want) {
+			if got, want := verdict(errs), sorted(tc.Want); !slices.Equal(got, want) {
 				t.Fatalf("verdict\n got: %q\nwant: %q\nerrors: %v", got, want, errs)
 			}
 		})
@@ -124,14 +124,14 @@ func TestValidationErrorsAreOrderedAndCoded(t *testing.T) {
 		for _, e := range errs {
 			keys = append(keys, e.Field+" "+string(v1.CodeOf(e)))
 			if c := codeOf(e.Detail); c != "" && string(v1.CodeOf(e)) != c {
-				t.Errorf("%s: %s carries code %q, its message says %q", tc.name, e.Field, v1.CodeOf(e), c)
+				t.Errorf("%s: %s carries code %q, its message says %q", tc.Name, e.Field, v1.CodeOf(e), c)
 			}
 		}
 		if !slices.IsSorted(keys) {
-			t.Errorf("%s: errors out of order: %v", tc.name, keys)
+			t.Errorf("%s: errors out of order: %v", tc.Name, keys)
 		}
 	}
-	inc := v1.ValidateRetryPolicySpec(&policyFor(t, policyCase{mutate: func(s *v1.RetryPolicySpec) {
+	inc := v1.ValidateRetryPolicySpec(&policyFor(t, policyCase{Mutate: func(s *v1.RetryPolicySpec) {
 		s.MaxAttempts = 5
 		s.Backoff.Jitter = v1.JitterNone
 		s.Backoff.Base = dur("0s")

@@ -17,11 +17,12 @@ import (
 	"github.com/retryguard/retryguard/hack/devenv"
 )
 
-// The admission tests live in test packages (api/v1alpha1's cases_test.go
-// for the CRD's CEL, webhooks' webhook_rules_test.go for the webhook), which
-// nothing else can import. Their inputs are restated here under the same
-// names, and TestParityTableCoversTheAdmissionTables fails when a case is
-// added there and not here.
+// The single-object admission cases are imported from api/v1alpha1/fixtures.
+// The webhook's cases live in a test package (webhooks'
+// webhook_rules_test.go), which nothing else can import: their inputs are
+// restated here under the same names, and
+// TestParityTableCoversTheAdmissionTables fails when a case is added there
+// and not here.
 
 // parityCase is a sequence of objects applied in order; an object with the
 // name of an earlier one is an update of it.
@@ -29,9 +30,6 @@ type parityCase struct {
 	name string
 	objs func(tb testing.TB) []client.Object
 }
-
-// dur is a Duration as written, so that a table can hold a malformed one.
-func dur(s string) *v1.Duration { d := v1.Duration(s); return &d }
 
 func loadSample[T any](tb testing.TB, file string) *T {
 	tb.Helper()
@@ -46,7 +44,7 @@ func loadSample[T any](tb testing.TB, file string) *T {
 	return obj
 }
 
-// samplePolicy is cases_test.go's policyFor: the sample 2FA policy, changed.
+// samplePolicy is api/v1alpha1's policyFor: the sample 2FA policy, changed.
 func samplePolicy(mutate func(*v1.RetryPolicySpec)) func(testing.TB) []client.Object {
 	return func(tb testing.TB) []client.Object {
 		p := loadSample[v1.RetryPolicy](tb, "policy_v1alpha1_retrypolicy.yaml")
@@ -81,127 +79,18 @@ var (
 	critical = fixtures.Critical
 )
 
-// celCases restates api/v1alpha1/cases_test.go's policyCases and budgetCases.
-var celCases = []parityCase{
-	{"sample sms-2fa-dispatch is accepted", samplePolicy(func(*v1.RetryPolicySpec) {})},
-	{"one attempt needs no budget", samplePolicy(func(s *v1.RetryPolicySpec) { s.MaxAttempts = 1; s.BudgetRef = nil })},
-	{"one attempt may have a deadline at minRemaining", samplePolicy(func(s *v1.RetryPolicySpec) { s.MaxAttempts = 1; s.Deadline = *dur("500ms") })},
-	{"zero attempts", samplePolicy(func(s *v1.RetryPolicySpec) { s.MaxAttempts = 0 })},
-	{"five attempts", samplePolicy(func(s *v1.RetryPolicySpec) { s.MaxAttempts = 5 })},
-	{"jitter None", samplePolicy(func(s *v1.RetryPolicySpec) { s.Backoff.Jitter = v1.JitterNone })},
-	{"Equal and Decorrelated jitter are accepted", samplePolicy(func(s *v1.RetryPolicySpec) { s.Backoff.Jitter = v1.JitterDecorrelated })},
-	{"base 0s is an immediate retry", samplePolicy(func(s *v1.RetryPolicySpec) { s.Backoff.Base = dur("0s") })},
-	{"cap below base", samplePolicy(func(s *v1.RetryPolicySpec) { s.Backoff.Base = dur("2s"); s.Backoff.Cap = dur("1s") })},
-	{"cap equal to base is accepted", samplePolicy(func(s *v1.RetryPolicySpec) { s.Backoff.Base = dur("1s"); s.Backoff.Cap = dur("1s") })},
-	{"multiplier 11", samplePolicy(func(s *v1.RetryPolicySpec) { s.Backoff.Multiplier = ptr.To[int32](11) })},
-	{"hiddenAttempts 0", samplePolicy(func(s *v1.RetryPolicySpec) { s.Layer.HiddenAttempts = ptr.To[int32](0) })},
-	{"hiddenAttempts negative", samplePolicy(func(s *v1.RetryPolicySpec) { s.Layer.HiddenAttempts = ptr.To[int32](-2) })},
-	{"hiddenAttempts above the cap", samplePolicy(func(s *v1.RetryPolicySpec) { s.Layer.HiddenAttempts = ptr.To[int32](11) })},
-	{"hiddenAttempts 3 (an SDK's own retries) is accepted", samplePolicy(func(s *v1.RetryPolicySpec) { s.Layer.HiddenAttempts = ptr.To[int32](3) })},
-	{"hiddenAttempts at the cap is accepted", samplePolicy(func(s *v1.RetryPolicySpec) { s.Layer.HiddenAttempts = ptr.To[int32](10) })},
-	{"retry on 400", samplePolicy(func(s *v1.RetryPolicySpec) { s.RetryOn.StatusCodes = []int32{429, 400} })},
-	{"retry on 404", samplePolicy(func(s *v1.RetryPolicySpec) { s.RetryOn.StatusCodes = []int32{404} })},
-	{"retry on 302", samplePolicy(func(s *v1.RetryPolicySpec) { s.RetryOn.StatusCodes = []int32{302} })},
-	{"retry on 501", samplePolicy(func(s *v1.RetryPolicySpec) { s.RetryOn.StatusCodes = []int32{503, 501} })},
-	{"retry on 505", samplePolicy(func(s *v1.RetryPolicySpec) { s.RetryOn.StatusCodes = []int32{505} })},
-	{"retry on 500 and 502 is accepted", samplePolicy(func(s *v1.RetryPolicySpec) { s.RetryOn.StatusCodes = []int32{500, 502} })},
-	{"retries without a budget", samplePolicy(func(s *v1.RetryPolicySpec) { s.BudgetRef = nil })},
-	{"POST timeout retry without a key", samplePolicy(func(s *v1.RetryPolicySpec) { s.Idempotency.KeyTemplate = nil })},
-	{"no operation and ambiguous errors without a key", samplePolicy(func(s *v1.RetryPolicySpec) {
-		s.Idempotency.KeyTemplate = nil
-		s.Target.Operation = nil
-	})},
-	{"lower-case put is not a method", samplePolicy(func(s *v1.RetryPolicySpec) {
-		s.Idempotency.KeyTemplate = nil
-		s.Target.Operation = ptr.To("put /v1/messages")
-	})},
-	{"PUT timeout retry without a key is accepted", samplePolicy(func(s *v1.RetryPolicySpec) {
-		s.Idempotency.KeyTemplate = nil
-		s.Target.Operation = ptr.To("PUT /v1/messages/42")
-	})},
-	{"bare GET is accepted", samplePolicy(func(s *v1.RetryPolicySpec) {
-		s.Idempotency.KeyTemplate = nil
-		s.Target.Operation = ptr.To("GET")
-	})},
-	{"safe errors only need no key", samplePolicy(func(s *v1.RetryPolicySpec) {
-		s.Idempotency.KeyTemplate = nil
-		s.RetryOn.Errors = []v1.TransportError{v1.ConnectionRefused, v1.DNSFailure}
-	})},
-	{"key without placeholder", samplePolicy(func(s *v1.RetryPolicySpec) { s.Idempotency.KeyTemplate = ptr.To("SMS-2FA-static") })},
-	{"key with {attempt}", samplePolicy(func(s *v1.RetryPolicySpec) { s.Idempotency.KeyTemplate = ptr.To("SMS-{user_id}-{attempt}") })},
-	{"key with {UUID} in capitals", samplePolicy(func(s *v1.RetryPolicySpec) { s.Idempotency.KeyTemplate = ptr.To("{UUID}") })},
-	{"key with unbalanced brace", samplePolicy(func(s *v1.RetryPolicySpec) { s.Idempotency.KeyTemplate = ptr.To("SMS-{user_id") })},
-	{"deadline at minRemaining", samplePolicy(func(s *v1.RetryPolicySpec) {
-		s.Deadline = *dur("500ms")
-		s.RetryAfter.MaxDelay = dur("100ms")
-	})},
-	{"retry-after max equal to deadline", samplePolicy(func(s *v1.RetryPolicySpec) { s.RetryAfter.MaxDelay = dur("4s") })},
-	{"per-attempt timeout above deadline", samplePolicy(func(s *v1.RetryPolicySpec) { s.PerAttemptTimeout = dur("5s") })},
-	{"zero deadline breaks three rules", samplePolicy(func(s *v1.RetryPolicySpec) { s.Deadline = *dur("0s") })},
-	{"negative deadline", samplePolicy(func(s *v1.RetryPolicySpec) { s.Deadline = *dur("-1s") })},
-	{"durations without a unit, a leading digit or a number", samplePolicy(func(s *v1.RetryPolicySpec) {
-		s.Backoff.Base = dur(".5s")
-		s.Backoff.Cap = dur("0")
-		s.PerAttemptTimeout = dur("soon")
-	})},
-	{"retrying a POST on 429 and safe errors only still needs a key", samplePolicy(func(s *v1.RetryPolicySpec) {
-		s.Idempotency.KeyTemplate = nil
-		s.RetryOn.Errors = []v1.TransportError{v1.ConnectionRefused, v1.DNSFailure}
-	})},
-	{"two attempts of a POST without a key", samplePolicy(func(s *v1.RetryPolicySpec) { s.MaxAttempts = 2; s.Idempotency = nil; s.RetryOn = nil })},
-	{"one attempt of a POST needs no key, whatever it lists", samplePolicy(func(s *v1.RetryPolicySpec) {
-		s.MaxAttempts = 1
-		s.BudgetRef = nil
-		s.Idempotency.KeyTemplate = nil
-	})},
-	{"header with CR LF", samplePolicy(func(s *v1.RetryPolicySpec) { s.Idempotency.Header = ptr.To("Idempotency-Key\r\nX-Evil: 1") })},
-	{"header with a space", samplePolicy(func(s *v1.RetryPolicySpec) { s.Idempotency.Header = ptr.To("Idempotency Key") })},
-	{"deadline 3s that never mentions retryAfter is accepted", samplePolicy(func(s *v1.RetryPolicySpec) { s.Deadline = *dur("3s"); s.RetryAfter = nil })},
-	{"deadline 2s that never mentions retryAfter is accepted", samplePolicy(func(s *v1.RetryPolicySpec) {
-		s.Deadline = *dur("2s")
-		s.RetryAfter = nil
-		s.MinRemaining = nil
-	})},
-	{"deadline 3s with retryAfter.maxDelay 3s written", samplePolicy(func(s *v1.RetryPolicySpec) {
-		s.Deadline = *dur("3s")
-		s.RetryAfter = &v1.RetryAfter{MaxDelay: dur("3s")}
-	})},
-	{"key with a lone closing brace", samplePolicy(func(s *v1.RetryPolicySpec) { s.Idempotency.KeyTemplate = ptr.To("SMS-{user_id}}") })},
-	{"key with an empty placeholder", samplePolicy(func(s *v1.RetryPolicySpec) { s.Idempotency.KeyTemplate = ptr.To("SMS-{}-{user_id}") })},
-	{"http fallback", samplePolicy(func(s *v1.RetryPolicySpec) { s.Fallback.Channels[0].Endpoint = "http://push.auth.internal/v1" })},
-	{"fallback that is not a URL", samplePolicy(func(s *v1.RetryPolicySpec) { s.Fallback.Channels[0].Endpoint = "push.auth.internal/v1" })},
-	{"unverified fallback", samplePolicy(func(s *v1.RetryPolicySpec) { s.Fallback.Channels[0].Verified = ptr.To(false) })},
-	{"fallback without verified", samplePolicy(func(s *v1.RetryPolicySpec) {
-		s.Fallback.Channels = append(s.Fallback.Channels, v1.FallbackChannel{Name: "email", Endpoint: "https://mail.internal/send"})
-	})},
-	{"pool of zero connections", samplePolicy(func(s *v1.RetryPolicySpec) { s.ConnectionPool.MaxConnections = 0 })},
-	{"INC-2901 as written: five immediate unbudgeted retries", samplePolicy(func(s *v1.RetryPolicySpec) {
-		s.MaxAttempts = 5
-		s.Backoff.Jitter = v1.JitterNone
-		s.Backoff.Base = dur("0s")
-		s.BudgetRef = nil
-	})},
-
-	{"sample telephony-provider is accepted", sampleBudget(func(*v1.RetryBudgetSpec) {})},
-	{"every bound at its edge is accepted", sampleBudget(func(s *v1.RetryBudgetSpec) {
-		s.RetryPercent = 100
-		s.Window = dur("1h")
-		s.MaxTokens = ptr.To[int32](1000)
-		s.Partitions = ptr.To[int32](1000)
-		s.MinRetriesPerSecond = ptr.To[int32](10000)
-	})},
-	{"retryPercent 0", sampleBudget(func(s *v1.RetryBudgetSpec) { s.RetryPercent = 0 })},
-	{"retryPercent 101", sampleBudget(func(s *v1.RetryBudgetSpec) { s.RetryPercent = 101 })},
-	{"window 500ms", sampleBudget(func(s *v1.RetryBudgetSpec) { s.Window = dur("500ms") })},
-	{"window 2h", sampleBudget(func(s *v1.RetryBudgetSpec) { s.Window = dur("2h") })},
-	{"negative window", sampleBudget(func(s *v1.RetryBudgetSpec) { s.Window = dur("-1m") })},
-	{"maxTokens 0", sampleBudget(func(s *v1.RetryBudgetSpec) { s.MaxTokens = ptr.To[int32](0) })},
-	{"maxTokens 1001", sampleBudget(func(s *v1.RetryBudgetSpec) { s.MaxTokens = ptr.To[int32](1001) })},
-	{"negative floor", sampleBudget(func(s *v1.RetryBudgetSpec) { s.MinRetriesPerSecond = ptr.To[int32](-1) })},
-	{"zero partitions", sampleBudget(func(s *v1.RetryBudgetSpec) { s.Partitions = ptr.To[int32](0) })},
-	{"1001 partitions", sampleBudget(func(s *v1.RetryBudgetSpec) { s.Partitions = ptr.To[int32](1001) })},
-	{"floor of 10001 retries per second", sampleBudget(func(s *v1.RetryBudgetSpec) { s.MinRetriesPerSecond = ptr.To[int32](10001) })},
-}
+// celCases are api/v1alpha1/fixtures' single-object admission cases, the
+// very table the CRD's CEL and the Go validators are tested with.
+var celCases = func() []parityCase {
+	var out []parityCase
+	for _, tc := range fixtures.PolicyCases {
+		out = append(out, parityCase{tc.Name, samplePolicy(tc.Mutate)})
+	}
+	for _, tc := range fixtures.BudgetCases {
+		out = append(out, parityCase{tc.Name, sampleBudget(tc.Mutate)})
+	}
+	return out
+}()
 
 func raised[T client.Object](obj T, change func(T)) T {
 	c := obj.DeepCopyObject().(T)
