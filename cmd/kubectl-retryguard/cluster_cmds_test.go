@@ -185,6 +185,32 @@ func TestExplainTheWorstCaseSchedule(t *testing.T) {
 	)
 }
 
+// A fleet budget: seed 003's total 20/s allowance over the pods the
+// controller counted, each pod's share as the runtime rounds it, and the
+// conservative share it falls back to when the count goes stale.
+func TestExplainAFleetBudget(t *testing.T) {
+	sms := fixtures.Policy("auth", "sms", "connector", 3)
+	fleet := fixtures.Budget("auth", fixtures.DefaultBudget, 10)
+	fleet.Spec.MaxRetriesPerSecond = ptr.To[int32](20)
+	fleet.Spec.MinRetriesPerSecond = ptr.To[int32](20)
+	fleet.Spec.Partitions = ptr.To[int32](20)
+	fleet.Spec.Consumers = &v1.BudgetConsumers{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "sms"}}}
+	fleet.Status.Consumers = ptr.To[int32](8)
+	withCluster(t, "auth", sms, fleet)
+	code, out, errOut := runCLI(t, "", "explain", "rp/sms")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	assertContains(t, out,
+		"fleet allowance: at most 20 retries/s across every pod that shares it",
+		"shared by the pods matching app=sms: 8 counted (status.consumers)",
+		"each counted pod holds 2 token(s) and a floor of 3 retries/s (rounded up), at most 2.5 retries/s (rounded down)",
+		"each pod holds 1 token(s) and a floor of 1 retries/s (rounded up), at most 1 retries/s (rounded down)",
+	)
+	_, graphOut, _ := runCLI(t, "", "graph")
+	assertContains(t, graphOut, "partitions 20, at most 20 retries/s in all, shared by pods app=sms (8 counted)")
+}
+
 // assertContains reports each wanted substring that out lacks.
 func assertContains(t *testing.T, out string, wants ...string) {
 	t.Helper()

@@ -6,16 +6,19 @@ package explain
 import (
 	"context"
 	"fmt"
-	"github.com/retryguard/retryguard/runtime/budget"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/retryguard/retryguard/api/policygraph"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/graph"
 	"github.com/retryguard/retryguard/runtime/backoff"
+	"github.com/retryguard/retryguard/runtime/budget"
 )
 
 // Input is what an explanation reads: the policy, the policies and budgets
@@ -204,16 +207,46 @@ func writeBudget(w io.Writer, in Input) {
 	s := b.Budget.Spec.WithDefaults()
 	fmt.Fprintf(w, "  RetryBudget %s: retries at most %d%% of primary attempts over %s; bucket of %d tokens, floor %d retries/s\n",
 		b.Key, s.RetryPercent, s.Window.Duration(), *s.MaxTokens, *s.MinRetriesPerSecond)
-	tokens, floor := budget.PodShare(budget.Config{RetryPercent: s.RetryPercent, Window: s.Window.Duration(),
-		MaxTokens: *s.MaxTokens, MinRetriesPerSecond: *s.MinRetriesPerSecond, Partitions: *s.Partitions})
-	fmt.Fprintf(w, "  split over %d partition(s): each pod holds %d token(s) and a floor of %d retries/s (rounded up); the %d%% ratio needs no split\n",
-		*s.Partitions, tokens, floor, s.RetryPercent)
+	if m := s.MaxRetriesPerSecond; m != nil {
+		fmt.Fprintf(w, "  fleet allowance: at most %d retries/s across every pod that shares it\n", *m)
+	}
+	cfg := budget.Config{RetryPercent: s.RetryPercent, Window: s.Window.Duration(), MaxTokens: *s.MaxTokens,
+		MinRetriesPerSecond: *s.MinRetriesPerSecond, Partitions: *s.Partitions}
+	if m := s.MaxRetriesPerSecond; m != nil {
+		cfg.MaxRetriesPerSecond, cfg.LimitRetriesPerSecond = *m, true
+	}
+	parts := int64(*s.Partitions)
+	if s.Consumers == nil {
+		fmt.Fprintf(w, "  split over %d partition(s): each pod holds %s; the %d%% ratio needs no split\n",
+			parts, shareText(budget.ShareOver(cfg, parts)), s.RetryPercent)
+	} else {
+		counted := int64(0)
+		if c := b.Budget.Status.Consumers; c != nil {
+			counted = int64(*c)
+		}
+		fmt.Fprintf(w, "  shared by the pods matching %s: %d counted (status.consumers)\n",
+			metav1.FormatLabelSelector(&s.Consumers.PodSelector), counted)
+		fmt.Fprintf(w, "  each counted pod holds %s; the %d%% ratio needs no split\n",
+			shareText(budget.ShareOver(cfg, max(counted, 1))), s.RetryPercent)
+		fmt.Fprintf(w, "  a pod the count does not include yet holds nothing until it does; with the count stale (controller down) each pod holds %s\n",
+			shareText(budget.ShareOver(cfg, max(parts, counted))))
+	}
 	names := make([]string, len(b.Users))
 	for i, u := range b.Users {
 		names[i] = u.Name
 	}
 	fmt.Fprintf(w, "  shared by %d policies: %s\n", len(b.Users), strings.Join(names, ", "))
 	fmt.Fprintf(w, "  %s\n", readyLine(b.Budget))
+}
+
+// shareText is one pod's share of a budget's absolute figures, rounded as
+// the runtime rounds them.
+func shareText(sh budget.Share) string {
+	out := fmt.Sprintf("%d token(s) and a floor of %d retries/s (rounded up)", sh.Tokens, sh.MinRetriesPerSecond)
+	if sh.Limited {
+		out += fmt.Sprintf(", at most %s retries/s (rounded down)", strconv.FormatFloat(float64(sh.MilliRetriesPerSecond)/1000, 'f', -1, 64))
+	}
+	return out
 }
 
 func readyLine(b *v1.RetryBudget) string {

@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 )
 
@@ -72,8 +74,19 @@ func (f *Forest) WriteText(w io.Writer, o Options) {
 			continue
 		}
 		s := b.Budget.Spec.WithDefaults()
-		fmt.Fprintf(w, "  %s: %d%% of primaries over %s, maxTokens %d, partitions %d, %s; used by %s\n",
-			b.Key, s.RetryPercent, s.Window.Duration(), *s.MaxTokens, *s.Partitions,
+		fleet := ""
+		if m := s.MaxRetriesPerSecond; m != nil {
+			fleet += fmt.Sprintf(", at most %d retries/s in all", *m)
+		}
+		if s.Consumers != nil {
+			counted := "not counted yet"
+			if c := b.Budget.Status.Consumers; c != nil {
+				counted = fmt.Sprintf("%d counted", *c)
+			}
+			fleet += fmt.Sprintf(", shared by pods %s (%s)", metav1.FormatLabelSelector(&s.Consumers.PodSelector), counted)
+		}
+		fmt.Fprintf(w, "  %s: %d%% of primaries over %s, maxTokens %d, partitions %d%s, %s; used by %s\n",
+			b.Key, s.RetryPercent, s.Window.Duration(), *s.MaxTokens, *s.Partitions, fleet,
 			readyText(ReadyOf(b.Budget.Status.Conditions, b.Budget.Generation)), orNone(users))
 	}
 }
