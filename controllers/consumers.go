@@ -60,7 +60,7 @@ func consumerSelector(b *v1.RetryBudget) (labels.Selector, error) {
 	if b.Spec.Consumers == nil {
 		return nil, nil
 	}
-	sel, err := metav1.LabelSelectorAsSelector(&b.Spec.Consumers.PodSelector)
+	sel, err := metav1.LabelSelectorAsSelector(b.Spec.Consumers.PodSelector)
 	if err != nil {
 		return nil, fmt.Errorf("consumers.podSelector is not a valid label selector: %w", err)
 	}

@@ -82,7 +82,7 @@ func TestEvaluateFleetBudget(t *testing.T) {
 	limits := policygraph.DefaultLimits()
 	b := fixtures.Budget("ns", "b", 10)
 	b.Spec.Partitions = ptr.To[int32](4)
-	b.Spec.Consumers = &v1.BudgetConsumers{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "a"}}}
+	b.Spec.Consumers = &v1.BudgetConsumers{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "a"}}}
 	b.Status.Consumers = ptr.To[int32](4)
 	if c := evaluateBudget(b, 1, limits); c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "4 consumers") ||
 		strings.Contains(c.Message, "above partitions") {
@@ -92,7 +92,7 @@ func TestEvaluateFleetBudget(t *testing.T) {
 	if c := evaluateBudget(b, 1, limits); c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "above partitions (4)") {
 		t.Errorf("above partitions: %+v", c)
 	}
-	b.Spec.Consumers.PodSelector = metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Near"}}}
+	b.Spec.Consumers.PodSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Near"}}}
 	if c := evaluateBudget(b, 1, limits); c.Status != metav1.ConditionFalse || c.Reason != v1.ReasonInvalidSpec ||
 		!strings.Contains(c.Message, "consumers.podSelector") || !strings.Contains(c.Message, "conservative share") {
 		t.Errorf("an invalid selector: %+v", c)

@@ -37,7 +37,7 @@ func fleetBudget(ns, name, app string, partitions int32) *v1.RetryBudget {
 	b := fixtures.Budget(ns, name, 10)
 	b.Spec.Partitions = ptr.To(partitions)
 	b.Spec.MaxRetriesPerSecond = ptr.To[int32](20)
-	b.Spec.Consumers = &v1.BudgetConsumers{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": app}}}
+	b.Spec.Consumers = &v1.BudgetConsumers{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}}}
 	return b
 }
 
@@ -147,7 +147,7 @@ var _ = Describe("Fleet budgets", func() {
 		ns := newNamespace()
 		b := fleetBudget(ns, "broken", "web", 2)
 		// No webhook runs in this suite; the CRD's schema lets this through.
-		b.Spec.Consumers.PodSelector = metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+		b.Spec.Consumers.PodSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
 			{Key: "app", Operator: "Near", Values: []string{"web"}}}}
 		if err := k8s.Create(ctx, b); err != nil {
 			Skip("the API server refuses the selector itself: " + err.Error())

@@ -178,7 +178,7 @@ func TestFleetBudgetPayload(t *testing.T) {
 	if b := publish(budget); b.MaxRetriesPerSecond == nil || *b.MaxRetriesPerSecond != 0 {
 		t.Errorf("an allowance of 0 (no retry) was lost: %+v", b)
 	}
-	budget.Spec.Consumers = &v1.BudgetConsumers{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "sms"}}}
+	budget.Spec.Consumers = &v1.BudgetConsumers{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "sms"}}}
 	if b := publish(budget); b.Consumers != nil {
 		t.Errorf("consumers never counted were published: %+v", b.Consumers)
 	}

@@ -333,7 +333,7 @@ func TestValidateRetryBudget(t *testing.T) {
 		b := mk(10, 0)
 		b.Spec.MaxRetriesPerSecond, b.Spec.Partitions = ptr.To(allowance), ptr.To(partitions)
 		if consumers {
-			b.Spec.Consumers = &v1.BudgetConsumers{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "a"}}}
+			b.Spec.Consumers = &v1.BudgetConsumers{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "a"}}}
 		}
 		return policygraph.ValidateRetryBudget(b, limits, field.NewPath("spec"))
 	}

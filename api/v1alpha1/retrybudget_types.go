@@ -78,8 +78,10 @@ type RetryBudgetSpec struct {
 // BudgetConsumers selects the pods that share a budget.
 type BudgetConsumers struct {
 	// podSelector selects the consuming pods, in the budget's namespace.
+	// It must select every pod that draws on the budget; an empty selector
+	// selects every pod of the namespace.
 	// +required
-	PodSelector metav1.LabelSelector `json:"podSelector"`
+	PodSelector *metav1.LabelSelector `json:"podSelector,omitempty"`
 }
 
 // RetryBudgetStatus is the observed state of a RetryBudget.

@@ -45,7 +45,11 @@ func ValidateRetryBudgetSpec(spec *RetryBudgetSpec, fldPath *field.Path) field.E
 			"minRetriesPerSecond must not be above maxRetriesPerSecond"))
 	}
 	if c := s.Consumers; c != nil {
-		errs = append(errs, validateLabelSelector(&c.PodSelector, fldPath.Child("consumers", "podSelector"))...)
+		if c.PodSelector == nil {
+			errs = append(errs, Invalid(fldPath.Child("consumers", "podSelector"), nil, codes.InvalidSelector,
+				"consumers.podSelector is required: the pods that share the budget"))
+		}
+		errs = append(errs, validateLabelSelector(c.PodSelector, fldPath.Child("consumers", "podSelector"))...)
 	}
 	return SortErrors(errs)
 }

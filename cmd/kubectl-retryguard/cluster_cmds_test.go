@@ -194,7 +194,7 @@ func TestExplainAFleetBudget(t *testing.T) {
 	fleet.Spec.MaxRetriesPerSecond = ptr.To[int32](20)
 	fleet.Spec.MinRetriesPerSecond = ptr.To[int32](20)
 	fleet.Spec.Partitions = ptr.To[int32](20)
-	fleet.Spec.Consumers = &v1.BudgetConsumers{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "sms"}}}
+	fleet.Spec.Consumers = &v1.BudgetConsumers{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "sms"}}}
 	fleet.Status.Consumers = ptr.To[int32](8)
 	withCluster(t, "auth", sms, fleet)
 	code, out, errOut := runCLI(t, "", "explain", "rp/sms")

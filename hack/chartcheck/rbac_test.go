@@ -132,7 +132,7 @@ func runAsServiceAccount(t *testing.T, ns, sa string, rbac []object) {
 	// A fleet budget's consumers are counted from the metadata-only pod
 	// watch (pods: list and watch).
 	fleet := fixtures.Budget(app, "fleet", 10)
-	fleet.Spec.Consumers = &v1.BudgetConsumers{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "shop"}}}
+	fleet.Spec.Consumers = &v1.BudgetConsumers{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "shop"}}}
 	mustCreate(ctx, t, admin, fleet)
 	mustCreate(ctx, t, admin, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: app, Name: "shop-1", Labels: map[string]string{"app": "shop"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.invalid/shop"}}}})

@@ -106,6 +106,7 @@ func run(w io.Writer) error {
 		if err := s.apply("-f", f); err == nil {
 			return fmt.Errorf("%s was accepted; it must be refused", filepath.Base(f))
 		}
+		s.refused++
 	}
 
 	s.chapter("4. Retries multiply across layers",
@@ -129,6 +130,9 @@ func run(w io.Writer) error {
 		if (err == nil) != step.accepted {
 			return fmt.Errorf("%s: accepted=%v, want %v", step.file, err == nil, step.accepted)
 		}
+		if err != nil {
+			s.refused++
+		}
 	}
 
 	stored, err := s.names("rp")
@@ -148,13 +152,26 @@ func run(w io.Writer) error {
 	if err := s.pod(ctx, cluster, tmp); err != nil {
 		return err
 	}
-	s.chapter("6. Deleting cleans up",
+	s.chapter("6. Teams in their own namespaces",
+		"A workflow in one team's namespace calls a connector in another's. Layers multiply across",
+		"namespaces, and a parent consents to the namespaces that may attach a layer below it,",
+		"as a Gateway consents to routes.")
+	if err := s.teams(); err != nil {
+		return err
+	}
+	s.chapter("7. One budget for a fleet of pods",
+		"A per-pod budget is not a budget for a dependency that 20 pods call: 20 pods each allowing",
+		"20 retries/s permit 100 + 20×20 = 500 calls/s (seed 003). A fleet budget divides one allowance.")
+	if err := s.fleet(ctx, tmp); err != nil {
+		return err
+	}
+	s.chapter("8. Deleting cleans up",
 		"The local control plane runs kube-controller-manager's garbage collector and namespace",
 		"controller, as a real cluster does.")
 	if err := s.cleanup(ctx); err != nil {
 		return err
 	}
-	s.chapter("The end", fmt.Sprintf("%d unsafe objects refused; the %d policies stored were the safe ones, pods enforced them, and deleting cleaned up after them.", len(unsafe)+1, len(stored)))
+	s.chapter("The end", fmt.Sprintf("%d unsafe objects refused; the %d policies stored were the safe ones, pods enforced them, and deleting cleaned up after them.", s.refused, len(stored)))
 	return nil
 }
 
@@ -167,6 +184,8 @@ type story struct {
 	// converged until the controllers have published all of it.
 	settle, converged func() error
 	reader            client.Reader
+	// refused counts the objects admission refused, as the story meant.
+	refused int
 }
 
 // payload prints a policy's published payload, indented.
@@ -225,11 +244,14 @@ func (s *story) names(resource string) ([]string, error) {
 	return strings.Fields(string(out)), nil
 }
 
-// shorten shows repository paths relative to the checkout, as a user types them.
+// shorten shows repository paths relative to the checkout, as a user types
+// them, and files the demo wrote in its temporary directory by their names.
 func shorten(args []string) []string {
 	out := make([]string, len(args))
 	for i, a := range args {
-		if rel, err := filepath.Rel(devenv.RepoRoot(), a); err == nil && filepath.IsAbs(a) {
+		if rel, err := filepath.Rel(os.TempDir(), a); err == nil && filepath.IsAbs(a) && !strings.HasPrefix(rel, "..") {
+			a = filepath.Base(a)
+		} else if rel, err := filepath.Rel(devenv.RepoRoot(), a); err == nil && filepath.IsAbs(a) {
 			a = rel
 		}
 		if strings.HasPrefix(a, "jsonpath=") {

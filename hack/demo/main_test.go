@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -102,7 +103,32 @@ func TestDemoTellsTheStory(t *testing.T) {
 	if !regexp.MustCompile(`team-sunset\s+Terminating`).MatchString(story) {
 		t.Errorf("the deleted namespace was not shown Terminating")
 	}
-	if !strings.Contains(story, "the 5 policies stored were the safe ones") {
+	// Teams in their own namespaces: consent refuses a child the parent did
+	// not allow, and a foreign child it did allow bounds the parent.
+	for _, want := range []string{
+		`ERR_PARENT_NOT_PERMITTED: layer.parentRef: RetryPolicy "gateway/order-workflow" does not allow child layers from namespace "ads"`,
+		"ERR_LAYER_AMPLIFICATION: gateway/workflow(3) × payments/connector(3) = 9 > 3",
+	} {
+		if !strings.Contains(story, want) {
+			t.Errorf("the teams chapter no longer prints %q", want)
+		}
+	}
+	if !regexp.MustCompile(`charge-connector\s+payments-api\s+connector\s+3\s+3\s+payments-api\s+True`).MatchString(story) {
+		t.Errorf("the payments connector under the gateway's workflow is not Ready with 3 leaf attempts")
+	}
+	// One budget for a fleet: the controller counts 2, then 20 pods, and the
+	// payload carries the count.
+	for _, n := range []string{"2", "20"} {
+		if !regexp.MustCompile(`sms-fleet\s+10\s+60s\s+1\s+` + n + `\s+True`).MatchString(story) {
+			t.Errorf("the fleet budget was not shown counting %s consumers", n)
+		}
+	}
+	if !regexp.MustCompile(`"consumers": \{\s+"count": 20,`).MatchString(story) {
+		t.Errorf("the payload does not carry the count of 20 consumers")
+	}
+	// Refused: every unsafe manifest, the job above the layer limit, the ads
+	// job without consent, and the gateway's retries above its child.
+	if !strings.Contains(story, fmt.Sprintf("%d unsafe objects refused; the 5 policies stored were the safe ones", len(unsafe)+3)) {
 		t.Errorf("an unsafe policy was stored:\n%s", story)
 	}
 }

@@ -96,7 +96,9 @@ const ZeroShare = 0
 //   - no count (the budget selects no consumers): Partitions;
 //   - a fresh count (at most policyconfig.ConsumerCountStaleAfter old) that
 //     covers the process (taken at least ConsumerCountClockSkew after it
-//     started): max(N, 1);
+//     started): N;
+//   - a fresh count of zero, which cannot be right while this process
+//     draws on the budget (the selector misses it): Partitions;
 //   - a fresh count that does not cover it: ZeroShare, since the N pods it
 //     counted may together be using the whole allowance; this ends when a
 //     covering count arrives or the count goes stale;
@@ -110,11 +112,16 @@ func Denominator(c Config, start, now time.Time) int64 {
 	if !c.Consumers.Counted {
 		return parts
 	}
-	n := int64(max(c.Consumers.N, 1))
+	n := int64(c.Consumers.N)
 	age := now.Sub(c.Consumers.ObservedAt)
 	switch {
 	case age > policyconfig.ConsumerCountStaleAfter || age < -policyconfig.ConsumerCountClockSkew:
 		return max(parts, n)
+	case n < 1:
+		// A pod is drawing on the budget, yet the count found none: the
+		// selector misses this pod (or the count is not yet the pods').
+		// That count is no evidence of how many share it.
+		return parts
 	case c.Consumers.ObservedAt.Before(start.Add(policyconfig.ConsumerCountClockSkew)):
 		return ZeroShare
 	}

@@ -225,9 +225,13 @@ func writeBudget(w io.Writer, in Input) {
 			counted = int64(*c)
 		}
 		fmt.Fprintf(w, "  shared by the pods matching %s: %d counted (status.consumers)\n",
-			metav1.FormatLabelSelector(&s.Consumers.PodSelector), counted)
-		fmt.Fprintf(w, "  each counted pod holds %s; the %d%% ratio needs no split\n",
-			shareText(budget.ShareOver(cfg, max(counted, 1))), s.RetryPercent)
+			metav1.FormatLabelSelector(s.Consumers.PodSelector), counted)
+		if counted > 0 {
+			fmt.Fprintf(w, "  each counted pod holds %s; the %d%% ratio needs no split\n",
+				shareText(budget.ShareOver(cfg, counted)), s.RetryPercent)
+		} else {
+			fmt.Fprintln(w, "  no pod counted: a pod that draws on it anyway is one the selector misses, and holds the share over partitions")
+		}
 		fmt.Fprintf(w, "  a pod the count does not include yet holds nothing until it does; with the count stale (controller down) each pod holds %s\n",
 			shareText(budget.ShareOver(cfg, max(parts, counted))))
 	}

@@ -83,7 +83,7 @@ func (f *Forest) WriteText(w io.Writer, o Options) {
 			if c := b.Budget.Status.Consumers; c != nil {
 				counted = fmt.Sprintf("%d counted", *c)
 			}
-			fleet += fmt.Sprintf(", shared by pods %s (%s)", metav1.FormatLabelSelector(&s.Consumers.PodSelector), counted)
+			fleet += fmt.Sprintf(", shared by pods %s (%s)", metav1.FormatLabelSelector(s.Consumers.PodSelector), counted)
 		}
 		fmt.Fprintf(w, "  %s: %d%% of primaries over %s, maxTokens %d, partitions %d%s, %s; used by %s\n",
 			b.Key, s.RetryPercent, s.Window.Duration(), *s.MaxTokens, *s.Partitions, fleet,

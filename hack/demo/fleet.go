@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/runtime/policyconfig"
+)
+
+// consumerDeadline bounds how long the controller may take to count pods.
+const consumerDeadline = 30 * time.Second
+
+// teams tells the chapter on layers that cross namespaces: a parent
+// consents to its children's namespaces, a child it did not allow is
+// refused, and a foreign child it did allow constrains the parent's own
+// attempts.
+func (s *story) teams() error {
+	for _, step := range []struct {
+		file     string
+		accepted bool
+	}{
+		{"1-gateway-and-payments.yaml", true},
+		{"2-ads-job.yaml", false},
+		{"3-gateway-retries.yaml", false},
+	} {
+		f := devenv.Path("hack", "demo", "teams", step.file)
+		s.note(firstComment(f))
+		err := s.apply("-f", f)
+		if (err == nil) != step.accepted {
+			return fmt.Errorf("%s: accepted=%v, want %v", step.file, err == nil, step.accepted)
+		}
+		if err != nil {
+			s.refused++
+		}
+	}
+	if err := s.converged(); err != nil {
+		return err
+	}
+	s.note("Each team's policy, in its own namespace; the connector's leaf counts the gateway's layer:")
+	return s.kubectl("get", "rp", "-n", "payments")
+}
+
+// fleet tells the chapter on a budget that many pods share: the controller
+// counts the pods its selector matches, publishes the count, and each pod
+// enforces its share of the fleet's allowance.
+func (s *story) fleet(ctx context.Context, tmp string) error {
+	if err := s.apply("-f", devenv.Path("hack", "demo", "fleet", "budget-and-policy.yaml")); err != nil {
+		return err
+	}
+	for _, replicas := range []int{2, 20} {
+		s.note(fmt.Sprintf("The SMS gateway runs %d pods (no kubelet here: they stay Pending, and they count, since a pod may retry from the moment it starts):", replicas))
+		pods := filepath.Join(tmp, fmt.Sprintf("sms-gateway-%d.yaml", replicas))
+		if err := os.WriteFile(pods, []byte(smsGatewayPods(replicas)), 0o644); err != nil {
+			return err
+		}
+		if err := s.kubectl("apply", "-f", pods); err != nil {
+			return err
+		}
+		if err := s.waitForConsumers(ctx, "sms-fleet", "sms-gateway-send", int32(replicas)); err != nil {
+			return err
+		}
+		if err := s.kubectl("get", "rb", "sms-fleet"); err != nil {
+			return err
+		}
+	}
+	s.note("Every payload that draws on the budget carries the count, dated: each pod retries at most 20/20 = 1 time a second.")
+	s.note("A count older than a minute (the controller is down) is not trusted: each pod falls back to 20/partitions.")
+	return s.payload("sms-gateway-send")
+}
+
+// smsGatewayPods is n pods labelled as the budget's consumers.
+func smsGatewayPods(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, `---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: sms-gateway-%d
+  labels: {app: sms-gateway}
+spec:
+  containers: [{name: gateway, image: retryguard-demo/sms-gateway:never-pulled}]
+`, i)
+	}
+	return b.String()
+}
+
+// waitForConsumers waits until the budget's status counts want consumers
+// and policy's payload carries that count.
+func (s *story) waitForConsumers(ctx context.Context, budget, policy string, want int32) error {
+	deadline := time.Now().Add(consumerDeadline)
+	for {
+		var b v1.RetryBudget
+		err := s.reader.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceDefault, Name: budget}, &b)
+		counted := err == nil && b.Status.Consumers != nil && *b.Status.Consumers == want
+		var cm corev1.ConfigMap
+		if err == nil {
+			err = s.reader.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceDefault, Name: policyconfig.ConfigMapName(policy)}, &cm)
+		}
+		if err == nil && counted {
+			p, perr := policyconfig.Parse([]byte(cm.Data[policyconfig.DataKey]))
+			if perr == nil && p.Budget != nil && p.Budget.Consumers != nil && p.Budget.Consumers.Count == want {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("RetryBudget %s and the payload of %s do not count %d consumers after %s (err %v, status %+v)",
+				budget, policy, want, consumerDeadline, err, b.Status)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
