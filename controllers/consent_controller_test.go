@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/retryguard/retryguard/api/policygraph/layertest"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
@@ -68,6 +67,34 @@ var _ = Describe("Call chains across namespaces", func() {
 		expectReason(pay, "connector", v1.ReasonPublished)
 	})
 
+	It("keep counting the parent's attempts below a child it no longer allows: a grandchild above the limit turns not Ready", func() {
+		// workflow(1) allows job(1) from payments; connector(3) below job:
+		// 1 × 1 × 3 = 3. The gateway withdraws consent, so job no longer
+		// bounds it, and raises workflow to 3: job is published NoRetry,
+		// yet workflow still calls it 3 times, and each job call still
+		// reaches connector's 3 attempts: 3 × 1 × 3 = 9.
+		gw, pay := labelledNamespace(nil).Name, labelledNamespace(nil).Name
+		workflow := fixtures.Policy(gw, "workflow", "workflow", 1, allowing(v1.NamespacesFromAll, nil))
+		Expect(k8s.Create(ctx, workflow)).To(Succeed())
+		Expect(k8s.Create(ctx, fixtures.Policy(pay, "job", "job", 1, parentIn(gw, "workflow")))).To(Succeed())
+		Expect(k8s.Create(ctx, fixtures.Policy(pay, "connector", "connector", 3, fixtures.Parent("job")))).To(Succeed())
+		expectReason(pay, "connector", v1.ReasonPublished)
+
+		edit(workflow, func(p *v1.RetryPolicy) {
+			allowing(v1.NamespacesFromSame, nil)(p)
+			p.Spec.MaxAttempts = 3
+		})
+		expectReason(pay, "job", v1.ReasonParentNotPermitted)
+		expectReason(pay, "connector", v1.ReasonAmplificationExceeded)
+		Eventually(func(g Gomega) {
+			c, p := readyOf(g, pay, "connector")
+			g.Expect(p.Status.LeafAttempts).To(BeEquivalentTo(9))
+			g.Expect(c.Message).To(ContainSubstring(fmt.Sprintf("%s/workflow(3) × %s/job(1) × %s/connector(3) = 9", gw, pay, pay)))
+			payload, _ := payloadOf(g, pay, "connector")
+			g.Expect(payload.Enforcement.Mode).To(Equal(policyconfig.NoRetry))
+		}).Should(Succeed())
+	})
+
 	It("follow a namespace's labels for a Selector parent: losing the label withdraws consent", func() {
 		gw := labelledNamespace(nil).Name
 		payNS := labelledNamespace(map[string]string{"retryguard.io/team": "payments"})
@@ -86,6 +113,6 @@ var _ = Describe("Call chains across namespaces", func() {
 })
 
 var (
-	parentIn = layertest.ParentIn
-	allowing = layertest.Allowing
+	parentIn = fixtures.ParentIn
+	allowing = fixtures.Allowing
 )

@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/retryguard/retryguard/api/policygraph"
-	"github.com/retryguard/retryguard/api/policygraph/layertest"
 	"github.com/retryguard/retryguard/api/policygraph/policyindex"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
@@ -221,9 +220,9 @@ func benchNamespace(i int) string { return fmt.Sprintf("bench-%d", i%benchNamesp
 func crossPolicy(i int) *v1.RetryPolicy {
 	chain, layer := i/crossDepth, i%crossDepth
 	opts := []fixtures.Option{fixtures.Pool(fmt.Sprintf("x-pool-%d", chain)),
-		layertest.Allowing(v1.NamespacesFromSelector, benchFleetLabel)}
+		fixtures.Allowing(v1.NamespacesFromSelector, benchFleetLabel)}
 	if layer > 0 {
-		opts = append(opts, layertest.ParentIn(benchNamespace(chain+layer-1), fmt.Sprintf("x-%d-%d", chain, layer-1)))
+		opts = append(opts, fixtures.ParentIn(benchNamespace(chain+layer-1), fmt.Sprintf("x-%d-%d", chain, layer-1)))
 	}
 	return fixtures.Policy(benchNamespace(chain+layer), fmt.Sprintf("x-%d-%d", chain, layer), fmt.Sprintf("layer-%d", layer), 1, opts...)
 }
@@ -233,7 +232,7 @@ func crossPolicy(i int) *v1.RetryPolicy {
 func crossLeaf(i int) *v1.RetryPolicy {
 	chain := i % crossChains
 	return fixtures.Policy(benchNamespace(chain+crossDepth), fmt.Sprintf("new-%d", i), "leaf", 1,
-		layertest.ParentIn(benchNamespace(chain+crossDepth-1), fmt.Sprintf("x-%d-%d", chain, crossDepth-1)),
+		fixtures.ParentIn(benchNamespace(chain+crossDepth-1), fmt.Sprintf("x-%d-%d", chain, crossDepth-1)),
 		fixtures.Pool(fmt.Sprintf("x-pool-%d", chain)))
 }
 

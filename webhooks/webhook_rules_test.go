@@ -10,7 +10,6 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/retryguard/retryguard/api/policygraph/layertest"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
 )
@@ -200,6 +199,6 @@ var _ = Describe("Single-object rules", func() {
 })
 
 var (
-	parentIn = layertest.ParentIn
-	allowing = layertest.Allowing
+	parentIn = fixtures.ParentIn
+	allowing = fixtures.Allowing
 )

@@ -255,12 +255,17 @@ func Analyze(ctx context.Context, lk Lookup, p *v1.RetryPolicy) (Analysis, error
 			return a, err
 		}
 		if !permitted {
-			// The parent does not count cur, and cur makes a single
-			// attempt: the chain above is cut here.
+			// The parent does not count cur, so cur is published NoRetry
+			// and makes a single attempt (its hidden layers still retry).
+			// The parent still calls it as often as the parent's own chain
+			// does, so the walk goes on: the layers below cur must count
+			// every caller above it.
 			if cur == p {
 				a.NotPermitted = &Refusal{Parent: key, From: FromOf(parent)}
+				a.Self.Attempts = min(a.Self.Attempts, 1)
+			} else {
+				a.Ancestors[0].Attempts = min(a.Ancestors[0].Attempts, 1)
 			}
-			break
 		}
 		layer, err := LayerIn(ctx, lk, parent)
 		if err != nil {

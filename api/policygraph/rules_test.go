@@ -13,7 +13,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/retryguard/retryguard/api/policygraph"
-	"github.com/retryguard/retryguard/api/policygraph/layertest"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
 	"github.com/retryguard/retryguard/runtime/codes"
@@ -169,7 +168,7 @@ func TestValidateRetryPolicy(t *testing.T) {
 			incoming: polIn("payments", "connector", "connector", 3, parentIn("gateway", "job")),
 			want:     []string{"spec.layer.parentRef.namespace ERR_PARENT_NOT_PERMITTED"},
 			message:  `RetryPolicy "gateway/job" does not allow child layers from namespace "payments": its layer.allowedChildren.namespaces.from is Same`,
-			leaf:     3,
+			leaf:     1, // published NoRetry: one call per call of the parent's chain
 		},
 		"a parent with from All admits a child from any namespace": {
 			stored:   []v1.RetryPolicy{polIn("gateway", "job", "job", 1, allow(v1.NamespacesFromAll, nil))},
@@ -212,10 +211,20 @@ func TestValidateRetryPolicy(t *testing.T) {
 			labels:   map[string]map[string]string{"payments": {"team": "ads"}},
 			warn:     "namespaces.from Selector does not allow the child layers payments/connector",
 		},
-		"the chain above a refused link is cut, and only the refused child is refused": {
+		"a refused child makes one attempt, yet the layers below it count every caller above it": {
 			stored: []v1.RetryPolicy{
 				polIn("gateway", "workflow", "workflow", 3),
 				polIn("checkout", "job", "job", 1, parentIn("gateway", "workflow")),
+			},
+			incoming: polIn("checkout", "connector", "connector", 3, parent("job")),
+			want:     []string{"spec.maxAttempts ERR_LAYER_AMPLIFICATION"},
+			message:  "gateway/workflow(3) × checkout/job(1) × checkout/connector(3) = 9 > 3",
+			leaf:     9,
+		},
+		"below a refused child, a chain within the limit is admitted": {
+			stored: []v1.RetryPolicy{
+				polIn("gateway", "workflow", "workflow", 1),
+				polIn("checkout", "job", "job", 3, parentIn("gateway", "workflow")),
 			},
 			incoming: polIn("checkout", "connector", "connector", 3, parent("job")), leaf: 3,
 		},
@@ -410,6 +419,6 @@ func TestWorstCase(t *testing.T) {
 }
 
 var (
-	parentIn = layertest.ParentIn
-	allow    = layertest.Allowing
+	parentIn = fixtures.ParentIn
+	allow    = fixtures.Allowing
 )

@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
-	"github.com/retryguard/retryguard/api/policygraph/layertest"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
 	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/kube"
@@ -229,12 +228,12 @@ func crossChain() []client.Object {
 	return []client.Object{
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "payments", Labels: payments}},
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ads", Labels: map[string]string{"team": "ads"}}},
-		fixtures.Policy("gateway", "workflow", "workflow", 3, layertest.Allowing(v1.NamespacesFromAll, nil)),
-		fixtures.Policy("checkout", "job", "job", 3, layertest.ParentIn("gateway", "workflow"),
-			layertest.Allowing(v1.NamespacesFromSelector, payments)),
-		fixtures.Policy("payments", "connector", "connector", 3, layertest.ParentIn("checkout", "job"),
+		fixtures.Policy("gateway", "workflow", "workflow", 3, fixtures.Allowing(v1.NamespacesFromAll, nil)),
+		fixtures.Policy("checkout", "job", "job", 3, fixtures.ParentIn("gateway", "workflow"),
+			fixtures.Allowing(v1.NamespacesFromSelector, payments)),
+		fixtures.Policy("payments", "connector", "connector", 3, fixtures.ParentIn("checkout", "job"),
 			ready(metav1.ConditionFalse, "AmplificationExceeded", "")),
-		fixtures.Policy("ads", "banner", "banner", 1, layertest.ParentIn("checkout", "job")),
+		fixtures.Policy("ads", "banner", "banner", 1, fixtures.ParentIn("checkout", "job")),
 		fixtures.Budget("payments", fixtures.DefaultBudget, 10),
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/retryguard/retryguard/api/policygraph/layertest"
 	"github.com/retryguard/retryguard/api/policygraph/policyindex"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
 )
@@ -21,7 +20,7 @@ func TestParentRefIndexKeysTheParentsNamespace(t *testing.T) {
 	}{
 		{"no parent", nil, nil},
 		{"a parent at home", []fixtures.Option{fixtures.Parent("job")}, []string{"payments/job"}},
-		{"a parent elsewhere", []fixtures.Option{layertest.ParentIn("gateway", "job")}, []string{"gateway/job"}},
+		{"a parent elsewhere", []fixtures.Option{fixtures.ParentIn("gateway", "job")}, []string{"gateway/job"}},
 	} {
 		if got := index(fixtures.Policy("payments", "connector", "connector", 1, tc.opts...)); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: index %q, want %q", tc.name, got, tc.want)

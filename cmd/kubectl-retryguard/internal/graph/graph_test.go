@@ -7,7 +7,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/retryguard/retryguard/api/policygraph/layertest"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
 	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/graph"
@@ -112,11 +111,11 @@ func TestBudgetsListTheirUsersAndMissingOnes(t *testing.T) {
 // names each layer's namespace; seen from any of its namespaces the tree
 // stays whole.
 func TestAChainAcrossNamespaces(t *testing.T) {
-	all := layertest.Allowing(v1.NamespacesFromAll, nil)
+	all := fixtures.Allowing(v1.NamespacesFromAll, nil)
 	f := graph.Build([]v1.RetryPolicy{
 		pol("gateway", "workflow", 3, all),
-		pol("checkout", "job", 3, layertest.ParentIn("gateway", "workflow"), all),
-		pol("payments", "connector", 3, layertest.ParentIn("checkout", "job")),
+		pol("checkout", "job", 3, fixtures.ParentIn("gateway", "workflow"), all),
+		pol("payments", "connector", 3, fixtures.ParentIn("checkout", "job")),
 	}, nil)
 	leaf := f.Nodes[graph.Key{Namespace: "payments", Name: "connector"}]
 	if got := leaf.Chain().String(); got != "gateway/workflow(3) × checkout/job(3) × payments/connector(3) = 27" {
@@ -136,11 +135,11 @@ func TestAChainAcrossNamespaces(t *testing.T) {
 // its own product, as admission and the controller count it.
 func TestAChildWithoutConsentIsNotCounted(t *testing.T) {
 	payments := map[string]string{"team": "payments"}
-	child := pol("ads", "connector", 3, layertest.ParentIn("gateway", "job"))
+	child := pol("ads", "connector", 3, fixtures.ParentIn("gateway", "job"))
 	f := graph.BuildIn([]v1.RetryPolicy{
-		pol("gateway", "job", 3, layertest.Allowing(v1.NamespacesFromSelector, payments)),
+		pol("gateway", "job", 3, fixtures.Allowing(v1.NamespacesFromSelector, payments)),
 		child,
-		pol("payments", "sms", 1, layertest.ParentIn("gateway", "job")),
+		pol("payments", "sms", 1, fixtures.ParentIn("gateway", "job")),
 	}, nil, graph.Namespaces{"ads": {"team": "ads"}, "payments": payments})
 	ads := f.Nodes[graph.Key{Namespace: "ads", Name: "connector"}]
 	if ads.NotPermitted == nil || ads.Chain().Product() != 3 {
@@ -156,7 +155,7 @@ func TestAChildWithoutConsentIsNotCounted(t *testing.T) {
 	}
 	// Without the namespaces' labels, the controller's verdict decides.
 	child.Status.Conditions = []metav1.Condition{{Type: v1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1.ReasonParentNotPermitted}}
-	f = graph.Build([]v1.RetryPolicy{pol("gateway", "job", 3, layertest.Allowing(v1.NamespacesFromSelector, payments)), child}, nil)
+	f = graph.Build([]v1.RetryPolicy{pol("gateway", "job", 3, fixtures.Allowing(v1.NamespacesFromSelector, payments)), child}, nil)
 	if f.Nodes[graph.Key{Namespace: "ads", Name: "connector"}].NotPermitted == nil {
 		t.Error("a child the controller reports ParentNotPermitted is counted")
 	}

@@ -11,7 +11,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/retryguard/retryguard/api/policygraph/layertest"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
 	"github.com/retryguard/retryguard/hack/devenv"
@@ -174,6 +173,6 @@ func namespace(name string, labels map[string]string) *corev1.Namespace {
 var payments = map[string]string{"retryguard.io/team": "payments"}
 
 var (
-	parentIn = layertest.ParentIn
-	allowing = layertest.Allowing
+	parentIn = fixtures.ParentIn
+	allowing = fixtures.Allowing
 )
