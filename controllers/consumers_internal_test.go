@@ -92,6 +92,14 @@ func TestEvaluateFleetBudget(t *testing.T) {
 	if c := evaluateBudget(b, 1, limits); c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "above partitions (4)") {
 		t.Errorf("above partitions: %+v", c)
 	}
+	b.Spec.MaxRetriesPerSecond = ptr.To[int32](5)
+	if c := evaluateBudget(b, 1, limits); strings.Contains(c.Message, "no pod retries") {
+		t.Errorf("5 consumers of 5 retries a second hold one each: %+v", c)
+	}
+	b.Spec.MaxRetriesPerSecond = ptr.To[int32](4)
+	if c := evaluateBudget(b, 1, limits); !strings.Contains(c.Message, "5 consumers share maxRetriesPerSecond 4: below one retry a second each, so no pod retries") {
+		t.Errorf("more consumers than retries a second: %+v", c)
+	}
 	b.Spec.Consumers.PodSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Near"}}}
 	if c := evaluateBudget(b, 1, limits); c.Status != metav1.ConditionFalse || c.Reason != v1.ReasonInvalidSpec ||
 		!strings.Contains(c.Message, "consumers.podSelector") || !strings.Contains(c.Message, "conservative share") {

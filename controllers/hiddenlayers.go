@@ -36,8 +36,8 @@ import (
 // Istio is no Go dependency; the RBAC covers every version the controller
 // reads. The controller watches the metadata of one CRD, Istio's, to start
 // reading VirtualServices when Istio is installed.
-// +kubebuilder:rbac:groups=networking.istio.io,resources=virtualservices,verbs=get;list;watch
-// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
+// +kubebuilder:rbac:groups=networking.istio.io,resources=virtualservices,verbs=list;watch
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=list;watch
 
 // VirtualServiceSourcePrefix starts the status.hiddenLayers source of a
 // VirtualService: "VirtualService/<name>".

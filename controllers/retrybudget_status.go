@@ -37,6 +37,11 @@ func evaluateBudget(b *v1.RetryBudget, policyCount int32, limits policygraph.Lim
 			msg += fmt.Sprintf(", above partitions (%d), the declared maximum: if counting stops while the fleet grows, "+
 				"each pod's stale share (1/%d) overshoots the absolute figures; raise partitions to the largest fleet", partitions, *n)
 		}
+		if m := b.Spec.MaxRetriesPerSecond; m != nil && *n > *m {
+			// Each pod's share of the cap rounds down to whole retries, so
+			// that the fleet never exceeds it in a second.
+			msg += fmt.Sprintf("; %d consumers share maxRetriesPerSecond %d: below one retry a second each, so no pod retries", *n, *m)
+		}
 	}
 	return metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1.ReasonAccepted,
 		Message: msg, ObservedGeneration: b.Generation}

@@ -136,7 +136,7 @@ func (r *RetryPolicyReconciler) relatives(ctx context.Context, o client.Object) 
 	return out
 }
 
-// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=list;watch
 
 // foreignChildren maps a Namespace to its policies whose parent is in
 // another namespace: the namespace's labels decide whether a Selector

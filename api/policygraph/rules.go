@@ -189,11 +189,11 @@ func ValidateRetryBudget(b *v1.RetryBudget, limits Limits, fldPath *field.Path) 
 	partitions := *b.Spec.WithDefaults().Partitions
 	if m := b.Spec.MaxRetriesPerSecond; m != nil && *m > 0 && *m < partitions {
 		// A pod's share is the allowance over its denominator, at worst
-		// partitions; below one retry a second, a pod banks its share and
-		// retries once every partitions/maxRetriesPerSecond seconds.
+		// partitions, rounded down to whole retries a second so that the
+		// pods together never exceed it: below one, a pod does not retry.
 		v.Warnings = append(v.Warnings, fmt.Sprintf(
-			"maxRetriesPerSecond: %d retries/s shared by up to %d partitions is below one retry/s per pod; a pod taking the conservative share (1/%d) may retry once every %.1f s",
-			*m, partitions, partitions, float64(partitions)/float64(*m)))
+			"maxRetriesPerSecond: %d retries/s shared by up to %d partitions is below one retry/s per pod; a pod taking the conservative share (1/%d) does not retry at all",
+			*m, partitions, partitions))
 	}
 	if b.Spec.Consumers != nil && partitions == 1 {
 		// With consumers, partitions is the declared largest fleet: the

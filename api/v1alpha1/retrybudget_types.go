@@ -48,8 +48,10 @@ type RetryBudgetSpec struct {
 	MinRetriesPerSecond *int32 `json:"minRetriesPerSecond,omitempty"`
 
 	// partitions is the number of pods that share the budget. Each pod gets
-	// maxTokens/partitions and minRetriesPerSecond/partitions, rounded up,
-	// and maxRetriesPerSecond/partitions. With consumers set it is the
+	// maxTokens/partitions rounded up (tokens grant only within the ratio),
+	// and minRetriesPerSecond/partitions and maxRetriesPerSecond/partitions
+	// rounded down to whole retries (they grant whatever the ratio), so the
+	// pods together never exceed either figure. With consumers set it is the
 	// declared largest number of consumers: a pod whose live count is
 	// missing, stale or does not include it yet takes this conservative
 	// share.

@@ -171,7 +171,7 @@ func TestExplainTheWorstCaseSchedule(t *testing.T) {
 		"2        1ms..200ms    3s                      1.2s       2.2s     yes",
 		"3        1ms..400ms    1.8s                    2.6s       3.6s     yes",
 		"worst case: 3 of 3 attempts run, 3.6s of the 4s deadline",
-		"split over 4 partition(s): each pod holds 3 token(s)",
+		"split over 4 partition(s): each pod holds 3 token(s) (rounded up)",
 		"shared by 2 policies: slow, sms",
 	)
 	// 1.5 + 0.2 + 1.5 = 3.2s, then 0.8s left cannot hold 0.4s + 1.5s.
@@ -203,8 +203,8 @@ func TestExplainAFleetBudget(t *testing.T) {
 	assertContains(t, out,
 		"fleet allowance: at most 20 retries/s across every pod that shares it",
 		"shared by the pods matching app=sms: 8 counted (status.consumers)",
-		"each counted pod holds 2 token(s) and a floor of 3 retries/s (rounded up), at most 2.5 retries/s (rounded down)",
-		"each pod holds 1 token(s) and a floor of 1 retries/s (rounded up), at most 1 retries/s (rounded down)",
+		"each counted pod holds 2 token(s) (rounded up) and a floor of 2 retries/s (rounded down), at most 2 retries/s (rounded down)",
+		"each pod holds 1 token(s) (rounded up) and a floor of 1 retries/s (rounded down), at most 1 retries/s (rounded down)",
 	)
 	_, graphOut, _ := runCLI(t, "", "graph")
 	assertContains(t, graphOut, "partitions 20, at most 20 retries/s in all, shared by pods app=sms (8 counted)")

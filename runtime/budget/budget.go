@@ -160,12 +160,16 @@ type params struct {
 	floor     int64 // retries per second allowed whatever the ratio
 	credit    int64 // primaries a new budget counts at its creation
 	limited   bool  // maxRetriesPerSecond is set
-	perSecond int64 // milli-retries of rate credit each new second adds
-	maxRate   int64 // the rate credit's cap: a second's worth, at least one retry (none when perSecond is 0)
+	perSecond int64 // milli-retries of rate credit each new second adds: whole retries
+	maxRate   int64 // the rate credit's cap: one second's worth, never saved up
 }
 
-// paramsOf divides c's absolute figures over d pods, rounding maxTokens and
-// the floor up and the per-second allowance down (in milli-retries).
+// paramsOf divides c's absolute figures over d pods. The two that grant
+// retries whatever the ratio, the per-second allowance and the floor, are
+// rounded down to whole retries, so that d pods never grant more than the
+// fleet's figure in one second: a pod whose share is below one retry a
+// second retries under neither. maxTokens is rounded up: tokens only ever
+// grant within the ratio, which needs no split.
 func paramsOf(c Config, d int64) *params {
 	window := max(c.Window, time.Second)
 	percent := int64(max(c.RetryPercent, 1))
@@ -178,13 +182,11 @@ func paramsOf(c Config, d int64) *params {
 	ceilDiv := func(a int64) int64 { return (a + d - 1) / d }
 	tokens := ceilDiv(int64(max(c.MaxTokens, 1)))
 	p.capacity = tokens * scale
-	p.floor = ceilDiv(int64(max(c.MinRetriesPerSecond, 0)))
+	p.floor = int64(max(c.MinRetriesPerSecond, 0)) / d
 	p.credit = (tokens*100 + percent - 1) / percent
 	if p.limited {
-		p.perSecond = int64(max(c.MaxRetriesPerSecond, 0)) * scale / d
-		if p.perSecond > 0 {
-			p.maxRate = max(p.perSecond, scale)
-		}
+		p.perSecond = int64(max(c.MaxRetriesPerSecond, 0)) / d * scale
+		p.maxRate = p.perSecond
 	}
 	return p
 }
@@ -199,9 +201,9 @@ func partitioned(c Config) *params { return paramsOf(c, int64(max(c.Partitions, 
 func Credit(c Config) int64 { return partitioned(c).credit }
 
 // PodShare is one pod's share of the budget's absolute figures, as the
-// budget enforces them without a consumer count: maxTokens and
-// minRetriesPerSecond divided over the partitions, rounded up. The ratio
-// needs no split.
+// budget enforces them without a consumer count: maxTokens divided over
+// the partitions and rounded up, minRetriesPerSecond rounded down. The
+// ratio needs no split.
 func PodShare(c Config) (tokens, minRetriesPerSecond int64) {
 	p := partitioned(c)
 	return p.capacity / scale, p.floor
@@ -209,12 +211,12 @@ func PodShare(c Config) (tokens, minRetriesPerSecond int64) {
 
 // Share is one pod's share of a budget's absolute figures.
 type Share struct {
-	// Tokens and MinRetriesPerSecond are maxTokens and minRetriesPerSecond
-	// over D, rounded up.
+	// Tokens is maxTokens over D, rounded up; MinRetriesPerSecond is
+	// minRetriesPerSecond over D, rounded down.
 	Tokens, MinRetriesPerSecond int64
-	// MilliRetriesPerSecond is maxRetriesPerSecond·1000 over D, rounded
-	// down: the rate credit each new second adds. Meaningful only when
-	// Limited (the budget sets maxRetriesPerSecond).
+	// MilliRetriesPerSecond is maxRetriesPerSecond over D, rounded down to
+	// whole retries, times 1000: the rate credit each new second adds.
+	// Meaningful only when Limited (the budget sets maxRetriesPerSecond).
 	MilliRetriesPerSecond int64
 	Limited               bool
 }

@@ -81,18 +81,21 @@ func TestRatioCapsRetriesEvenWithTokens(t *testing.T) {
 	}
 }
 
-func TestPartitionsSplitCapacityAndFloorRoundingUp(t *testing.T) {
+// The floor grants whatever the ratio, so it is rounded down: 3 pods with
+// floor(5/3) = 1 each grant at most 3 a second, never more than the 5
+// declared. The tokens, which grant only within the ratio, round up.
+func TestPartitionsSplitCapacityUpAndFloorDown(t *testing.T) {
 	b := aged(Config{RetryPercent: 10, Window: time.Minute, MaxTokens: 10, MinRetriesPerSecond: 5, Partitions: 3}, clock.NewFake(start))
 	if b.Tokens() != 4 {
 		t.Fatalf("10 tokens over 3 pods is ceil(3.33) = 4, got %v", b.Tokens())
 	}
-	// No primaries at all: only the floor, ceil(5/3) = 2 per second.
+	// No primaries at all: only the floor, floor(5/3) = 1 per second.
 	granted := 0
 	for b.TryRetry() == Allowed {
 		granted++
 	}
-	if granted != 2 {
-		t.Fatalf("floor of 5/s over 3 pods allows 2 per second, got %d", granted)
+	if granted != 1 {
+		t.Fatalf("floor of 5/s over 3 pods allows 1 per second, got %d", granted)
 	}
 }
 
@@ -269,17 +272,17 @@ func TestConfigOfCarriesEveryFigure(t *testing.T) {
 }
 
 // A pod's share of the absolute figures is what the budget itself holds:
-// divided over the partitions and rounded up, a missing partition count
-// taken as one.
+// divided over the partitions, the tokens rounded up and the floor down, a
+// missing partition count taken as one.
 func TestPodShareIsWhatTheBudgetHolds(t *testing.T) {
 	for _, tc := range []struct {
 		tokens, floor, parts  int32
 		wantTokens, wantFloor int64
 	}{
 		{10, 5, 1, 10, 5},
-		{10, 5, 4, 3, 2},
+		{10, 5, 4, 3, 1},
 		{10, 0, 3, 4, 0},
-		{1, 1, 20, 1, 1},
+		{1, 1, 20, 1, 0},
 		{10, 5, 0, 10, 5},
 	} {
 		c := Config{RetryPercent: 10, Window: time.Minute, MaxTokens: tc.tokens, MinRetriesPerSecond: tc.floor, Partitions: tc.parts}

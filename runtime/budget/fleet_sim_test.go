@@ -229,5 +229,31 @@ func TestFleetBudgetSimulation(t *testing.T) {
 			}
 		}
 	}
+	// Fleets whose count does not divide the allowance: 8 pods hold 2 a
+	// second each (16 in all, the fraction lost, never exceeded); 30 pods,
+	// more than the allowance's retries a second, hold none (one retry
+	// each would make 30 in a second). Both only ever stay under the bound.
+	for _, sc := range []struct {
+		simScenario
+		starves bool
+	}{
+		{simScenario{name: "(f) 8 pods: 20/8 rounds down to 2 each", initial: 8, length: 120 * time.Second}, false},
+		{simScenario{name: "(g) 30 pods, above the allowance per second", initial: 30, length: 120 * time.Second}, true},
+	} {
+		for seed := range uint64(5) {
+			r := simulate(sc.simScenario, seed, fleetBudget)[0]
+			for s, v := range r.retries {
+				if v > simTolerance {
+					t.Errorf("%s, seed %d: %d retries in second %d, above %d", sc.name, seed, v, s, simTolerance)
+				}
+			}
+			if m := mean(r.retries[60:]); sc.starves != (m == 0) {
+				t.Errorf("%s, seed %d: a mean of %.1f retries/s once counted", sc.name, seed, m)
+			}
+			if seed == 0 {
+				row(sc.name, r)
+			}
+		}
+	}
 	t.Logf("retries/s per scenario (virtual seconds; offered = primaries + retries per second):\n%s", table.String())
 }

@@ -82,13 +82,13 @@ func TestAFreshCoveringCountDividesByN(t *testing.T) {
 	clk.Advance(2 * time.Minute) // the start credit has left the window: only the floor grants
 	c.Consumers.ObservedAt = clk.Now()
 	b.Update(c)
-	if n, _ := grants(b); n != 2 {
-		t.Fatalf("a floor of 5/s over 4 pods is ceil(1.25) = 2 a second, got %d", n)
+	if n, _ := grants(b); n != 1 {
+		t.Fatalf("a floor of 5/s over 4 pods is floor(1.25) = 1 a second, got %d", n)
 	}
-	if got, want := ShareOver(c, 4), (Share{Tokens: 3, MinRetriesPerSecond: 2}); got != want {
+	if got, want := ShareOver(c, 4), (Share{Tokens: 3, MinRetriesPerSecond: 1}); got != want {
 		t.Fatalf("ShareOver(4) = %+v, want %+v: what the budget holds", got, want)
 	}
-	if got, want := ShareOver(fleet(20, 20, true, 4, start), 3), (Share{Tokens: 33_334, MilliRetriesPerSecond: 6666, Limited: true}); got != want {
+	if got, want := ShareOver(fleet(20, 20, true, 4, start), 3), (Share{Tokens: 33_334, MilliRetriesPerSecond: 6000, Limited: true}); got != want {
 		t.Fatalf("ShareOver(3) = %+v, want %+v", got, want)
 	}
 	if got := ShareOver(c, ZeroShare); got != (Share{}) {
@@ -217,10 +217,10 @@ func TestTheFloorNeverPassesTheCap(t *testing.T) {
 	}
 }
 
-// The per-second share is credit in milli-retries, rounded down, capped at a
-// second's worth or one retry: a whole A/D is exact every second; a
-// fraction above one is lost (never exceeded); below one, a pod grants at
-// most one retry a second and A/D on average at most.
+// The per-second share is rounded down to whole retries and never saved
+// up: a whole A/D is exact every second; a fraction is lost, never
+// exceeded; below one retry a second a pod does not retry under the cap at
+// all, since D pods each granting one would make D > A in that second.
 func TestThePerSecondShareRounding(t *testing.T) {
 	observed := start.Add(2 * time.Second)
 	clk := clock.NewFake(start)
@@ -230,21 +230,19 @@ func TestThePerSecondShareRounding(t *testing.T) {
 	}
 	clk = clock.NewFake(start)
 	b = busy(fleet(20, 20, true, 30, observed), clk)
-	got, total := perSecond(b, clk, 30), 0
-	for _, g := range got {
-		if g > 1 {
-			t.Fatalf("20/s over 30 pods: a second granted %d, want at most 1: %v", g, got)
-		}
-		total += g
+	if got := perSecond(b, clk, 30); !all(got, 0) {
+		t.Fatalf("20/s over 30 pods: below one retry a second, a pod grants none, got %v", got)
 	}
-	if total == 0 || total*30 > 20*30 {
-		t.Fatalf("20/s over 30 pods for 30 s: %d granted, want some and at most 20: %v", total, got)
+	if _, d := grants(b); d != RateExceeded {
+		t.Fatalf("below one retry a second: %q, want %q", d, RateExceeded)
 	}
 	// Credit saved over quiet seconds buys no burst.
+	clk = clock.NewFake(start)
+	b = busy(fleet(20, 20, true, 4, observed), clk)
 	clk.Advance(time.Hour)
-	b.Update(fleet(20, 20, true, 30, clk.Now()))
-	if got := perSecond(b, clk, 1); got[0] != 1 {
-		t.Fatalf("after an idle hour, %d granted in a second, want 1", got[0])
+	b.Update(fleet(20, 20, true, 4, clk.Now().Add(-time.Second)))
+	if got := perSecond(b, clk, 1); got[0] != 5 {
+		t.Fatalf("after an idle hour, %d granted in a second, want 5", got[0])
 	}
 }
 

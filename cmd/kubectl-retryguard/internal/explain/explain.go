@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -244,11 +243,12 @@ func writeBudget(w io.Writer, in Input) {
 }
 
 // shareText is one pod's share of a budget's absolute figures, rounded as
-// the runtime rounds them.
+// the runtime rounds them: tokens up (they grant only within the ratio),
+// the floor and the per-second cap down (they grant whatever the ratio).
 func shareText(sh budget.Share) string {
-	out := fmt.Sprintf("%d token(s) and a floor of %d retries/s (rounded up)", sh.Tokens, sh.MinRetriesPerSecond)
+	out := fmt.Sprintf("%d token(s) (rounded up) and a floor of %d retries/s (rounded down)", sh.Tokens, sh.MinRetriesPerSecond)
 	if sh.Limited {
-		out += fmt.Sprintf(", at most %s retries/s (rounded down)", strconv.FormatFloat(float64(sh.MilliRetriesPerSecond)/1000, 'f', -1, 64))
+		out += fmt.Sprintf(", at most %d retries/s (rounded down)", sh.MilliRetriesPerSecond/1000)
 	}
 	return out
 }
