@@ -283,7 +283,7 @@ var _ = Describe("Retryguard installed from its chart", Ordered, Label("e2e"), f
 		record("policy delete to ConfigMap gone (GC)", time.Since(start))
 	}, NodeTimeout(time.Minute))
 
-	It("holds a fleet budget across real pods: 4 pods share 4 retries/s, where per-pod budgets let them take 4 each", func(ctx SpecContext) {
+	It("holds a fleet budget across real pods: 4 pods share 8 retries/s at the vendor, where per-pod budgets let each take 8", func(ctx SpecContext) {
 		fleetBudgetSpec(ctx, vendorSvc)
 	}, NodeTimeout(5*time.Minute))
 

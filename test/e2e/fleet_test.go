@@ -30,14 +30,16 @@ const (
 	fleetPolicy   = "fleet-dispatch"
 	fleetApp      = "smsapp-fleet"
 	fleetReplicas = 4
-	// fleetAllowance is the budget's maxRetriesPerSecond.
-	fleetAllowance = 4
+	// fleetAllowance is the budget's maxRetriesPerSecond, and
+	// fleetPartitions its partitions: twice the pods.
+	fleetAllowance  = 8
+	fleetPartitions = 8
 )
 
 // The load driven through every fleet pod: fleetWorkers senders per pod,
 // each sending once per fleetSendEvery, for fleetLoadFor. Every send fails
-// (the vendor answers 503) and asks the budget for up to two retries: about
-// 40 asks a second per pod, ten times the whole allowance.
+// (the vendor answers 503) and asks the budget for up to two retries: 20 to
+// 40 asks a second per pod, several times the whole allowance.
 const (
 	fleetWorkers   = 4
 	fleetSendEvery = 200 * time.Millisecond
@@ -155,7 +157,7 @@ func awaitShares(ctx context.Context, pods map[string]string, consumers *int32, 
 // driveFleet sends fleetWorkers streams of SMS through each pod for
 // fleetLoadFor while the vendor answers every attempt with 503, and returns
 // the retries the vendor saw per second.
-func driveFleet(ctx context.Context, vendorURL string, pods map[string]string, phase string) retryRate {
+func driveFleet(ctx context.Context, vendorURL string, pods map[string]string, phase, title string) retryRate {
 	GinkgoHelper()
 	Expect(call(ctx, "PUT", vendorURL+"/script?then=503", []int{}, nil)).To(Succeed())
 	var wg sync.WaitGroup
@@ -199,18 +201,18 @@ func driveFleet(ctx context.Context, vendorURL string, pods map[string]string, p
 	var seen []FleetAttempt
 	Expect(call(ctx, "GET", vendorURL+"/attempts", nil, &seen)).To(Succeed())
 	r := ratesOf(seen, start, stop)
-	logf("fleet budget, %s: %d sends through %d pods; the vendor saw %s", phase, sends.Load(), len(pods), r)
-	AddReportEntry("fleet budget, "+phase, r.String())
+	logf("fleet budget, %s: %d sends through %d pods; the vendor saw %s", title, sends.Load(), len(pods), r)
+	AddReportEntry("fleet budget, "+title, r.String())
 	return r
 }
 
 // fleetBudgetSpec proves a fleet budget on real pods: fleetReplicas smsapp
 // pods share one maxRetriesPerSecond, and the retries that reach the vendor
-// stay within it every second; the same pods under the same load, once the
-// budget stops selecting them, each take the whole allowance and exceed it.
-// That second half is what a runtime that ignored the consumer count would
-// do in the first: partitions is 1, so its share would be the whole
-// allowance in every pod.
+// stay within it every second, and come close to it (each pod's share is the
+// allowance over the count, not over partitions). The same pods under the
+// same load, under per-pod budgets (no consumers, partitions 1), each take
+// the whole allowance and together exceed it: what a runtime that ignored
+// partitioning would do in the first half.
 func fleetBudgetSpec(ctx context.Context, vendorSvc *corev1.Service) {
 	Expect(create(ctx, filepath.Join("testdata", "fleet-budget.yaml"), appNamespace)).To(Succeed())
 	dep, _ := smsapp(fleetApp, "informer", svcURL(vendorSvc))
@@ -256,20 +258,20 @@ func fleetBudgetSpec(ctx context.Context, vendorSvc *corev1.Service) {
 	awaitShares(ctx, pods, ptr.To[int32](fleetReplicas), fleetReplicas)
 	record("fleet budget: pods created to every pod's share covered", time.Since(start))
 
-	fleet := driveFleet(ctx, svcURL(vendorSvc), pods, "shared by 4 pods")
+	fleet := driveFleet(ctx, svcURL(vendorSvc), pods, "fleet", "shared by 4 pods")
 
-	// The same budget without consumers: each pod enforces the whole
-	// allowance (over partitions, 1), as separate per-pod budgets do.
+	// Per-pod budgets: the same budget without consumers, over one
+	// partition, so each pod enforces the whole allowance.
 	Eventually(func() error {
 		var b policyv1alpha1.RetryBudget
 		if err := k8s.Get(ctx, types.NamespacedName{Namespace: appNamespace, Name: fleetBudget}, &b); err != nil {
 			return err
 		}
-		b.Spec.Consumers = nil
+		b.Spec.Consumers, b.Spec.Partitions = nil, ptr.To[int32](1)
 		return k8s.Update(ctx, &b)
 	}).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
 	awaitShares(ctx, pods, nil, 1)
-	perPod := driveFleet(ctx, svcURL(vendorSvc), pods, "per pod")
+	perPod := driveFleet(ctx, svcURL(vendorSvc), pods, "perpod", "per-pod budgets")
 
 	// The pods and the vendor share one node, so one clock: the vendor's
 	// seconds are the pods' seconds. A retry arrives a backoff (at most
@@ -278,11 +280,12 @@ func fleetBudgetSpec(ctx context.Context, vendorSvc *corev1.Service) {
 	Expect(fleet.perSecond).NotTo(BeEmpty())
 	Expect(fleet.max()).To(BeNumerically("<=", fleetAllowance+1), "shared by %d pods: %s", fleetReplicas, fleet)
 	Expect(fleet.mean()).To(BeNumerically("<=", fleetAllowance+0.5), "shared by %d pods: %s", fleetReplicas, fleet)
-	// The shares are in use: a fleet that retried nothing would pass the
-	// bound trivially.
-	Expect(fleet.mean()).To(BeNumerically(">=", fleetAllowance/2), "shared by %d pods: %s", fleetReplicas, fleet)
+	// Each pod's share is the allowance over the count: a runtime that
+	// divided it over partitions instead would give the fleet half of it.
+	overPartitions := float64(fleetAllowance) * fleetReplicas / fleetPartitions
+	Expect(fleet.mean()).To(BeNumerically(">", overPartitions+1), "shared by %d pods: %s", fleetReplicas, fleet)
 	// Under the same load, per-pod budgets let the fleet exceed the
-	// allowance: the bound above is the count's doing.
+	// allowance: the bound above is the fleet budget's doing.
 	Expect(perPod.max()).To(BeNumerically(">", fleetAllowance+1), "per pod: %s", perPod)
 	Expect(perPod.mean()).To(BeNumerically(">", 2*fleetAllowance), "per pod: %s", perPod)
 }
