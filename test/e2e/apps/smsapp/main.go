@@ -1,13 +1,17 @@
 // Command smsapp is the demo application of the end-to-end suite: a 2FA SMS
 // sender that imports runtime/ and sends every message to the vendor through
-// retry.RoundTripper under the sms-2fa-dispatch policy. It learns the policy
-// either from the ConfigMap informer (WATCH=informer, needing only the
-// documented app Role) or from the ConfigMap mounted as a volume
-// (WATCH=files, POLICY_DIR).
+// retry.RoundTripper under one policy: $POLICY, sms-2fa-dispatch unless set.
+// It learns the policy either from the ConfigMap informer (WATCH=informer,
+// needing only the documented app Role) or from the ConfigMap mounted as a
+// volume (WATCH=files, POLICY_DIR).
 //
 //	POST /send?user=U&session=S  sends one SMS; JSON {status, code, attempts}
-//	GET  /policy                 JSON {found, maxAttempts, generation}
+//	GET  /policy                 JSON {found, maxAttempts, generation, budget}
 //	GET  /healthz                200 once the policy is known
+//
+// /policy's budget is the policy's RetryBudget as this pod divides it:
+// the consumer count its payload carries and D, the number of pods the
+// budget's absolute figures are divided over right now (0: no share yet).
 package main
 
 import (
@@ -28,13 +32,15 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/retryguard/retryguard/runtime/budget"
 	"github.com/retryguard/retryguard/runtime/retry"
 	"github.com/retryguard/retryguard/runtime/watch"
 	"github.com/retryguard/retryguard/runtime/watch/informer"
 )
 
-// policy is the one policy this application runs under.
-const policy = "sms-2fa-dispatch"
+// defaultPolicy is the policy this application runs under unless $POLICY
+// names another.
+const defaultPolicy = "sms-2fa-dispatch"
 
 // source is what the application needs from a watcher.
 type source interface {
@@ -60,7 +66,22 @@ func main() {
 	}
 }
 
+// BudgetView is /policy's view of the policy's budget in this pod.
+type BudgetView struct {
+	Name string `json:"name"`
+	// Consumers and ObservedAt are the payload's consumer count, when it
+	// carries one.
+	Consumers  *int32     `json:"consumers,omitempty"`
+	ObservedAt *time.Time `json:"observedAt,omitempty"`
+	// Denominator is budget.Denominator for this process now.
+	Denominator int64 `json:"denominator"`
+}
+
 func run(ctx context.Context) error {
+	policy := os.Getenv("POLICY")
+	if policy == "" {
+		policy = defaultPolicy
+	}
 	var src source
 	switch mode := os.Getenv("WATCH"); mode {
 	case "informer":
@@ -82,7 +103,10 @@ func run(ctx context.Context) error {
 		return err
 	}
 	vendorURL := strings.TrimSuffix(os.Getenv("VENDOR_URL"), "/")
-	ex := retry.New(src)
+	// The process start a consumer count must follow to give this pod a
+	// share: the registry's, shared with /policy's view of it.
+	started := time.Now()
+	ex := retry.New(src, retry.WithBudgets(budget.NewRegistry(nil, budget.WithStart(started))))
 	pools := &retry.Pools{}
 	client := &http.Client{Transport: &retry.RoundTripper{Executor: ex, Policy: policy, Pools: pools}}
 
@@ -99,6 +123,13 @@ func run(ctx context.Context) error {
 		out := map[string]any{"found": ok}
 		if ok {
 			out["maxAttempts"], out["generation"] = p.Policy.MaxAttempts, p.Policy.Generation
+			if b := p.Budget; b != nil {
+				v := BudgetView{Name: b.Name, Denominator: budget.Denominator(budget.ConfigOf(b), started, time.Now())}
+				if c := b.Consumers; c != nil {
+					v.Consumers, v.ObservedAt = &c.Count, &c.ObservedAt
+				}
+				out["budget"] = v
+			}
 		}
 		_ = json.NewEncoder(w).Encode(out)
 	})
@@ -132,7 +163,7 @@ func run(ctx context.Context) error {
 		defer cancel()
 		_ = srv.Shutdown(shutdown)
 	}()
-	slog.Info("smsapp listening", "watch", os.Getenv("WATCH"), "vendor", vendorURL)
+	slog.Info("smsapp listening", "policy", policy, "watch", os.Getenv("WATCH"), "vendor", vendorURL)
 	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}

@@ -1,16 +1,19 @@
 // Command vendor is a fake telephony API for the end-to-end suite. It answers
-// POST /v1/messages with the next scripted status (201 once the script is
-// empty) and remembers every attempt's Idempotency-Key, so that the suite
-// can count what reached the vendor.
+// POST /v1/messages with the next scripted status (then, once the script is
+// empty, the script's fallback status: 201 unless set) and remembers every
+// attempt: its Idempotency-Key, its status, when it arrived on this node's
+// clock, and whether its key was seen before (a retry of an operation), so
+// that the suite can count what reached the vendor and when.
 //
-//	PUT /script   body: JSON list of statuses; also clears the attempt log
-//	GET /attempts JSON list of {key, status}
+//	PUT /script?then=S body: JSON list of statuses; also clears the attempt log
+//	GET /attempts      JSON list of {key, status, at, retry}
 package main
 
 import (
 	"encoding/json"
 	"log"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -19,21 +22,34 @@ import (
 type Attempt struct {
 	Key    string `json:"key"`
 	Status int    `json:"status"`
+	// At is when the request arrived, on the vendor's clock.
+	At time.Time `json:"at"`
+	// Retry says an earlier attempt since the script was set carried the
+	// same Idempotency-Key.
+	Retry bool `json:"retry"`
 }
 
 type vendor struct {
 	mu       sync.Mutex
 	script   []int
+	then     int // the status once the script is empty
 	attempts []Attempt
+	keys     map[string]bool
 }
 
 func (v *vendor) messages(w http.ResponseWriter, r *http.Request) {
+	now := time.Now()
+	key := r.Header.Get("Idempotency-Key")
 	v.mu.Lock()
-	code := http.StatusCreated
+	code := v.then
 	if len(v.script) > 0 {
 		code, v.script = v.script[0], v.script[1:]
 	}
-	v.attempts = append(v.attempts, Attempt{Key: r.Header.Get("Idempotency-Key"), Status: code})
+	retry := key != "" && v.keys[key]
+	if key != "" {
+		v.keys[key] = true
+	}
+	v.attempts = append(v.attempts, Attempt{Key: key, Status: code, At: now, Retry: retry})
 	v.mu.Unlock()
 	w.WriteHeader(code)
 }
@@ -44,8 +60,17 @@ func (v *vendor) setScript(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	then := http.StatusCreated
+	if s := r.URL.Query().Get("then"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 100 || n > 599 {
+			http.Error(w, "then: want an HTTP status, got "+strconv.Quote(s), http.StatusBadRequest)
+			return
+		}
+		then = n
+	}
 	v.mu.Lock()
-	v.script, v.attempts = script, nil
+	v.script, v.then, v.attempts, v.keys = script, then, nil, map[string]bool{}
 	v.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -57,7 +82,7 @@ func (v *vendor) list(w http.ResponseWriter, _ *http.Request) {
 }
 
 func main() {
-	v := &vendor{}
+	v := &vendor{then: http.StatusCreated, keys: map[string]bool{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/messages", v.messages)
 	mux.HandleFunc("PUT /script", v.setScript)
