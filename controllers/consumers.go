@@ -67,19 +67,6 @@ func consumerSelector(b *v1.RetryBudget) (labels.Selector, error) {
 	return sel, nil
 }
 
-// A pod takes no share until a count taken after it started covers it, and
-// metadata does not show when its process starts: seconds to minutes after
-// its object is created. So while a budget has a young pod, its count is
-// renewed more often than policyconfig.ConsumerCountRefresh.
-const (
-	// YoungConsumerRefresh is how often a count is renewed while one of
-	// the counted pods is young.
-	YoungConsumerRefresh = 2 * time.Second
-	// YoungConsumerWindow is how long after its creation a pod is young;
-	// one that starts later waits for the regular renewal.
-	YoungConsumerWindow = time.Minute
-)
-
 // consumerTally is one count of a budget's consumers.
 type consumerTally struct {
 	Count int32
@@ -172,15 +159,15 @@ type consumerLease struct {
 }
 
 // renew returns the count to publish for policy and when it must be
-// renewed: after refresh, or YoungConsumerRefresh while a counted pod is
+// renewed: after refresh, or policyconfig.YoungConsumerRefresh while a counted pod is
 // young. countedAt is when the count began, read before listing, so that
 // every pod object created before it is in the count: a published
 // observedAt never claims more than the count covers.
 func (l *consumerLeases) renew(policy types.NamespacedName, budget types.UID, tally consumerTally, countedAt time.Time, refresh time.Duration) (policyconfig.Consumers, time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if countedAt.Sub(tally.Newest) < YoungConsumerWindow {
-		refresh = min(refresh, YoungConsumerRefresh)
+	if countedAt.Sub(tally.Newest) < policyconfig.YoungConsumerWindow {
+		refresh = min(refresh, policyconfig.YoungConsumerRefresh)
 	}
 	last, ok := l.byPolicy[policy]
 	age := countedAt.Sub(last.observedAt)

@@ -43,10 +43,10 @@ func TestConsumerLeaseRenewal(t *testing.T) {
 	// While a counted pod is young, the lease is renewed more often, so
 	// that a count taken after it started soon covers it.
 	young := consumerTally{Count: 4, Members: 14, Newest: start.Add(10 * time.Second)}
-	expect(11*time.Second, young, "b2", 11*time.Second, YoungConsumerRefresh)
-	expect(12*time.Second, young, "b2", 11*time.Second, YoungConsumerRefresh-time.Second)
-	expect(11*time.Second+YoungConsumerRefresh, young, "b2", 11*time.Second+YoungConsumerRefresh, YoungConsumerRefresh)
-	grown := start.Add(10*time.Second + YoungConsumerWindow)
+	expect(11*time.Second, young, "b2", 11*time.Second, policyconfig.YoungConsumerRefresh)
+	expect(12*time.Second, young, "b2", 11*time.Second, policyconfig.YoungConsumerRefresh-time.Second)
+	expect(11*time.Second+policyconfig.YoungConsumerRefresh, young, "b2", 11*time.Second+policyconfig.YoungConsumerRefresh, policyconfig.YoungConsumerRefresh)
+	grown := start.Add(10*time.Second + policyconfig.YoungConsumerWindow)
 	expect(grown.Sub(start), young, "b2", grown.Sub(start), refresh) // no longer young
 }
 

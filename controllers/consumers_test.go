@@ -195,8 +195,8 @@ var _ = Describe("Fleet budgets", func() {
 		Consistently(func(g Gomega) {
 			payload, _ := payloadOf(g, ns, "cart")
 			seen[payload.Budget.Consumers.ObservedAt] = true
-		}, 2*controllers.YoungConsumerRefresh).Should(Succeed())
-		Expect(len(seen)).To(BeNumerically("<=", 4), "observedAt renewed %d times in %s", len(seen), 2*controllers.YoungConsumerRefresh)
+		}, 2*policyconfig.YoungConsumerRefresh).Should(Succeed())
+		Expect(len(seen)).To(BeNumerically("<=", 4), "observedAt renewed %d times in %s", len(seen), 2*policyconfig.YoungConsumerRefresh)
 	})
 
 	It("publishes no count, and no allowance it was not given, for a budget without consumers", func() {

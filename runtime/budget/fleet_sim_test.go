@@ -17,7 +17,8 @@ import (
 // Each pod is its own process with its own Registry, as separate pods are;
 // all of them read one stream of payloads from a simulated controller that
 // counts pod objects and republishes on every change and every
-// ConsumerCountRefresh.
+// ConsumerCountRefresh (YoungConsumerRefresh while a pod object is young),
+// as the controller does.
 const (
 	simStep           = 10 * time.Millisecond // one primary per step: 100/s
 	simFleetAllowance = 20                    // maxRetriesPerSecond, and minRetriesPerSecond
@@ -120,15 +121,20 @@ func simulate(sc simScenario, seed uint64, budgets ...simBudget) []simResult {
 			create(now)
 		}
 		// The controller: counts the pod objects its cache shows, and
-		// republishes on a change and at least every refresh.
+		// republishes on a change and at least every refresh, or every
+		// young refresh while a counted pod is young.
 		if sc.stopAt == 0 || elapsed < sc.stopAt {
 			seen := int32(0)
+			refresh := policyconfig.ConsumerCountRefresh
 			for _, p := range pods {
 				if !p.created.After(now.Add(-simCacheLag)) {
 					seen++
+					if now.Sub(p.created) < policyconfig.YoungConsumerWindow {
+						refresh = policyconfig.YoungConsumerRefresh
+					}
 				}
 			}
-			if published == nil || seen != published.Count || now.Sub(lastPublished) >= policyconfig.ConsumerCountRefresh {
+			if published == nil || seen != published.Count || now.Sub(lastPublished) >= refresh {
 				published, lastPublished = &policyconfig.Consumers{Count: seen, ObservedAt: now}, now
 				for _, p := range pods {
 					for i, reg := range p.registries {

@@ -164,6 +164,20 @@ const (
 	ConsumerCountClockSkew = time.Second
 )
 
+// A pod takes no share until a count taken after it started covers it, and
+// a pod's metadata does not show when its process starts: seconds to
+// minutes after its object is created. So while one of a budget's pods is
+// young, the controller renews the count more often than
+// ConsumerCountRefresh.
+const (
+	// YoungConsumerRefresh is how often a count is renewed while one of the
+	// counted pods is young.
+	YoungConsumerRefresh = 2 * time.Second
+	// YoungConsumerWindow is how long after its creation a pod is young; one
+	// that starts later waits for the regular renewal.
+	YoungConsumerWindow = time.Minute
+)
+
 // Key is "namespace/name", the budget's identity within a pod.
 func (b *Budget) Key(namespace string) string { return namespace + "/" + b.Name }
 
