@@ -2,7 +2,6 @@ package controllers_test
 
 import (
 	"encoding/json"
-	"os"
 	"testing"
 	"time"
 
@@ -10,26 +9,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/controllers"
 	"github.com/retryguard/retryguard/hack/devenv"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
-
-func load[T any](t *testing.T, file string) *T {
-	t.Helper()
-	raw, err := os.ReadFile(devenv.Path("config", "samples", file))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := new(T)
-	if err := yaml.UnmarshalStrict(raw, out); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
 
 // specOf rebuilds a RetryPolicySpec from a parsed payload: the inverse of
 // BuildPayload, written independently so the test can catch a lost field.
@@ -83,13 +68,13 @@ func specOf(p *policyconfig.Policy) v1.RetryPolicySpec {
 func TestEverySampleRoundTrips(t *testing.T) {
 	budgets := map[string]*v1.RetryBudget{}
 	for _, f := range []string{"policy_v1alpha1_retrybudget.yaml", "policy_v1alpha1_retrybudget_marketing.yaml"} {
-		b := load[v1.RetryBudget](t, f)
+		b := devenv.Sample[v1.RetryBudget](t, f)
 		b.Generation = 4
 		budgets[b.Name] = b
 	}
 	for _, f := range []string{"policy_v1alpha1_retrypolicy.yaml", "policy_v1alpha1_retrypolicy_marketing.yaml"} {
 		t.Run(f, func(t *testing.T) {
-			p := load[v1.RetryPolicy](t, f)
+			p := devenv.Sample[v1.RetryPolicy](t, f)
 			p.Namespace, p.Generation = "auth", 2
 			budget := budgets[p.Spec.BudgetRef.Name]
 			raw, err := policyconfig.Marshal(controllers.BuildPayload(p, budget, 3, policyconfig.Enforcement{Mode: policyconfig.Enforced}))
@@ -128,7 +113,7 @@ func TestEverySampleRoundTrips(t *testing.T) {
 // rather than one that Parse refuses, so the pods do not keep an older,
 // Enforced payload.
 func TestNoRetryPayloadDropsATemplateThatCannotRender(t *testing.T) {
-	p := load[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
+	p := devenv.Sample[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
 	p.Namespace, p.Generation = "auth", 2
 	p.Spec.Idempotency.KeyTemplate = ptr.To("SMS-{user_id")
 	noRetry := policyconfig.Enforcement{Mode: policyconfig.NoRetry, Reason: v1.ReasonInvalidSpec, Message: "bad template"}
@@ -149,9 +134,9 @@ func TestNoRetryPayloadDropsATemplateThatCannotRender(t *testing.T) {
 // A fleet budget's allowance always reaches the pods; its consumer count
 // only when the budget selects consumers and the controller counted them.
 func TestFleetBudgetPayload(t *testing.T) {
-	p := load[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
+	p := devenv.Sample[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
 	p.Namespace, p.Generation = "auth", 2
-	budget := load[v1.RetryBudget](t, "policy_v1alpha1_retrybudget.yaml")
+	budget := devenv.Sample[v1.RetryBudget](t, "policy_v1alpha1_retrybudget.yaml")
 	enforced := policyconfig.Enforcement{Mode: policyconfig.Enforced}
 	counted := policyconfig.Consumers{Count: 7, ObservedAt: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
 	publish := func(b *v1.RetryBudget, opts ...controllers.PayloadOption) *policyconfig.Budget {
@@ -197,7 +182,7 @@ func TestFleetBudgetPayload(t *testing.T) {
 // floor above it, is published as written and refused by the pods, as
 // admission would have refused it.
 func TestFleetBudgetOutOfRangeIsRefusedByThePods(t *testing.T) {
-	p := load[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
+	p := devenv.Sample[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
 	p.Namespace, p.Generation = "auth", 2
 	for name, edit := range map[string]func(*v1.RetryBudgetSpec){
 		"a negative allowance":       func(s *v1.RetryBudgetSpec) { s.MaxRetriesPerSecond = ptr.To[int32](-1) },
@@ -207,7 +192,7 @@ func TestFleetBudgetOutOfRangeIsRefusedByThePods(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			budget := load[v1.RetryBudget](t, "policy_v1alpha1_retrybudget.yaml")
+			budget := devenv.Sample[v1.RetryBudget](t, "policy_v1alpha1_retrybudget.yaml")
 			edit(&budget.Spec)
 			if len(v1.ValidateRetryBudgetSpec(&budget.Spec, field.NewPath("spec"))) == 0 {
 				t.Fatal("admission accepts it")

@@ -1,13 +1,11 @@
 package v1alpha1_test
 
 import (
-	"os"
 	"regexp"
 	"slices"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"sigs.k8s.io/yaml"
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
@@ -30,29 +28,15 @@ var (
 // dur is a Duration as written, so that a test can hold a malformed one.
 func dur(s string) *v1.Duration { d := v1.Duration(s); return &d }
 
-// loadSample decodes one file of config/samples.
-func loadSample[T any](tb testing.TB, file string) *T {
-	tb.Helper()
-	raw, err := os.ReadFile(devenv.Path("config", "samples", file))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	obj := new(T)
-	if err := yaml.UnmarshalStrict(raw, obj); err != nil {
-		tb.Fatalf("%s: %v", file, err)
-	}
-	return obj
-}
-
 // policyFor returns the sample 2FA policy with the case's change applied.
 func policyFor(tb testing.TB, tc policyCase) *v1.RetryPolicy {
-	p := loadSample[v1.RetryPolicy](tb, "policy_v1alpha1_retrypolicy.yaml")
+	p := devenv.Sample[v1.RetryPolicy](tb, "policy_v1alpha1_retrypolicy.yaml")
 	tc.Mutate(&p.Spec)
 	return p
 }
 
 func budgetFor(tb testing.TB, tc budgetCase) *v1.RetryBudget {
-	b := loadSample[v1.RetryBudget](tb, "policy_v1alpha1_retrybudget.yaml")
+	b := devenv.Sample[v1.RetryBudget](tb, "policy_v1alpha1_retrybudget.yaml")
 	tc.Mutate(&b.Spec)
 	return b
 }

@@ -141,12 +141,12 @@ var _ = Describe("Rejections a user reads", func() {
 var _ = Describe("Samples", func() {
 	It("are all accepted, and read back with every default visible", func() {
 		for _, f := range []string{"policy_v1alpha1_retrybudget.yaml", "policy_v1alpha1_retrybudget_marketing.yaml"} {
-			b := loadSample[v1.RetryBudget](GinkgoTB(), f)
+			b := devenv.Sample[v1.RetryBudget](GinkgoTB(), f)
 			b.Namespace = "cel"
 			Expect(k8s.Create(ctx, b)).To(Succeed(), f)
 		}
 		for _, f := range []string{"policy_v1alpha1_retrypolicy.yaml", "policy_v1alpha1_retrypolicy_marketing.yaml"} {
-			p := loadSample[v1.RetryPolicy](GinkgoTB(), f)
+			p := devenv.Sample[v1.RetryPolicy](GinkgoTB(), f)
 			p.Namespace = "cel"
 			Expect(k8s.Create(ctx, p)).To(Succeed(), f)
 		}

@@ -2,7 +2,6 @@ package devenv_test
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -14,24 +13,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/retryguard/retryguard/api/policygraph"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/hack/devenv"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
-
-func sample(t testing.TB, obj client.Object, file string) {
-	t.Helper()
-	raw, err := os.ReadFile(devenv.Path("config", "samples", file))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := yaml.UnmarshalStrict(raw, obj); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // up starts the local cluster as `make dev-cluster` does, stopped when tb
 // ends, and a client of it.
@@ -66,9 +53,8 @@ func TestClusterCollectsGarbage(t *testing.T) {
 	cluster, c := up(ctx, t)
 
 	t.Run("a deleted policy's ConfigMap", func(t *testing.T) {
-		budget, policy := &v1.RetryBudget{}, &v1.RetryPolicy{}
-		sample(t, budget, "policy_v1alpha1_retrybudget.yaml")
-		sample(t, policy, "policy_v1alpha1_retrypolicy.yaml")
+		budget := devenv.Sample[v1.RetryBudget](t, "policy_v1alpha1_retrybudget.yaml")
+		policy := devenv.Sample[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
 		for _, o := range []client.Object{budget, policy} {
 			o.SetNamespace(metav1.NamespaceDefault)
 			if err := c.Create(ctx, o); err != nil {
@@ -131,9 +117,8 @@ func TestClusterCollectsGarbage(t *testing.T) {
 func BenchmarkConfigMapCollection(b *testing.B) {
 	ctx := context.Background()
 	cluster, c := up(ctx, b)
-	budget, template := &v1.RetryBudget{}, &v1.RetryPolicy{}
-	sample(b, budget, "policy_v1alpha1_retrybudget.yaml")
-	sample(b, template, "policy_v1alpha1_retrypolicy.yaml")
+	budget := devenv.Sample[v1.RetryBudget](b, "policy_v1alpha1_retrybudget.yaml")
+	template := devenv.Sample[v1.RetryPolicy](b, "policy_v1alpha1_retrypolicy.yaml")
 	budget.Namespace = metav1.NamespaceDefault
 	if err := c.Create(ctx, budget); err != nil {
 		b.Fatal(err)

@@ -1,7 +1,6 @@
 package lint_test
 
 import (
-	"os"
 	"testing"
 	"time"
 
@@ -9,7 +8,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
@@ -30,23 +28,10 @@ type parityCase struct {
 	objs func(tb testing.TB) []client.Object
 }
 
-func loadSample[T any](tb testing.TB, file string) *T {
-	tb.Helper()
-	raw, err := os.ReadFile(devenv.Path("config", "samples", file))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	obj := new(T)
-	if err := yaml.UnmarshalStrict(raw, obj); err != nil {
-		tb.Fatalf("%s: %v", file, err)
-	}
-	return obj
-}
-
 // samplePolicy is api/v1alpha1's policyFor: the sample 2FA policy, changed.
 func samplePolicy(mutate func(*v1.RetryPolicySpec)) func(testing.TB) []client.Object {
 	return func(tb testing.TB) []client.Object {
-		p := loadSample[v1.RetryPolicy](tb, "policy_v1alpha1_retrypolicy.yaml")
+		p := devenv.Sample[v1.RetryPolicy](tb, "policy_v1alpha1_retrypolicy.yaml")
 		mutate(&p.Spec)
 		p.Name = "parity"
 		return []client.Object{p}
@@ -55,7 +40,7 @@ func samplePolicy(mutate func(*v1.RetryPolicySpec)) func(testing.TB) []client.Ob
 
 func sampleBudget(mutate func(*v1.RetryBudgetSpec)) func(testing.TB) []client.Object {
 	return func(tb testing.TB) []client.Object {
-		b := loadSample[v1.RetryBudget](tb, "policy_v1alpha1_retrybudget.yaml")
+		b := devenv.Sample[v1.RetryBudget](tb, "policy_v1alpha1_retrybudget.yaml")
 		mutate(&b.Spec)
 		b.Name = "parity"
 		return []client.Object{b}
