@@ -38,15 +38,7 @@ func TestMain(m *testing.M) {
 // test ends, and writes an admin kubeconfig for run's --kubeconfig.
 func startControlPlane(t *testing.T) (*rest.Config, string) {
 	t.Helper()
-	env, err := devenv.NewEnvironment()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	env, cfg := devenv.StartEnvironment(t, false)
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
 		t.Fatal(err)

@@ -26,15 +26,7 @@ import (
 //	go test -run '^$' -bench BenchmarkBudgetsOfPod -benchmem ./controllers/
 func BenchmarkBudgetsOfPod(b *testing.B) {
 	ctrl.SetLogger(logr.Discard())
-	env, err := devenv.NewEnvironment()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = env.Stop() }()
+	env, cfg := devenv.StartEnvironment(b, false)
 	cfg.QPS, cfg.Burst = -1, 0
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

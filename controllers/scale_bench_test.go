@@ -33,15 +33,7 @@ import (
 func BenchmarkScale(b *testing.B) {
 	const policies, budgets = 1000, 10
 	ctrl.SetLogger(logr.Discard())
-	env, err := devenv.NewEnvironment()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = env.Stop() }()
+	env, cfg := devenv.StartEnvironment(b, false)
 	cfg.QPS, cfg.Burst = -1, 0 // as main.go: server-side fairness, no client throttle
 	bctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

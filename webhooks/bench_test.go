@@ -35,17 +35,7 @@ type benchCluster struct {
 func startBenchCluster(b *testing.B, withWebhooks bool) *benchCluster {
 	b.Helper()
 	ctrl.SetLogger(logr.Discard())
-	env, err := devenv.NewEnvironment()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if withWebhooks {
-		devenv.EnableWebhooks(env)
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		b.Fatal(err)
-	}
+	env, cfg := devenv.StartEnvironment(b, withWebhooks)
 	cfg.QPS, cfg.Burst = 5000, 5000
 	ctx, cancel := context.WithCancel(context.Background())
 	mgr, _, err := devenv.StartManaged(ctx, env, cfg, policygraph.DefaultLimits(), devenv.Features{Webhooks: withWebhooks})
@@ -57,10 +47,7 @@ func startBenchCluster(b *testing.B, withWebhooks bool) *benchCluster {
 		b.Fatal(err)
 	}
 	bc := &benchCluster{env: env, mgr: mgr, client: c, stop: cancel}
-	b.Cleanup(func() {
-		cancel()
-		_ = env.Stop()
-	})
+	b.Cleanup(cancel) // before the control plane stops
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}); err != nil {
 		b.Fatal(err)
 	}

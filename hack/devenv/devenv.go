@@ -11,6 +11,7 @@ import (
 	goruntime "runtime"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -58,6 +59,26 @@ func Scheme() *runtime.Scheme {
 		panic(err)
 	}
 	return s
+}
+
+// StartEnvironment starts NewEnvironment's control plane for one test or
+// benchmark, serving the webhooks' configuration when webhooks is set, and
+// stops it when tb ends.
+func StartEnvironment(tb TB, webhooks bool) (*envtest.Environment, *rest.Config) {
+	tb.Helper()
+	env, err := NewEnvironment()
+	if err != nil {
+		tb.Fatalf("%v", err)
+	}
+	if webhooks {
+		EnableWebhooks(env)
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		tb.Fatalf("starting the control plane: %v", err)
+	}
+	tb.Cleanup(func() { _ = env.Stop() })
+	return env, cfg
 }
 
 // NewEnvironment returns an envtest environment with Retryguard's CRDs,

@@ -62,16 +62,7 @@ func sortedCodes(fieldCodes []string) []string {
 // pairs and the same warnings.
 func TestLintAgreesWithTheAPIServer(t *testing.T) {
 	ctrl.SetLogger(logr.Discard())
-	env, err := devenv.NewEnvironment()
-	if err != nil {
-		t.Fatal(err)
-	}
-	devenv.EnableWebhooks(env)
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	env, cfg := devenv.StartEnvironment(t, true)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	mgr, _, err := devenv.StartManaged(ctx, env, cfg, policygraph.DefaultLimits(), devenv.Features{Webhooks: true})
