@@ -11,8 +11,8 @@ import (
 	goruntime "runtime"
 
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/rest"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	policyv1alpha1 "github.com/retryguard/retryguard/api/v1alpha1"
