@@ -193,6 +193,18 @@ func warm(t *testing.T, ex *retry.Executor, p *policyconfig.Payload) {
 	}
 }
 
+// warmWithEvents is a warmed executor of p on clk whose sink holds only the
+// events that come after the warm-up.
+func warmWithEvents(t *testing.T, p *policyconfig.Payload, clk clock.Clock) (*retry.Executor, *retry.ChannelSink) {
+	sink := retry.NewChannelSink(256)
+	ex := retry.New(source{p.Policy.Name: p}, retry.WithClock(clk), retry.WithEventSink(sink))
+	warm(t, ex, p)
+	for len(sink.C) > 0 {
+		<-sink.C
+	}
+	return ex, sink
+}
+
 func resetAfterWrite() error {
 	return &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
 }
@@ -332,12 +344,7 @@ func TestANewExecutorRetriesItsFirstFailure(t *testing.T) {
 func TestACancelDuringBackoffStartsNoAttempt(t *testing.T) {
 	p := fixtures.SMS()
 	clk := clock.NewFake(time.Now())
-	sink := retry.NewChannelSink(256)
-	ex := retry.New(source{p.Policy.Name: p}, retry.WithClock(clk), retry.WithEventSink(sink))
-	warm(t, ex, p)
-	for len(sink.C) > 0 {
-		<-sink.C
-	}
+	ex, sink := warmWithEvents(t, p, clk)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -567,12 +574,7 @@ func TestTheDeadLetterContextEndsWithTheOperation(t *testing.T) {
 func TestAWaitThatOverrunsStartsNoAttempt(t *testing.T) {
 	p := fixtures.SMS()
 	clk := clock.NewFake(time.Now())
-	sink := retry.NewChannelSink(256)
-	ex := retry.New(source{p.Policy.Name: p}, retry.WithClock(clk), retry.WithEventSink(sink))
-	warm(t, ex, p)
-	for len(sink.C) > 0 {
-		<-sink.C
-	}
+	ex, sink := warmWithEvents(t, p, clk)
 	calls := 0
 	done := make(chan error, 1)
 	go func() {
