@@ -54,10 +54,7 @@ func seedChain(ns string) []client.Object {
 
 func TestGraphShowsWhereThe27ComesFrom(t *testing.T) {
 	withCluster(t, "checkout", append(seedChain("checkout"), seedChain("gateway")...)...)
-	code, out, errOut := runCLI(t, "", "graph")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	out := runOK(t, "graph")
 	assertContains(t, out,
 		"Namespace checkout",
 		"  workflow  layer workflow ×3  product 3  budget telephony  Ready=True (Published)",
@@ -82,10 +79,7 @@ func TestGraphShowsWhereThe27ComesFrom(t *testing.T) {
 
 func TestGraphDot(t *testing.T) {
 	withCluster(t, "checkout", seedChain("checkout")...)
-	code, out, errOut := runCLI(t, "", "graph", "-o", "dot", "-n", "checkout")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	out := runOK(t, "graph", "-o", "dot", "-n", "checkout")
 	assertContains(t, out,
 		"digraph retryguard {", `subgraph "cluster_checkout"`,
 		`"checkout/workflow" -> "checkout/job";`, `"checkout/job" -> "checkout/connector";`,
@@ -109,15 +103,9 @@ func TestGraphAndExplainShowHiddenAttempts(t *testing.T) {
 		fixtures.Policy("checkout", "job", "job", 3),
 		fixtures.Policy("checkout", "connector", "connector", 1, fixtures.Parent("job"), fixtures.Hidden(3)),
 		fixtures.Budget("checkout", fixtures.DefaultBudget, 10))
-	code, out, errOut := runCLI(t, "", "graph")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	out := runOK(t, "graph")
 	assertContains(t, out, "└─ connector  layer connector ×1 ×3 hidden  product 9 > 3", "= job(3) × connector(1×3 hidden) = 9")
-	code, out, errOut = runCLI(t, "", "explain", "rp/connector")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	out = runOK(t, "explain", "rp/connector")
 	assertContains(t, out,
 		"layer connector, 1 total attempts (×3 hidden, made by an SDK or a proxy), calling telephony-api",
 		"calls per top-level operation through this policy: job(3) × connector(1×3 hidden) = 9 (limit 3)")
@@ -126,10 +114,7 @@ func TestGraphAndExplainShowHiddenAttempts(t *testing.T) {
 func TestExplainANotReadyPolicy(t *testing.T) {
 	objs := seedChain("checkout")
 	withCluster(t, "checkout", objs...)
-	code, out, errOut := runCLI(t, "", "explain", "rp/connector")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	out := runOK(t, "explain", "rp/connector")
 	assertContains(t, out,
 		"RetryPolicy checkout/connector: layer connector, 3 total attempts, calling telephony-api (POST /v1/messages)",
 		"no: Ready=False, reason AmplificationExceeded: workflow(3) × job(3) × connector(3) = 27 > 3",
@@ -159,10 +144,7 @@ func TestExplainTheWorstCaseSchedule(t *testing.T) {
 	budget.Spec.Partitions = ptr.To[int32](4)
 	slow := fixtures.Policy("auth", "slow", "connector", 3, fixtures.Deadline(4*time.Second), fixtures.PerAttempt(1500*time.Millisecond))
 	withCluster(t, "default", sms, slow, budget)
-	code, out, errOut := runCLI(t, "", "explain", "-n", "auth", "rp/sms")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	out := runOK(t, "explain", "-n", "auth", "rp/sms")
 	assertContains(t, out,
 		"yes: Ready=True, reason Published",
 		"Worst-case schedule: deadline 4s, minRemaining 500ms, each attempt 1s (perAttemptTimeout), jitter Full",
@@ -196,10 +178,7 @@ func TestExplainAFleetBudget(t *testing.T) {
 	fleet.Spec.Consumers = &v1.BudgetConsumers{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "sms"}}}
 	fleet.Status.Consumers = ptr.To[int32](8)
 	withCluster(t, "auth", sms, fleet)
-	code, out, errOut := runCLI(t, "", "explain", "rp/sms")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	out := runOK(t, "explain", "rp/sms")
 	assertContains(t, out,
 		"fleet allowance: at most 20 retries/s across every pod that shares it",
 		"shared by the pods matching app=sms: 8 counted (status.consumers)",
@@ -240,10 +219,7 @@ func crossChain() []client.Object {
 
 func TestGraphAndExplainFollowParentsAcrossNamespaces(t *testing.T) {
 	withCluster(t, "payments", crossChain()...)
-	code, out, errOut := runCLI(t, "", "graph")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	out := runOK(t, "graph")
 	assertContains(t, out,
 		"Namespace gateway",
 		"  └─ checkout/job  layer job ×3  product 9 > 3",
@@ -253,10 +229,7 @@ func TestGraphAndExplainFollowParentsAcrossNamespaces(t *testing.T) {
 		"= gateway/workflow(3) × checkout/job(3) × payments/connector(3) = 27",
 		"payments/telephony: 10% of primaries",
 	)
-	code, out, errOut = runCLI(t, "", "explain", "rp/connector")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	out = runOK(t, "explain", "rp/connector")
 	assertContains(t, out,
 		"calls per top-level operation through this policy: gateway/workflow(3) × checkout/job(3) × payments/connector(3) = 27 (limit 3)",
 		"policies: gateway/workflow → checkout/job → payments/connector")
@@ -279,10 +252,7 @@ func TestGraphFollowsParentsWithoutClusterWideList(t *testing.T) {
 	orig := connect
 	connect = func(kube.ConfigFlags) (client.Client, string, error) { return c, "payments", nil }
 	t.Cleanup(func() { connect = orig })
-	code, out, errOut := runCLI(t, "", "graph")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	out := runOK(t, "graph")
 	assertContains(t, out, "Namespace gateway", "= gateway/workflow(3) × checkout/job(3) × payments/connector(3) = 27")
 	if strings.Contains(out, "ads/banner") {
 		t.Errorf("a child in a namespace the user cannot list is shown:\n%s", out)

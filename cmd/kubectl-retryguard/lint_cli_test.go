@@ -53,6 +53,17 @@ func runCLI(t *testing.T, stdin string, args ...string) (int, string, string) {
 	return code, out.String(), errOut.String()
 }
 
+// runOK runs the plugin with no stdin and returns its output, failing the
+// test unless it exits 0.
+func runOK(t *testing.T, args ...string) string {
+	t.Helper()
+	code, out, errOut := runCLI(t, "", args...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	return out
+}
+
 func TestLintExitCodesAndFiles(t *testing.T) {
 	dir := t.TempDir()
 	seed333 := writeFile(t, dir, "seed/333.yaml", docs(
