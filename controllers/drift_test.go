@@ -15,7 +15,6 @@ import (
 
 	"github.com/retryguard/retryguard/api/policygraph"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
-	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
 	"github.com/retryguard/retryguard/controllers"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
@@ -29,11 +28,7 @@ func forgeHash(cm *corev1.ConfigMap) {
 
 var _ = Describe("Drift", func() {
 	It("is repaired even when the hash annotation is forged to match", func() {
-		ns := newNamespace()
-		Expect(k8s.Create(ctx, fixtures.Budget(ns, fixtures.DefaultBudget, 10))).To(Succeed())
-		p := fixtures.Policy(ns, "forged", "connector", 3)
-		Expect(k8s.Create(ctx, p)).To(Succeed())
-		expectReason(ns, p.Name, v1.ReasonPublished)
+		ns, p := publishedConnector("forged")
 
 		// A valid payload that says one attempt, with a hash that matches it.
 		payload, cm := payloadOf(Default, ns, p.Name)
@@ -51,11 +46,7 @@ var _ = Describe("Drift", func() {
 	})
 
 	It("finds and repairs a ConfigMap whose managed-by label was removed, and the policy ends Published", func() {
-		ns := newNamespace()
-		Expect(k8s.Create(ctx, fixtures.Budget(ns, fixtures.DefaultBudget, 10))).To(Succeed())
-		p := fixtures.Policy(ns, "unlabelled", "connector", 3)
-		Expect(k8s.Create(ctx, p)).To(Succeed())
-		expectReason(ns, p.Name, v1.ReasonPublished)
+		ns, p := publishedConnector("unlabelled")
 		_, cm := payloadOf(Default, ns, p.Name)
 		edit(cm, func(cm *corev1.ConfigMap) {
 			delete(cm.Labels, policyconfig.ManagedByLabel)
@@ -77,11 +68,7 @@ var _ = Describe("Drift", func() {
 	})
 
 	It("writes with server-side apply under its field owner", func() {
-		ns := newNamespace()
-		Expect(k8s.Create(ctx, fixtures.Budget(ns, fixtures.DefaultBudget, 10))).To(Succeed())
-		p := fixtures.Policy(ns, "applied", "connector", 3)
-		Expect(k8s.Create(ctx, p)).To(Succeed())
-		expectReason(ns, p.Name, v1.ReasonPublished)
+		ns, p := publishedConnector("applied")
 		_, cm := payloadOf(Default, ns, p.Name)
 		Expect(cm.ManagedFields).To(ContainElement(And(
 			HaveField("Manager", controllers.FieldOwner),
@@ -91,11 +78,7 @@ var _ = Describe("Drift", func() {
 	})
 
 	It("resyncs every policy periodically, as configured", func() {
-		ns := newNamespace()
-		Expect(k8s.Create(ctx, fixtures.Budget(ns, fixtures.DefaultBudget, 10))).To(Succeed())
-		p := fixtures.Policy(ns, "resynced", "connector", 3)
-		Expect(k8s.Create(ctx, p)).To(Succeed())
-		expectReason(ns, p.Name, v1.ReasonPublished)
+		ns, p := publishedConnector("resynced")
 		r := &controllers.RetryPolicyReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
 			Recorder: mgr.GetEventRecorder("test"), Limits: policygraph.DefaultLimits(), ResyncPeriod: 7 * time.Minute}
 		res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: p.Name}})

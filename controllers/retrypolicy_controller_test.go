@@ -23,11 +23,7 @@ import (
 
 var _ = Describe("Publishing", func() {
 	It("publishes a policy on create, with owner, labels, hash, status and its budget inlined", func() {
-		ns := newNamespace()
-		Expect(k8s.Create(ctx, fixtures.Budget(ns, fixtures.DefaultBudget, 10))).To(Succeed())
-		p := fixtures.Policy(ns, "sms-2fa-dispatch", "connector", 3, fixtures.Critical, fixtures.Deadline(4*time.Second))
-		Expect(k8s.Create(ctx, p)).To(Succeed())
-		expectReason(ns, p.Name, v1.ReasonPublished)
+		ns, p := publishedConnector("sms-2fa-dispatch", fixtures.Critical, fixtures.Deadline(4*time.Second))
 
 		Eventually(func(g Gomega) {
 			payload, cm := payloadOf(g, ns, p.Name)
@@ -65,11 +61,7 @@ var _ = Describe("Publishing", func() {
 	})
 
 	It("republishes on update", func() {
-		ns := newNamespace()
-		Expect(k8s.Create(ctx, fixtures.Budget(ns, fixtures.DefaultBudget, 10))).To(Succeed())
-		p := fixtures.Policy(ns, "p", "connector", 3)
-		Expect(k8s.Create(ctx, p)).To(Succeed())
-		expectReason(ns, p.Name, v1.ReasonPublished)
+		ns, p := publishedConnector("p")
 		edit(p, func(p *v1.RetryPolicy) { p.Spec.MaxAttempts = 2 })
 		Eventually(func(g Gomega) {
 			payload, _ := payloadOf(g, ns, p.Name)
@@ -79,11 +71,7 @@ var _ = Describe("Publishing", func() {
 	})
 
 	It("writes nothing when nothing changed", func() {
-		ns := newNamespace()
-		Expect(k8s.Create(ctx, fixtures.Budget(ns, fixtures.DefaultBudget, 10))).To(Succeed())
-		p := fixtures.Policy(ns, "steady", "connector", 3)
-		Expect(k8s.Create(ctx, p)).To(Succeed())
-		expectReason(ns, p.Name, v1.ReasonPublished)
+		ns, p := publishedConnector("steady")
 		var cmVersion, policyVersion string
 		Eventually(func(g Gomega) {
 			_, cm := payloadOf(g, ns, p.Name)
@@ -109,11 +97,7 @@ var _ = Describe("Publishing", func() {
 	})
 
 	It("repairs a ConfigMap edited by hand", func() {
-		ns := newNamespace()
-		Expect(k8s.Create(ctx, fixtures.Budget(ns, fixtures.DefaultBudget, 10))).To(Succeed())
-		p := fixtures.Policy(ns, "tampered", "connector", 3)
-		Expect(k8s.Create(ctx, p)).To(Succeed())
-		expectReason(ns, p.Name, v1.ReasonPublished)
+		ns, p := publishedConnector("tampered")
 		_, cm := payloadOf(Default, ns, p.Name)
 		edit(cm, func(cm *corev1.ConfigMap) { cm.Data[policyconfig.DataKey] = `{"schemaVersion":"forged"}` })
 		Eventually(func(g Gomega) {

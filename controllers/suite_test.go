@@ -20,6 +20,7 @@ import (
 
 	"github.com/retryguard/retryguard/api/policygraph"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
 	"github.com/retryguard/retryguard/hack/devenv"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
@@ -71,6 +72,19 @@ func newNamespace() string {
 	name := fmt.Sprintf("ctl-%d", nsSeq.Add(1))
 	Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})).To(Succeed())
 	return name
+}
+
+// publishedConnector creates, in a new namespace with the default budget,
+// a connector policy of 3 attempts named name, and waits until it is
+// Published.
+func publishedConnector(name string, opts ...fixtures.Option) (string, *v1.RetryPolicy) {
+	GinkgoHelper()
+	ns := newNamespace()
+	Expect(k8s.Create(ctx, fixtures.Budget(ns, fixtures.DefaultBudget, 10))).To(Succeed())
+	p := fixtures.Policy(ns, name, "connector", 3, opts...)
+	Expect(k8s.Create(ctx, p)).To(Succeed())
+	expectReason(ns, p.Name, v1.ReasonPublished)
+	return ns, p
 }
 
 // edit re-reads obj, applies change and updates it, retrying when the
