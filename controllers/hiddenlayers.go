@@ -29,6 +29,7 @@ import (
 
 	"github.com/retryguard/retryguard/api/policygraph"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/runtime/limits"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
@@ -181,14 +182,11 @@ func (r *RetryPolicyReconciler) hiddenLayers(ctx context.Context, p *v1.RetryPol
 		d = r.VirtualServices
 	}
 	hidden, err := policygraph.HiddenLayers(ctx, d, p)
-	if len(hidden) > maxHiddenLayers {
-		hidden = hidden[:maxHiddenLayers]
+	if len(hidden) > limits.MaxHiddenLayers {
+		hidden = hidden[:limits.MaxHiddenLayers]
 	}
 	return hidden, err
 }
-
-// maxHiddenLayers is status.hiddenLayers' MaxItems.
-const maxHiddenLayers = 16
 
 // nameHiddenLayers adds the hidden layers to the message of a policy that
 // is not Ready because its product is too large, so that a user sees the

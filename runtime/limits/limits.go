@@ -38,6 +38,9 @@ const (
 	// adaptive up to 5); 10 leaves room for an unusual SDK while keeping the
 	// product of a 32-deep chain of such layers far from overflow.
 	MaxHiddenAttempts = int32(10)
+	// MaxHiddenLayers bounds status.hiddenLayers: hiddenAttempts and the
+	// mesh routes the controller found.
+	MaxHiddenLayers = 16
 	// MaxConnectionsPerPool bounds connectionPool.maxConnections.
 	MaxConnectionsPerPool = int32(1000)
 )
