@@ -64,6 +64,10 @@ type StatusError struct {
 	Code int
 	// RetryAfter is the raw Retry-After header, if any.
 	RetryAfter string
+	// Delay is a server delay that a protocol states as a duration rather
+	// than a header (gRPC's grpc-retry-pushback-ms); it is used when
+	// RetryAfter is empty.
+	Delay time.Duration
 }
 
 func (e *StatusError) Error() string {
@@ -99,12 +103,17 @@ func classify(err error, retryOnStatus func(int) bool, retryOnErr func(string) b
 		default:
 			ev.Class = Unrecognized
 		}
-		if se.RetryAfter != "" {
+		switch {
+		case se.RetryAfter != "":
 			if d, ok := parseRetryAfter(se.RetryAfter, now); ok {
 				ev.RetryAfter = d
 			} else {
 				ev.RetryAfterUnparseable = true
 			}
+		case se.Delay < 0:
+			ev.RetryAfterUnparseable = true // a negative delay means "do not retry" (gRPC A6)
+		case se.Delay > 0:
+			ev.RetryAfter = min(se.Delay, maxRetryAfter)
 		}
 		return ev
 	}
