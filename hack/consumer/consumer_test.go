@@ -8,13 +8,14 @@ import (
 
 // An application that imports runtime/retry and the file watcher must not
 // inherit the operator's dependencies: its module graph holds no Kubernetes
-// client, no controller-runtime, no test framework and no Kafka client.
+// client, no controller-runtime, no test framework, no Kafka client and no
+// grpc-go (runtime/grpc is a module of its own, for gRPC callers only).
 func TestModuleGraphHasNoOperatorDependencies(t *testing.T) {
 	out, err := exec.Command("go", "list", "-m", "all").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list -m all: %v\n%s", err, out)
 	}
-	forbidden := []string{"k8s.io/", "sigs.k8s.io/", "github.com/onsi/ginkgo", "github.com/onsi/gomega", "github.com/twmb/franz-go"}
+	forbidden := []string{"k8s.io/", "sigs.k8s.io/", "github.com/onsi/ginkgo", "github.com/onsi/gomega", "github.com/twmb/franz-go", "google.golang.org/grpc"}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	var found []string
 	for _, line := range lines {
