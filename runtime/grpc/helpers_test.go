@@ -13,9 +13,9 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/retryguard/retryguard/runtime/clock"
+	retrygrpc "github.com/retryguard/retryguard/runtime/grpc"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 	"github.com/retryguard/retryguard/runtime/policyconfig/fixtures"
-	retrygrpc "github.com/retryguard/retryguard/runtime/grpc"
 	"github.com/retryguard/retryguard/runtime/retry"
 	"github.com/retryguard/retryguard/runtime/watch"
 )

@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/retryguard/retryguard/runtime/codes"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
 	retrygrpc "github.com/retryguard/retryguard/runtime/grpc"
+	"github.com/retryguard/retryguard/runtime/policyconfig"
 	"github.com/retryguard/retryguard/runtime/retry"
 )
 
