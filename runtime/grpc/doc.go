@@ -66,8 +66,9 @@
 // counts grpc-go's attempts of each call; when there was more than one, the
 // extra attempts ask the policy's retry budget (they were sent: a refusal
 // cannot recall them), the operation makes no further attempt, and a failed
-// call's error matches ErrHiddenRetries. Without the stats handler too, a
-// method whose service config retries is taken as retried. Transparent
+// call's error matches ErrHiddenRetries. An Interceptor whose stats handler
+// has seen no call cannot count them: a method whose service config retries
+// is then taken as retried, and makes no further attempt. Transparent
 // retries are not hidden retries: grpc-go makes them only for a stream the
 // server never processed (refused or never written), whatever the options,
 // and the server still receives the call once.

@@ -65,13 +65,16 @@ func (*Interceptor) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Con
 
 // HandleRPC implements stats.Handler: it records each attempt's phases in
 // the call record the interceptor put in the call's context.
-func (*Interceptor) HandleRPC(ctx context.Context, s stats.RPCStats) {
+func (i *Interceptor) HandleRPC(ctx context.Context, s stats.RPCStats) {
 	c, _ := ctx.Value(callKey{}).(*call)
 	if c == nil || !s.IsClient() {
 		return
 	}
 	switch s := s.(type) {
 	case *stats.Begin:
+		if !i.installed.Load() {
+			i.installed.Store(true)
+		}
 		c.begins.Add(1)
 		if !s.IsTransparentRetryAttempt {
 			c.attempts.Add(1)
@@ -111,19 +114,24 @@ func (c *call) fromServer() bool { return !c.seen() || c.trailer.Load() }
 func (c *call) mayHaveApplied() bool { return !c.seen() || c.opened.Load() }
 
 // hiddenRetries is how many retries grpc-go made by itself within one
-// attempt of the executor. Transparent retries are not among them: grpc-go
-// makes those only for a stream the server never processed (refused, or
-// never written), so the dependency still received the call once. Without
-// the stats handler the attempts cannot be counted, and a method whose
-// service config retries counts as retried.
-func (c *call) hiddenRetries(cc *grpc.ClientConn, method string) int {
-	if c.seen() {
-		return max(int(c.attempts.Load())-1, 0)
+// attempt of the executor, and whether they were counted. Transparent
+// retries are not among them: grpc-go makes those only for a stream the
+// server never processed (refused, or never written), so the dependency
+// still received the call once. When the Interceptor's stats handler has
+// never seen a call, the attempts cannot be counted, and a method whose
+// service config retries is taken as retried; a call the handler did not see
+// on an Interceptor that has one failed before grpc-go began any attempt.
+func (c *call) hiddenRetries(installed bool, cc *grpc.ClientConn, method string) (n int, counted bool) {
+	switch {
+	case c.seen():
+		return max(int(c.attempts.Load())-1, 0), true
+	case installed:
+		return 0, true
 	}
 	if rp := cc.GetMethodConfig(method).RetryPolicy; rp != nil && rp.MaxAttempts > 1 {
-		return rp.MaxAttempts - 1
+		return rp.MaxAttempts - 1, false
 	}
-	return 0
+	return 0, true
 }
 
 // delay reads grpc-retry-pushback-ms as gRPC A6 defines it: one value, a

@@ -36,6 +36,8 @@ type Interceptor struct {
 	policy   string
 	// header caches the last idempotency header's metadata key.
 	header atomic.Pointer[headerKey]
+	// installed: the stats handler has seen a call begin.
+	installed atomic.Bool
 }
 
 type headerKey struct {
@@ -108,10 +110,12 @@ func (i *Interceptor) Unary(ctx context.Context, method string, req, reply any, 
 		}
 		c := &call{}
 		err := invoker(context.WithValue(actx, callKey{}, c), method, req, reply, cc, opts...)
-		hidden := c.hiddenRetries(cc, method)
+		hidden, counted := c.hiddenRetries(i.installed.Load(), cc, method)
 		if hidden > 0 {
 			refuse = ErrHiddenRetries
-			i.charge(hidden)
+			if counted {
+				i.charge(hidden)
+			}
 		}
 		if err == nil {
 			return nil
@@ -175,7 +179,7 @@ type hiddenRetries struct {
 }
 
 func (e *hiddenRetries) Error() string {
-	return fmt.Sprintf("%s: %d attempts reached the dependency within one: %s", ErrHiddenRetries, e.attempts, e.err)
+	return fmt.Sprintf("%s: up to %d attempts reached the dependency within one: %s", ErrHiddenRetries, e.attempts, e.err)
 }
 
 func (e *hiddenRetries) Unwrap() []error { return []error{e.err, ErrHiddenRetries} }
