@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -30,6 +31,39 @@ func (serving) Check(context.Context, *healthpb.HealthCheckRequest) (*healthpb.H
 // policy (its key rendered and sent as metadata, its deadline, its budget,
 // the stats handler), in the same run (docs/benchmarks.md).
 func BenchmarkUnary(b *testing.B) {
+	addr, ic := benchServer(b)
+	p := grpcPolicy()
+	for _, bc := range []struct {
+		name     string
+		opts     []grpc.DialOption
+		call     []grpc.CallOption
+		deadline time.Duration
+	}{
+		{"bare", nil, nil, 0},
+		// The policy's 4 s deadline on a bare call: a timer, and grpc-timeout on the wire.
+		{"bare-deadline", nil, nil, p.Policy.Deadline.D()},
+		{"retryguard", ic.DialOptions(), []grpc.CallOption{retrygrpc.WithVars(smsVars)}, 0},
+	} {
+		client := dial(b, addr, bc.opts...)
+		req := &healthpb.HealthCheckRequest{}
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				ctx, cancel := context.Background(), context.CancelFunc(func() {})
+				if bc.deadline > 0 {
+					ctx, cancel = context.WithTimeout(ctx, bc.deadline)
+				}
+				_, err := client.Check(ctx, req, bc.call...)
+				cancel()
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func benchServer(b *testing.B) (string, *retrygrpc.Interceptor) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -38,26 +72,47 @@ func BenchmarkUnary(b *testing.B) {
 	healthpb.RegisterHealthServer(s, serving{})
 	go func() { _ = s.Serve(lis) }()
 	b.Cleanup(s.Stop)
-	addr := lis.Addr().String()
 	p := grpcPolicy()
-	ic := retrygrpc.New(retry.New(watch.NewStatic(p)), p.Policy.Name)
-	for _, bc := range []struct {
-		name string
-		opts []grpc.DialOption
-		call []grpc.CallOption
-	}{
-		{"bare", nil, nil},
-		{"retryguard", ic.DialOptions(), []grpc.CallOption{retrygrpc.WithVars(smsVars)}},
-	} {
-		client := dial(b, addr, bc.opts...)
-		req := &healthpb.HealthCheckRequest{}
-		b.Run(bc.name, func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				if _, err := client.Check(context.Background(), req, bc.call...); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+	return lis.Addr().String(), retrygrpc.New(retry.New(watch.NewStatic(p)), p.Policy.Name)
+}
+
+// BenchmarkUnaryPaired makes a bare call, a bare call with the policy's
+// 4 s deadline, and a call through the Interceptor in every iteration, each
+// on its own channel, in an order that rotates, and reports each one's mean
+// time and the ratios: on shared cores, whatever slows one call slows its
+// neighbours too, and no variant always goes first.
+func BenchmarkUnaryPaired(b *testing.B) {
+	addr, ic := benchServer(b)
+	req, deadline := &healthpb.HealthCheckRequest{}, grpcPolicy().Policy.Deadline.D()
+	bare, timed, guarded := dial(b, addr), dial(b, addr), dial(b, addr, ic.DialOptions()...)
+	vars := retrygrpc.WithVars(smsVars)
+	calls := [3]func() error{
+		func() error { _, err := bare.Check(context.Background(), req); return err },
+		func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			defer cancel()
+			_, err := timed.Check(ctx, req)
+			return err
+		},
+		func() error { _, err := guarded.Check(context.Background(), req, vars); return err },
 	}
+	var spent [3]time.Duration
+	i := 0
+	for b.Loop() {
+		for k := range 3 {
+			v := (i + k) % 3
+			t := time.Now()
+			if err := calls[v](); err != nil {
+				b.Fatal(err)
+			}
+			spent[v] += time.Since(t)
+		}
+		i++
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(spent[0].Nanoseconds())/n, "bare-ns/call")
+	b.ReportMetric(float64(spent[1].Nanoseconds())/n, "deadline-ns/call")
+	b.ReportMetric(float64(spent[2].Nanoseconds())/n, "retryguard-ns/call")
+	b.ReportMetric(float64(spent[2])/float64(spent[0]), "ratio")
+	b.ReportMetric(float64(spent[2])/float64(spent[1]), "ratio-to-deadline")
 }

@@ -46,9 +46,13 @@ var httpStatus = [...]int{
 }
 
 // call is what the stats handler saw of one attempt of the executor: the
-// attempts grpc-go made within it, and the phase each reached. The
-// transport's reader goroutine reports too, so every field is atomic.
+// attempts grpc-go made within it, and the phase each reached. It is also
+// the attempt's context, where the handler finds it (one allocation, not
+// two). The transport's reader goroutine reports too, so every field is
+// atomic.
 type call struct {
+	context.Context
+
 	begins   atomic.Int32 // every attempt grpc-go began, transparent retries included
 	attempts atomic.Int32 // those that were not transparent retries
 	opened   atomic.Bool  // an attempt queued its headers on a connection (stats.OutHeader)
@@ -59,6 +63,14 @@ type call struct {
 }
 
 type callKey struct{}
+
+// Value finds the call itself under callKey.
+func (c *call) Value(key any) any {
+	if key == (callKey{}) {
+		return c
+	}
+	return c.Context.Value(key)
+}
 
 // TagRPC implements stats.Handler. The call's record is already in ctx.
 func (*Interceptor) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }

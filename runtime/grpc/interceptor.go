@@ -81,61 +81,76 @@ func (i *Interceptor) Unary(ctx context.Context, method string, req, reply any, 
 			vars = v.vars
 		}
 	}
-	var (
-		md       metadata.MD // the caller's metadata and the key, built once per call
-		applied  bool        // an earlier attempt may have been applied
-		refuse   error       // set when no further attempt may be sent
-		answered error       // the server's own status of the last attempt
-	)
-	err := i.executor.Do(ctx, i.policy, vars, func(actx context.Context, a retry.Attempt) error {
-		if refuse != nil {
-			return retry.NotDispatched(refuse)
-		}
-		if a.Key == "" && applied {
-			return retry.NotDispatched(ErrNotReplaySafe)
-		}
-		if a.Key != "" {
-			if md == nil {
-				hk := i.metadataKey(a.Header)
-				if hk.err != nil {
-					return retry.NotDispatched(hk.err)
-				}
-				md, _ = metadata.FromOutgoingContext(actx) // a copy
-				if md == nil {
-					md = metadata.MD{}
-				}
-				md.Set(hk.key, a.Key)
-			}
-			actx = metadata.NewOutgoingContext(actx, md)
-		}
-		c := &call{}
-		err := invoker(context.WithValue(actx, callKey{}, c), method, req, reply, cc, opts...)
-		hidden, counted := c.hiddenRetries(i.installed.Load(), cc, method)
-		if hidden > 0 {
-			refuse = ErrHiddenRetries
-			if counted {
-				i.charge(hidden)
-			}
-		}
-		if err == nil {
-			return nil
-		}
-		ev := c.evidence(err)
-		applied = applied || c.mayHaveApplied()
-		answered = nil
-		if c.fromServer() {
-			answered = err
-		}
-		if hidden > 0 {
-			return &hiddenRetries{attempts: hidden + 1, err: ev}
-		}
-		return ev
-	})
+	op := &operation{i: i, method: method, req: req, reply: reply, cc: cc, invoker: invoker, opts: opts}
+	err := i.executor.Do(ctx, i.policy, vars, op.attempt)
 	var re *retry.Error
-	if errors.As(err, &re) && re.Code == codes.PermanentFailure && re.Last.Class == retry.Permanent && answered != nil {
-		return answered // the dependency's own answer, as the caller would have had it
+	if errors.As(err, &re) && re.Code == codes.PermanentFailure && re.Last.Class == retry.Permanent && op.answered != nil {
+		return op.answered // the dependency's own answer, as the caller would have had it
 	}
 	return err
+}
+
+// operation is one call's state across the executor's attempts, which Do
+// makes one after another.
+type operation struct {
+	i       *Interceptor
+	method  string
+	req     any
+	reply   any
+	cc      *grpc.ClientConn
+	invoker grpc.UnaryInvoker
+	opts    []grpc.CallOption
+
+	md       metadata.MD // the caller's metadata and the key, built once per call
+	applied  bool        // an earlier attempt may have been applied
+	refuse   error       // set when no further attempt may be sent
+	answered error       // the server's own status of the last attempt
+}
+
+// attempt is the retry.Operation of one call.
+func (o *operation) attempt(ctx context.Context, a retry.Attempt) error {
+	if o.refuse != nil {
+		return retry.NotDispatched(o.refuse)
+	}
+	if a.Key == "" && o.applied {
+		return retry.NotDispatched(ErrNotReplaySafe)
+	}
+	if a.Key != "" {
+		if o.md == nil {
+			hk := o.i.metadataKey(a.Header)
+			if hk.err != nil {
+				return retry.NotDispatched(hk.err)
+			}
+			o.md, _ = metadata.FromOutgoingContext(ctx) // a copy
+			if o.md == nil {
+				o.md = metadata.MD{}
+			}
+			o.md.Set(hk.key, a.Key)
+		}
+		ctx = metadata.NewOutgoingContext(ctx, o.md)
+	}
+	c := &call{Context: ctx}
+	err := o.invoker(c, o.method, o.req, o.reply, o.cc, o.opts...)
+	hidden, counted := c.hiddenRetries(o.i.installed.Load(), o.cc, o.method)
+	if hidden > 0 {
+		o.refuse = ErrHiddenRetries
+		if counted {
+			o.i.charge(hidden)
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	ev := c.evidence(err)
+	o.applied = o.applied || c.mayHaveApplied()
+	o.answered = nil
+	if c.fromServer() {
+		o.answered = err
+	}
+	if hidden > 0 {
+		return &hiddenRetries{attempts: hidden + 1, err: ev}
+	}
+	return ev
 }
 
 // charge asks the policy's retry budget for each retry grpc-go made by

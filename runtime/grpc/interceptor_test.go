@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -364,4 +365,54 @@ func TestAServiceConfigThatRetriesIsCaught(t *testing.T) {
 			t.Errorf("%d calls at the server, err %v; want grpc-go's 4 and no more, matching ErrHiddenRetries", h.calls(), err)
 		}
 	})
+}
+
+// One Interceptor serves concurrent calls on one channel: each call's
+// attempts carry its own key and are counted apart (run with -race).
+func TestConcurrentCallsKeepTheirOwnKeys(t *testing.T) {
+	var mu sync.Mutex
+	failed := map[string]bool{} // each key's first attempt fails
+	h := &health{answer: func(ctx context.Context, _ int) error {
+		md, _ := metadata.FromIncomingContext(ctx)
+		key := strings.Join(md.Get("idempotency-key"), ",")
+		mu.Lock()
+		defer mu.Unlock()
+		if !failed[key] {
+			failed[key] = true
+			return status.Error(grpccodes.Unavailable, "injected")
+		}
+		return nil
+	}}
+	p := grpcPolicy()
+	p.Budget.MaxTokens = 100 // every call's one retry fits the start credit
+	ic, _, _ := guarded(p)
+	client := dial(t, serve(t, h), ic.DialOptions()...)
+	const callers = 16
+	var wg sync.WaitGroup
+	errs := make([]error, callers)
+	for n := range callers {
+		wg.Go(func() {
+			vars := retry.Vars{"user_id": strconv.Itoa(n), "login_session_id": "s"}
+			_, errs[n] = client.Check(context.Background(), nil, retrygrpc.WithVars(vars))
+		})
+	}
+	wg.Wait()
+	for n, err := range errs {
+		if err != nil {
+			t.Errorf("caller %d: %v", n, err)
+		}
+	}
+	keys, _ := h.seen()
+	count := map[string]int{}
+	for _, k := range keys {
+		if len(k) != 1 {
+			t.Fatalf("a call carried idempotency-key %q, want exactly one value", k)
+		}
+		count[k[0]]++
+	}
+	for n := range callers {
+		if key := "SMS-2FA-" + strconv.Itoa(n) + "-s"; count[key] != 2 {
+			t.Errorf("key %s reached the server %d times, want 2 (the failure and its retry)", key, count[key])
+		}
+	}
 }
