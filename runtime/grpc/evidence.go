@@ -98,7 +98,7 @@ func (i *Interceptor) HandleRPC(ctx context.Context, s stats.RPCStats) {
 	case *stats.OutHeader:
 		c.opened.Store(true)
 	case *stats.InTrailer:
-		if v := s.Trailer.Get(PushbackHeader); v != nil {
+		if v := s.Trailer[PushbackHeader]; v != nil { // metadata keys are lower case
 			c.mu.Lock()
 			c.pushback = v
 			c.mu.Unlock()
