@@ -18,9 +18,9 @@ import (
 	"github.com/retryguard/retryguard/runtime/retry"
 )
 
-// PushbackHeader is the trailer in which a server states its delay before
+// pushbackHeader is the trailer in which a server states its delay before
 // another attempt, in milliseconds (gRPC A6).
-const PushbackHeader = "grpc-retry-pushback-ms"
+const pushbackHeader = "grpc-retry-pushback-ms"
 
 // httpStatus is google.rpc.Code's documented HTTP mapping (googleapis
 // google/rpc/code.proto, "HTTP Mapping"; grpc-gateway's HTTPStatusFromCode
@@ -49,7 +49,7 @@ var httpStatus = [...]int{
 // attempts grpc-go made within it, and the phase each reached. It is also
 // the attempt's context, where the handler finds it (one allocation, not
 // two). The transport's reader goroutine reports too, so every field is
-// atomic.
+// atomic or under mu.
 type call struct {
 	context.Context
 
@@ -98,7 +98,7 @@ func (i *Interceptor) HandleRPC(ctx context.Context, s stats.RPCStats) {
 	case *stats.OutHeader:
 		c.opened.Store(true)
 	case *stats.InTrailer:
-		if v := s.Trailer[PushbackHeader]; v != nil { // metadata keys are lower case
+		if v := s.Trailer[pushbackHeader]; v != nil { // metadata keys are lower case
 			c.mu.Lock()
 			c.pushback = v
 			c.mu.Unlock()

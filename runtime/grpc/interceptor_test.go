@@ -136,7 +136,7 @@ func TestPushbackIsTheServersDelay(t *testing.T) {
 			}
 			md := metadata.MD{}
 			for _, s := range v {
-				md.Append(retrygrpc.PushbackHeader, s)
+				md.Append("grpc-retry-pushback-ms", s)
 			}
 			_ = grpc.SetTrailer(ctx, md)
 			return status.Error(grpccodes.ResourceExhausted, "slow down")
