@@ -250,6 +250,23 @@ func TestAChannelThatNeverConnectsIsNotDispatched(t *testing.T) {
 	}
 }
 
+// A call that waits for a connection (grpc.WaitForReady) and times out
+// before one is made is a Timeout that sent nothing: transient, not
+// ambiguous.
+func TestATimeoutBeforeAnyConnectionIsNotDispatched(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	_ = lis.Close()
+	ic, _, _ := guarded(grpcPolicy(func(p *policyconfig.Policy) { p.PerAttemptTimeout = policyconfig.Duration(50 * time.Millisecond) }))
+	re := retryError(t, check(dial(t, addr, ic.DialOptions()...), grpc.WaitForReady(true)))
+	if re.Attempts != 3 || re.Last.Transport != retry.Timeout || re.Last.Dispatched || re.Last.Class != retry.Transient {
+		t.Errorf("%d attempts, last evidence %+v; want 3, the last a Timeout, not dispatched, transient", re.Attempts, re.Last)
+	}
+}
+
 // dropping is a listener whose connections the test can cut from inside a
 // handler: after the server has read (and applied) the call.
 type dropping struct {
