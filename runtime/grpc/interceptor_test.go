@@ -115,7 +115,8 @@ func TestUnrecognizedStatusesGetOneAttempt(t *testing.T) {
 			err := check(dial(t, serve(t, h), ic.DialOptions()...))
 			re := retryError(t, err)
 			if re.Code != codes.PermanentFailure || re.State != retry.TerminalExhausted || re.Last.Class != retry.Unrecognized || h.calls() != 1 {
-				t.Errorf("got %s %s class %s after %d calls, want ERR_PERMANENT_FAILURE TERMINAL_EXHAUSTED unrecognized after 1", re.Code, re.State, re.Last.Class, h.calls())
+				t.Errorf("got %s %s class %s after %d calls, want ERR_PERMANENT_FAILURE TERMINAL_EXHAUSTED unrecognized after 1",
+					re.Code, re.State, re.Last.Class, h.calls())
 			}
 			if status.Code(err) != code {
 				t.Errorf("status.Code(err) = %s, want %s", status.Code(err), code)
