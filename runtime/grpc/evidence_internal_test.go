@@ -1,10 +1,13 @@
 package retrygrpc
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/stats"
 )
 
 // grpc-retry-pushback-ms is read as gRPC A6 says: exactly one value of
@@ -42,5 +45,23 @@ func FuzzPushback(f *testing.F) {
 func TestNoPushbackIsNoDelay(t *testing.T) {
 	if d := (&call{}).delay(); d != 0 {
 		t.Fatalf("delay %v without a pushback trailer, want 0", d)
+	}
+}
+
+// A transparent retry is not a hidden one: grpc-go makes it only for a
+// stream the server never processed. The events are those grpc-go's
+// stream.go reports for a first attempt refused and its transparent retry.
+func TestTransparentRetriesAreNotHiddenRetries(t *testing.T) {
+	i := &Interceptor{}
+	c := &call{Context: context.Background()}
+	i.HandleRPC(c, &stats.Begin{Client: true})
+	i.HandleRPC(c, &stats.OutHeader{Client: true})
+	i.HandleRPC(c, &stats.Begin{Client: true, IsTransparentRetryAttempt: true})
+	if n, counted := c.hiddenRetries(true, nil, ""); n != 0 || !counted {
+		t.Fatalf("hidden retries %d (counted %t), want 0 after one attempt and a transparent retry", n, counted)
+	}
+	i.HandleRPC(c, &stats.Begin{Client: true})
+	if n, _ := c.hiddenRetries(true, nil, ""); n != 1 {
+		t.Fatalf("hidden retries %d, want 1 after a second non-transparent attempt", n)
 	}
 }
