@@ -11,10 +11,11 @@ TEST_FLAGS ?= -race -count=1
 TEST_PKGS ?= ./...
 # The runtime is a module of its own (applications import it without the
 # operator's dependencies), with nested modules for the client-go informer,
-# the Kafka sink and the peer benchmarks. make test, fmt and vet cover each.
-RUNTIME_MODULES = runtime runtime/watch/informer runtime/events/kafka runtime/benchmarks
+# the Kafka sink, the gRPC interceptor and the peer benchmarks. make test, fmt
+# and vet cover each.
+RUNTIME_MODULES = runtime runtime/watch/informer runtime/events/kafka runtime/grpc runtime/benchmarks
 # runtime/benchmarks holds benchmarks only: vet compiles it, make bench runs it.
-RUNTIME_TEST_MODULES = runtime runtime/watch/informer runtime/events/kafka
+RUNTIME_TEST_MODULES = runtime runtime/watch/informer runtime/events/kafka runtime/grpc
 FUZZTIME ?= 60s
 
 SHELL := /usr/bin/env bash -o pipefail

@@ -6,15 +6,32 @@ import (
 	"testing"
 )
 
+// operatorModules are the operator's dependencies, which no application
+// importing the runtime may inherit.
+var operatorModules = []string{"k8s.io/", "sigs.k8s.io/", "github.com/onsi/ginkgo", "github.com/onsi/gomega", "github.com/twmb/franz-go"}
+
 // An application that imports runtime/retry and the file watcher must not
 // inherit the operator's dependencies: its module graph holds no Kubernetes
-// client, no controller-runtime, no test framework and no Kafka client.
+// client, no controller-runtime, no test framework, no Kafka client and no
+// grpc-go (runtime/grpc is a module of its own, for gRPC callers only).
 func TestModuleGraphHasNoOperatorDependencies(t *testing.T) {
-	out, err := exec.Command("go", "list", "-m", "all").CombinedOutput()
+	checkModuleGraph(t, ".", append(operatorModules, "google.golang.org/grpc"))
+}
+
+// The gRPC interceptor's module takes grpc-go, and still none of the
+// operator's dependencies.
+func TestGRPCModuleGraphHasNoOperatorDependencies(t *testing.T) {
+	checkModuleGraph(t, "../../runtime/grpc", operatorModules)
+}
+
+func checkModuleGraph(t *testing.T, dir string, forbidden []string) {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-m", "all")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("go list -m all: %v\n%s", err, out)
+		t.Fatalf("go list -m all in %s: %v\n%s", dir, err, out)
 	}
-	forbidden := []string{"k8s.io/", "sigs.k8s.io/", "github.com/onsi/ginkgo", "github.com/onsi/gomega", "github.com/twmb/franz-go"}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	var found []string
 	for _, line := range lines {
@@ -26,9 +43,9 @@ func TestModuleGraphHasNoOperatorDependencies(t *testing.T) {
 		}
 	}
 	if len(found) > 0 {
-		t.Errorf("the consumer's module graph holds %d forbidden modules: %v", len(found), found)
+		t.Errorf("the module graph of %s holds %d forbidden modules: %v", dir, len(found), found)
 	}
-	t.Logf("go list -m all: %d modules", len(lines))
+	t.Logf("go list -m all in %s: %d modules", dir, len(lines))
 }
 
 // No package of the runtime module imports the operator's API packages: the

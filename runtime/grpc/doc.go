@@ -1,0 +1,75 @@
+// Package retrygrpc enforces published Retryguard policies on grpc-go unary
+// calls. It is a module of its own, so that applications that make only HTTP
+// calls do not take grpc-go in.
+//
+//	ic := retrygrpc.New(retry.New(policies), "sms-2fa-dispatch")
+//	conn, err := grpc.NewClient(target, append(ic.DialOptions(), grpc.WithTransportCredentials(creds))...)
+//	_, err = client.Send(ctx, req, retrygrpc.WithVars(retry.Vars{"user_id": "42", "login_session_id": "s-9"}))
+//
+// Each call is one logical operation of retry.Executor.Do: attempts,
+// full-jitter backoff, the deadline, the retry budget and the dead letters
+// are the policy's, exactly as for HTTP. Every attempt carries the rendered
+// idempotency key as metadata (the policy's idempotencyHeader in lower case,
+// as gRPC requires), the same on every attempt (INV-RTY-05); and runs on a
+// context bounded by what is left of the deadline, which grpc-go sends to
+// the server as grpc-timeout.
+//
+// # Status codes
+//
+// Policies list HTTP statuses in retryOn.statusCodes and transport failures
+// in retryOn.errors. A server's status reaches Do as its HTTP mapping, the one
+// google.rpc.Code documents (google/rpc/code.proto, also grpc-gateway's), so
+// that one policy reads the same over both protocols:
+//
+//	status                         what Do sees                     class (docs/runtime.md)
+//	OK                             success
+//	UNAVAILABLE                    503                              transient when 503 is listed
+//	RESOURCE_EXHAUSTED             429, grpc-retry-pushback-ms      transient when 429 is listed; the pushback
+//	                               as the server's delay            is honoured as Retry-After is
+//	DEADLINE_EXCEEDED              Timeout (not 504)                ambiguous: the write may have happened
+//	INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE  400        permanent (INV-RTY-03)
+//	UNAUTHENTICATED 401, PERMISSION_DENIED 403, NOT_FOUND 404       permanent
+//	ALREADY_EXISTS 409, ABORTED 409                                 permanent: seed 002, 409 needs a reread, not a replay
+//	CANCELED                       499                              permanent
+//	UNKNOWN, INTERNAL              500                              unrecognized (terminal) unless 500 is listed
+//	UNIMPLEMENTED                  501                              unrecognized: admission never lets 501 be listed
+//	DATA_LOSS                      not mapped                       unrecognized: no retry brings data back
+//
+// The status is judged by the phase the attempt reached, which the
+// Interceptor's stats handler sees, and never by its message:
+//
+//   - An attempt none of whose grpc-go attempts put its headers on a
+//     connection (no stats.OutHeader) sent nothing: it is proven not
+//     dispatched. Its UNAVAILABLE is a connection that could not be made
+//     and counts as ConnectionRefused (grpc-go states the dial's error only
+//     as text); its DEADLINE_EXCEEDED is a Timeout before dispatch.
+//   - A status the client made up after dispatch (no server trailers):
+//     UNAVAILABLE is a connection lost mid-call, ConnectionReset, ambiguous,
+//     never the server's 503; DEADLINE_EXCEEDED is a Timeout; any other
+//     (CANCELED because the caller gave up, a reply too large to receive, an
+//     unmarshalable message) is unrecognized, terminal (MC-FM-01).
+//
+// # Replay safety
+//
+// Every gRPC call is an HTTP/2 POST: only the policy's idempotency key makes
+// it safe to send again. An attempt without a key that may have been applied
+// is never sent again, whatever the policy's operation says
+// (ErrNotReplaySafe); an attempt proven not dispatched may be.
+//
+// # grpc-go's own retries
+//
+// A service config's retryPolicy (from the resolver, or
+// grpc.WithDefaultServiceConfig) makes grpc-go retry below the interceptor,
+// a hidden layer that multiplies the policy's attempts (seed 002: three
+// layers of three attempts make 27 calls). DialOptions disables it with
+// grpc.WithDisableRetry. On a channel built otherwise, the stats handler
+// counts grpc-go's attempts of each call; when there was more than one, the
+// extra attempts ask the policy's retry budget (they were sent: a refusal
+// cannot recall them), the operation makes no further attempt, and a failed
+// call's error matches ErrHiddenRetries. An Interceptor whose stats handler
+// has seen no call cannot count them: a method whose service config retries
+// is then taken as retried, and makes no further attempt. Transparent
+// retries are not hidden retries: grpc-go makes them only for a stream the
+// server never processed (refused or never written), whatever the options,
+// and the server still receives the call once.
+package retrygrpc

@@ -1,0 +1,225 @@
+package retrygrpc
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	grpccodes "google.golang.org/grpc/codes"
+	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/status"
+
+	"github.com/retryguard/retryguard/runtime/retry"
+)
+
+// pushbackHeader is the trailer in which a server states its delay before
+// another attempt, in milliseconds (gRPC A6).
+const pushbackHeader = "grpc-retry-pushback-ms"
+
+// httpStatus is google.rpc.Code's documented HTTP mapping (googleapis
+// google/rpc/code.proto, "HTTP Mapping"; grpc-gateway's HTTPStatusFromCode
+// is the same table), through which a policy's retryOn.statusCodes govern a
+// server's status. DEADLINE_EXCEEDED (504) and DATA_LOSS (500) are absent on
+// purpose: see evidence.
+var httpStatus = [...]int{
+	grpccodes.Canceled:           499, // Client Closed Request
+	grpccodes.Unknown:            http.StatusInternalServerError,
+	grpccodes.InvalidArgument:    http.StatusBadRequest,
+	grpccodes.NotFound:           http.StatusNotFound,
+	grpccodes.AlreadyExists:      http.StatusConflict,
+	grpccodes.PermissionDenied:   http.StatusForbidden,
+	grpccodes.ResourceExhausted:  http.StatusTooManyRequests,
+	grpccodes.FailedPrecondition: http.StatusBadRequest,
+	grpccodes.Aborted:            http.StatusConflict,
+	grpccodes.OutOfRange:         http.StatusBadRequest,
+	grpccodes.Unimplemented:      http.StatusNotImplemented,
+	grpccodes.Internal:           http.StatusInternalServerError,
+	grpccodes.Unavailable:        http.StatusServiceUnavailable,
+	grpccodes.Unauthenticated:    http.StatusUnauthorized,
+	grpccodes.DataLoss:           0,
+}
+
+// call is what the stats handler saw of one attempt of the executor: the
+// attempts grpc-go made within it, and the phase each reached. It is also
+// the attempt's context, where the handler finds it (one allocation, not
+// two). The transport's reader goroutine reports too, so every field is
+// atomic or under mu.
+type call struct {
+	context.Context
+
+	begins   atomic.Int32 // every attempt grpc-go began, transparent retries included
+	attempts atomic.Int32 // those that were not transparent retries
+	opened   atomic.Bool  // an attempt queued its headers on a connection (stats.OutHeader)
+	trailer  atomic.Bool  // the last attempt received the server's trailers (stats.InTrailer)
+
+	mu       sync.Mutex
+	pushback []string // the last attempt's grpc-retry-pushback-ms values
+}
+
+type callKey struct{}
+
+// Value finds the call itself under callKey.
+func (c *call) Value(key any) any {
+	if key == (callKey{}) {
+		return c
+	}
+	return c.Context.Value(key)
+}
+
+// TagRPC implements stats.Handler. The call's record is already in ctx.
+func (*Interceptor) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+
+// HandleRPC implements stats.Handler: it records each attempt's phases in
+// the call record the interceptor put in the call's context.
+func (i *Interceptor) HandleRPC(ctx context.Context, s stats.RPCStats) {
+	c, _ := ctx.Value(callKey{}).(*call)
+	if c == nil || !s.IsClient() {
+		return
+	}
+	switch s := s.(type) {
+	case *stats.Begin:
+		if !i.installed.Load() {
+			i.installed.Store(true)
+		}
+		c.begins.Add(1)
+		if !s.IsTransparentRetryAttempt {
+			c.attempts.Add(1)
+		}
+		c.trailer.Store(false)
+		c.mu.Lock()
+		c.pushback = nil
+		c.mu.Unlock()
+	case *stats.OutHeader:
+		c.opened.Store(true)
+	case *stats.InTrailer:
+		if v := s.Trailer[pushbackHeader]; v != nil { // metadata keys are lower case
+			c.mu.Lock()
+			c.pushback = v
+			c.mu.Unlock()
+		}
+		c.trailer.Store(true)
+	}
+}
+
+// TagConn implements stats.Handler.
+func (*Interceptor) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+
+// HandleConn implements stats.Handler.
+func (*Interceptor) HandleConn(context.Context, stats.ConnStats) {}
+
+// seen reports whether the stats handler is installed on the channel: every
+// call that reaches grpc-go's attempt loop begins at least one attempt.
+func (c *call) seen() bool { return c.begins.Load() > 0 }
+
+// fromServer reports whether the status came from the server: its trailers
+// arrived. Without the stats handler there is no telling, and the status is
+// taken as the server's.
+func (c *call) fromServer() bool { return !c.seen() || c.trailer.Load() }
+
+// mayHaveApplied is false only with proof that nothing left the process.
+func (c *call) mayHaveApplied() bool { return !c.seen() || c.opened.Load() }
+
+// hiddenRetries is how many retries grpc-go made by itself within one
+// attempt of the executor, and whether they were counted. Transparent
+// retries are not among them: grpc-go makes those only for a stream the
+// server never processed (refused, or never written), so the dependency
+// still received the call once. When the Interceptor's stats handler has
+// never seen a call, the attempts cannot be counted, and a method whose
+// service config retries is taken as retried; a call the handler did not see
+// on an Interceptor that has one failed before grpc-go began any attempt.
+func (c *call) hiddenRetries(installed bool, cc *grpc.ClientConn, method string) (n int, counted bool) {
+	switch {
+	case c.seen():
+		return max(int(c.attempts.Load())-1, 0), true
+	case installed:
+		return 0, true
+	}
+	if rp := cc.GetMethodConfig(method).RetryPolicy; rp != nil && rp.MaxAttempts > 1 {
+		return rp.MaxAttempts - 1, false
+	}
+	return 0, true
+}
+
+// delay reads grpc-retry-pushback-ms as gRPC A6 defines it: one value, a
+// non-negative integer of milliseconds; anything else (a sign, a word,
+// several values) means "do not retry", a negative retry.StatusError.Delay.
+func (c *call) delay() time.Duration {
+	c.mu.Lock()
+	v := c.pushback
+	c.mu.Unlock()
+	switch {
+	case v == nil:
+		return 0
+	case len(v) != 1:
+		return -1
+	}
+	ms, err := strconv.ParseUint(v[0], 10, 31)
+	if err != nil {
+		return -1
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// evidence turns a failed attempt's status into what retry.Executor.Do
+// classifies, from the phase the attempt reached rather than from the
+// message (the table in the package doc):
+//
+//   - no attempt queued its headers on a connection: nothing left the
+//     process (retry.NotDispatched); an UNAVAILABLE then is a connection
+//     that could not be made (ConnectionRefused), a DEADLINE_EXCEEDED a
+//     Timeout before dispatch;
+//   - DEADLINE_EXCEEDED after dispatch, from either side, is a Timeout: the
+//     write may have happened;
+//   - a status the client made up after dispatch, without the server's
+//     trailers: UNAVAILABLE is a connection lost mid-call (ConnectionReset,
+//     ambiguous), any other is evidence no policy lists;
+//   - a status from the server is its HTTP mapping (a *retry.StatusError),
+//     with grpc-retry-pushback-ms as the server's delay; DATA_LOSS is
+//     evidence no policy lists.
+func (c *call) evidence(err error) error {
+	code := status.Code(err)
+	switch {
+	case c.seen() && !c.opened.Load():
+		switch code {
+		case grpccodes.Unavailable:
+			return retry.NotDispatched(&attemptError{err: err, cause: syscall.ECONNREFUSED, note: "no connection: nothing was sent"})
+		case grpccodes.DeadlineExceeded:
+			return retry.NotDispatched(&attemptError{err: err, cause: context.DeadlineExceeded, note: "before any connection: nothing was sent"})
+		}
+		return retry.NotDispatched(err)
+	case code == grpccodes.DeadlineExceeded:
+		return &attemptError{err: err, cause: context.DeadlineExceeded, note: "the call may have been applied"}
+	case !c.fromServer():
+		if code == grpccodes.Unavailable {
+			return &attemptError{err: err, cause: io.ErrUnexpectedEOF, note: "the connection ended before the server's status: the call may have been applied"}
+		}
+		return err
+	case int(code) >= len(httpStatus) || httpStatus[code] == 0:
+		return err
+	}
+	return &attemptError{err: err, cause: &retry.StatusError{Code: httpStatus[code], Delay: c.delay()}}
+}
+
+// attemptError is a gRPC status with the evidence Do classifies (a
+// *retry.StatusError, or a transport failure's sentinel); both stay
+// reachable through errors.As and status.FromError.
+type attemptError struct {
+	err   error
+	cause error
+	note  string
+}
+
+func (e *attemptError) Error() string {
+	if e.note == "" {
+		return e.err.Error()
+	}
+	return e.err.Error() + " (" + e.note + ")"
+}
+
+func (e *attemptError) Unwrap() []error { return []error{e.err, e.cause} }

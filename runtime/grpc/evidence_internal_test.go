@@ -1,0 +1,67 @@
+package retrygrpc
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/stats"
+)
+
+// grpc-retry-pushback-ms is read as gRPC A6 says: exactly one value of
+// digits only, a delay of that many milliseconds; anything else, including
+// a number too large for 31 bits, is "do not retry" (-1). Never a panic.
+func FuzzPushback(f *testing.F) {
+	for _, seed := range []string{"0", "1500", "-1", "+5", " 5", "1.5", "soon", "", "2147483647", "2147483648", "99999999999999999999", "10,20"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		values := strings.Split(raw, ",") // a comma stands between two values of the trailer
+		c := &call{pushback: values}
+		got := c.delay()
+		if len(values) != 1 {
+			if got != -1 {
+				t.Fatalf("values %q: delay %v, want -1 (several values)", values, got)
+			}
+			return
+		}
+		v := values[0]
+		ms, err := strconv.ParseInt(v, 10, 64)
+		digits := v != "" && strings.Trim(v, "0123456789") == ""
+		switch {
+		case digits && err == nil && ms < 1<<31:
+			if got != time.Duration(ms)*time.Millisecond {
+				t.Fatalf("%q: delay %v, want %dms", v, got, ms)
+			}
+		case got != -1:
+			t.Fatalf("%q: delay %v, want -1 (not a 31-bit count of milliseconds)", v, got)
+		}
+	})
+}
+
+// No trailer, no delay: the policy's backoff alone decides.
+func TestNoPushbackIsNoDelay(t *testing.T) {
+	if d := (&call{}).delay(); d != 0 {
+		t.Fatalf("delay %v without a pushback trailer, want 0", d)
+	}
+}
+
+// A transparent retry is not a hidden one: grpc-go makes it only for a
+// stream the server never processed. The events are those grpc-go's
+// stream.go reports for a first attempt refused and its transparent retry.
+func TestTransparentRetriesAreNotHiddenRetries(t *testing.T) {
+	i := &Interceptor{}
+	c := &call{Context: context.Background()}
+	i.HandleRPC(c, &stats.Begin{Client: true})
+	i.HandleRPC(c, &stats.OutHeader{Client: true})
+	i.HandleRPC(c, &stats.Begin{Client: true, IsTransparentRetryAttempt: true})
+	if n, counted := c.hiddenRetries(true, nil, ""); n != 0 || !counted {
+		t.Fatalf("hidden retries %d (counted %t), want 0 after one attempt and a transparent retry", n, counted)
+	}
+	i.HandleRPC(c, &stats.Begin{Client: true})
+	if n, _ := c.hiddenRetries(true, nil, ""); n != 1 {
+		t.Fatalf("hidden retries %d, want 1 after a second non-transparent attempt", n)
+	}
+}
