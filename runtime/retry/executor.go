@@ -224,8 +224,15 @@ var ErrRetryLimitExceeded = Sentinel(codes.RetryLimitExceeded)
 // published NoRetry, or whose key template cannot render gets exactly one
 // attempt.
 func (e *Executor) Do(ctx context.Context, policy string, vars Vars, op Operation) error {
+	return e.do(ctx, policy, vars, op, nil)
+}
+
+// do is Do for an Operation, or for the RoundTripper's call when call is
+// not nil: its attempts are HTTP requests whose replay safety is the
+// request's own, and which own their contexts.
+func (e *Executor) do(ctx context.Context, policy string, vars Vars, op Operation, call *call) error {
 	c := e.policy(policy)
-	r := run{e: e, c: c}
+	r := run{e: e, c: c, call: call}
 	if c.key != nil {
 		key, err := c.key.render(vars)
 		if err != nil {
@@ -249,6 +256,10 @@ type run struct {
 	deadline time.Time // zero when the policy sets none
 	m        machine
 	records  []AttemptRecord
+	// applied: an attempt so far may have been applied (mayHaveApplied);
+	// every later stop ends UNKNOWN_OUTCOME.
+	applied bool
+	call    *call // the RoundTripper's request, or nil
 }
 
 // id is the operation's number, taken from the executor's sequence the
@@ -309,9 +320,13 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 		now = e.clock.Now()
 		ev := classify(err, c.retryOnStatus, c.retryOnError, now)
 		c.metrics.attempt(ev.Class)
-		in := DecisionInput{Evidence: ev, NotEnforced: c.notEnforced, ReplaySafe: c.replaySafe, Attempt: n,
-			MaxAttempts: c.maxAttempts, Remaining: r.remaining(ctx, now), AttemptCost: c.cost,
+		in := DecisionInput{Evidence: ev, NotEnforced: c.notEnforced, ReplaySafe: c.replaySafe, MayHaveApplied: r.applied,
+			Attempt: n, MaxAttempts: c.maxAttempts, Remaining: r.remaining(ctx, now), AttemptCost: c.cost,
 			MinRemaining: c.reserve, RetryAfterMax: c.afterMax}
+		if r.call != nil {
+			in.ReplaySafe, in.Unrepeatable = r.call.replaySafe(r.key), r.call.unrepeatable
+		}
+		r.applied = r.applied || mayHaveApplied(ev)
 		if c.notEnforced == "" && ev.Class != Permanent {
 			in.Wait = c.strategy.Delay(n, prevDelay)
 		}
@@ -332,9 +347,12 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 			c.metrics.finished(n)
 			return r.finish(ctx, d, err)
 		}
+		if r.call != nil {
+			r.call.discard() // at once, not when the next attempt starts
+		}
 		r.to(BackoffWait, n, "")
 		end := TerminalExhausted // how a wait that starts no attempt ends
-		if ev.Class == Ambiguous {
+		if r.applied {
 			end = UnknownOutcome
 		}
 		if serr := e.clock.Sleep(ctx, d.Sleep); serr != nil {
@@ -357,7 +375,9 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 
 // attempt runs one attempt, bounded by perAttemptTimeout and the
 // operation's deadline. When the caller's context already ends sooner, it is
-// used as it is: no timer, no allocation.
+// used as it is: no timer, no allocation. The RoundTripper's attempts make
+// their own context from the limit, since a response outlives the attempt
+// that returned it (its body is read after RoundTrip returns).
 func (r *run) attempt(ctx context.Context, op Operation, a Attempt, now time.Time) error {
 	var limit time.Duration
 	if !r.deadline.IsZero() {
@@ -367,11 +387,17 @@ func (r *run) attempt(ctx context.Context, op Operation, a Attempt, now time.Tim
 		}
 	}
 	if limit > 0 {
-		if d, ok := ctx.Deadline(); !ok || d.Sub(now) > limit {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, limit)
-			defer cancel()
+		if d, ok := ctx.Deadline(); ok && d.Sub(now) <= limit {
+			limit = 0 // the caller's deadline comes first
 		}
+	}
+	if r.call != nil {
+		return r.call.attempt(ctx, a, limit)
+	}
+	if limit > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, limit)
+		defer cancel()
 	}
 	return op(ctx, a)
 }

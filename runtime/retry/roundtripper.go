@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
 	"sync/atomic"
+	"time"
 
 	"github.com/retryguard/retryguard/runtime/codes"
+	"github.com/retryguard/retryguard/runtime/httprules"
 )
 
 type varsKey struct{}
@@ -19,13 +23,31 @@ func WithVars(ctx context.Context, vars Vars) context.Context {
 	return context.WithValue(ctx, varsKey{}, vars)
 }
 
+// DefaultMaxBufferedBody is the largest request body a RoundTripper keeps in
+// memory so that it can send it again, when MaxBufferedBody is 0: 64 KiB,
+// above the JSON bodies of the APIs it fronts and small enough that a
+// thousand requests in flight hold at most 64 MiB (seed 002: "bounded
+// buffering may permit retry").
+const DefaultMaxBufferedBody = 64 << 10
+
 // RoundTripper runs each request as one logical operation under Policy:
 // every attempt carries the same idempotency header, responses are
 // classified by status, and Retry-After is honoured. It is safe for
-// concurrent use.
+// concurrent use, and never modifies the request it is given.
 //
 // A success, or a permanent status (a 4xx the caller must see), returns the
-// response. Anything else that did not complete returns an *Error.
+// response, readable until the caller closes its body or reads it to EOF.
+// Anything else that did not complete returns an *Error.
+//
+// Replay safety is the request's own: a request whose method is not
+// idempotent and that does not carry the policy's rendered key is never sent
+// again once it may have reached the dependency, whatever the policy's
+// operation says; only proof that it never left (a refused connection, a
+// failed lookup or dial) permits another attempt. A body is kept to send
+// again up to MaxBufferedBody; a larger one, without GetBody, gets one
+// attempt. net/http's own re-send of a request already sent (on a reused
+// keep-alive connection) is refused: the next attempt, if any, is the
+// policy's, after its backoff and with its budget.
 type RoundTripper struct {
 	Executor *Executor
 	Policy   string
@@ -33,66 +55,49 @@ type RoundTripper struct {
 	// Pools is used, or http.DefaultTransport for a policy without one.
 	Base  http.RoundTripper
 	Pools *Pools
+	// MaxBufferedBody bounds, in bytes, the request body kept to send again:
+	// 0 means DefaultMaxBufferedBody, a negative value keeps none. A request
+	// with GetBody is re-read through it instead, whatever its size.
+	MaxBufferedBody int64
 }
 
 // RoundTrip implements http.RoundTripper.
 func (rt *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	base, err := rt.base()
 	if err != nil {
+		closeBody(req)
 		return nil, err
 	}
-	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
-		// Buffer once so that every attempt can send the same body.
-		body, err := io.ReadAll(req.Body)
-		_ = req.Body.Close()
-		if err != nil {
-			return nil, err
-		}
-		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-		req.Body, _ = req.GetBody()
+	c := &call{req: req, base: base, idempotent: httprules.IsIdempotentMethod(req.Method)}
+	if err := c.keepBody(rt.maxBufferedBody()); err != nil {
+		return nil, err
 	}
+	c.trace = httptrace.ClientTrace{GetConn: c.gotConnRequest, WroteHeaders: c.wroteHeaders}
+	c.ctx = httptrace.WithClientTrace(req.Context(), &c.trace)
 	vars, _ := req.Context().Value(varsKey{}).(Vars)
-	var last *http.Response
-	err = rt.Executor.Do(req.Context(), rt.Policy, vars, func(ctx context.Context, a Attempt) error {
-		discard(last)
-		last = nil
-		r := req.Clone(ctx)
-		if a.Number > 1 && req.GetBody != nil {
-			body, err := req.GetBody()
-			if err != nil {
-				return err
-			}
-			r.Body = body
-		}
-		if a.Key != "" {
-			r.Header.Set(a.Header, a.Key)
-		}
-		var wroteHeaders atomic.Bool
-		r = r.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-			WroteHeaders: func() { wroteHeaders.Store(true) },
-		}))
-		res, err := base.RoundTrip(r)
-		if err != nil {
-			if !wroteHeaders.Load() {
-				return NotDispatched(err) // not a byte of the request left
-			}
-			return err
-		}
-		last = res
-		if res.StatusCode < 400 {
-			return nil
-		}
-		return &StatusError{Code: res.StatusCode, RetryAfter: res.Header.Get("Retry-After")}
-	})
+	err = rt.Executor.do(req.Context(), rt.Policy, vars, nil, c)
+	if !c.sentBody {
+		closeBody(req) // no attempt was made: the body is still the caller's to close, by contract ours
+	}
 	if err == nil {
-		return last, nil
+		return c.deliver(), nil
 	}
 	var re *Error
-	if errors.As(err, &re) && re.Code == codes.PermanentFailure && last != nil {
-		return last, nil // the dependency's own answer, for the caller to read
+	if errors.As(err, &re) && re.State == TerminalExhausted && re.Code == codes.PermanentFailure && c.res != nil {
+		return c.deliver(), nil // the dependency's own answer, for the caller to read
 	}
-	discard(last)
+	c.discard()
 	return nil, err
+}
+
+func (rt *RoundTripper) maxBufferedBody() int64 {
+	switch {
+	case rt.MaxBufferedBody == 0:
+		return DefaultMaxBufferedBody
+	case rt.MaxBufferedBody < 0:
+		return 0
+	}
+	return rt.MaxBufferedBody
 }
 
 func (rt *RoundTripper) base() (http.RoundTripper, error) {
@@ -107,12 +112,234 @@ func (rt *RoundTripper) base() (http.RoundTripper, error) {
 	return http.DefaultTransport, nil
 }
 
-// discard drains a little of a response body so its connection can be
-// reused, and closes it.
-func discard(res *http.Response) {
-	if res == nil {
-		return
+// call is one RoundTrip: the caller's request, the body kept to send again,
+// and the attempt in flight. Its attempts run one after another on the
+// caller's goroutine; the trace hooks may run on the transport's, so what
+// they share is atomic.
+type call struct {
+	req        *http.Request
+	base       http.RoundTripper
+	idempotent bool
+	// unrepeatable says why the request can be sent only once ("" when it
+	// can be sent again).
+	unrepeatable string
+	// The body: buffered (a copy of it), or the caller's GetBody, or a
+	// prefix read while buffering followed by the rest of req.Body.
+	buffered, prefix []byte
+	hasBuffer        bool
+	sentBody         bool // req.Body went to the transport, or was closed here
+
+	trace httptrace.ClientTrace
+	ctx   context.Context // the caller's, with the trace
+
+	// The attempt in flight, or the one whose response is kept.
+	number atomic.Int32 // the attempt's number
+	wrote  atomic.Int32 // the number of the last attempt whose headers were written
+	conns  atomic.Int32 // connections the transport asked for in this attempt
+	// refused: net/http tried to send this attempt's request again, and was
+	// refused.
+	refused atomic.Bool
+	out     *http.Request
+	url     *url.URL
+	cancel  context.CancelFunc
+	res     *http.Response
+	body    releasingBody
+}
+
+// keepBody makes the body sendable again without touching the caller's
+// request: through GetBody when the caller set one, or from a copy of up to
+// limit bytes. A longer body is sent once.
+func (c *call) keepBody(limit int64) error {
+	req := c.req
+	switch {
+	case req.Body == nil || req.Body == http.NoBody:
+		c.sentBody = true
+		return nil
+	case req.GetBody != nil:
+		return nil
 	}
-	_, _ = io.CopyN(io.Discard, res.Body, 64<<10)
-	_ = res.Body.Close()
+	buf, err := io.ReadAll(io.LimitReader(req.Body, limit+1))
+	if err != nil {
+		closeBody(req)
+		c.sentBody = true
+		return err
+	}
+	if int64(len(buf)) > limit {
+		c.prefix = buf
+		c.unrepeatable = fmt.Sprintf("the request body is larger than the %d-byte buffering bound, so it can be sent once", limit)
+		return nil
+	}
+	closeBody(req)
+	c.sentBody, c.hasBuffer, c.buffered = true, true, buf
+	return nil
+}
+
+// replaySafe reports whether the request sent may be sent again after it
+// may have reached the dependency: its method is idempotent, or it carries
+// the rendered key (every attempt does when the policy has a template).
+func (c *call) replaySafe(key string) bool { return c.idempotent || key != "" }
+
+// newBody returns a body to send, and its length when known: the caller's
+// own body the first time, a copy or GetBody's after.
+func (c *call) newBody(first bool) (io.ReadCloser, int64, error) {
+	req := c.req
+	switch {
+	case c.hasBuffer:
+		if len(c.buffered) == 0 {
+			return http.NoBody, 0, nil
+		}
+		return io.NopCloser(bytes.NewReader(c.buffered)), int64(len(c.buffered)), nil
+	case req.Body == nil || req.Body == http.NoBody:
+		return req.Body, 0, nil
+	case first && c.prefix != nil:
+		c.sentBody = true
+		return struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(c.prefix), req.Body), req.Body}, req.ContentLength, nil
+	case first:
+		c.sentBody = true
+		return req.Body, req.ContentLength, nil
+	case req.GetBody != nil:
+		body, err := req.GetBody()
+		return body, req.ContentLength, err
+	}
+	return nil, 0, errors.New("retryguard: the request body cannot be sent again") // Decide never asks for it
+}
+
+// attempt sends attempt a, bounded by limit when it is positive. Its
+// context ends when the caller is done with its response (releasingBody),
+// at once when the attempt fails or its response is discarded.
+// The executor's context is the caller's; c.ctx is it with the trace.
+func (c *call) attempt(_ context.Context, a Attempt, limit time.Duration) error {
+	var ctx context.Context
+	var cancel context.CancelFunc
+	if limit > 0 {
+		ctx, cancel = context.WithTimeout(c.ctx, limit)
+	} else {
+		ctx, cancel = context.WithCancel(c.ctx)
+	}
+	body, length, err := c.newBody(a.Number == 1)
+	if err != nil {
+		cancel()
+		return NotDispatched(err)
+	}
+	out := c.req.WithContext(ctx)
+	u := *c.req.URL
+	out.URL, out.Body, out.ContentLength, out.GetBody = &u, body, length, nil
+	if c.hasBuffer || c.req.GetBody != nil {
+		// net/http calls GetBody to send a request again by itself: resend
+		// refuses once this attempt reached the dependency.
+		out.GetBody = c.resend
+	}
+	if a.Key != "" {
+		out.Header = c.req.Header.Clone()
+		out.Header.Set(a.Header, a.Key)
+	}
+	c.number.Store(int32(a.Number))
+	c.conns.Store(0)
+	c.refused.Store(false)
+	c.out, c.url, c.cancel = out, &u, cancel
+	res, err := c.base.RoundTrip(out)
+	if err != nil {
+		cancel()
+		switch {
+		case c.refused.Load():
+			return &sent{err: fmt.Errorf("retryguard: the connection failed after the request was sent, "+
+				"and net/http's own re-send of it was refused (%w): %w", io.ErrUnexpectedEOF, err)}
+		case c.wrote.Load() == int32(a.Number):
+			return &sent{err: err}
+		case ctx.Err() == nil:
+			return NotDispatched(err) // not a byte of the request left
+		}
+		// The attempt's context ended, and over HTTP/2 RoundTrip may return
+		// before the headers it wrote are reported: no proof either way.
+		return err
+	}
+	res.Request = c.req
+	c.res = res
+	if res.StatusCode < 400 {
+		return nil
+	}
+	return &StatusError{Code: res.StatusCode, RetryAfter: res.Header.Get("Retry-After")}
+}
+
+// gotConnRequest is the GetConn hook: the transport asks for a connection
+// for each send of the request. A second ask after this attempt's headers
+// were written is net/http re-sending a request already sent, which it does
+// for a body-less replayable request (transport.go, shouldRetryRequest)
+// without calling GetBody. It is stopped before a byte is written: a URL
+// with a control character fails Request.write before anything reaches the
+// connection, and the cancelled context ends the transport's loop.
+func (c *call) gotConnRequest(string) {
+	if c.conns.Add(1) > 1 && c.wrote.Load() == c.number.Load() {
+		c.refused.Store(true)
+		c.cancel()
+		*c.url = url.URL{Opaque: "\x7f"}
+	}
+}
+
+func (c *call) wroteHeaders() { c.wrote.Store(c.number.Load()) }
+
+// resend is the outgoing request's GetBody: net/http calls it to send the
+// request again by itself after the connection failed. Before this attempt
+// reached the dependency that is a send of a request that never left;
+// after, it is a retry the policy did not make, and is refused.
+func (c *call) resend() (io.ReadCloser, error) {
+	if c.wrote.Load() == c.number.Load() {
+		c.refused.Store(true)
+		return nil, errResendRefused
+	}
+	body, _, err := c.newBody(false)
+	return body, err
+}
+
+var errResendRefused = errors.New("retryguard: net/http's own re-send of a request already sent is refused; the policy decides on any retry")
+
+// discard drops the kept response: a little of its body is drained so that
+// its connection can be reused, and its attempt's context ends at once.
+func (c *call) discard() {
+	if c.res != nil {
+		_, _ = io.CopyN(io.Discard, c.res.Body, 64<<10)
+		_ = c.res.Body.Close()
+		c.res = nil
+	}
+	if c.cancel != nil {
+		c.cancel()
+	}
+}
+
+// deliver hands the kept response to the caller; its attempt's context ends
+// when the caller closes the body or reads it to the end.
+func (c *call) deliver() *http.Response {
+	c.body = releasingBody{ReadCloser: c.res.Body, release: c.cancel}
+	c.res.Body = &c.body
+	return c.res
+}
+
+// releasingBody ends its attempt's context and timer once the caller is
+// done: at EOF (or any read error) or Close, and never before.
+type releasingBody struct {
+	io.ReadCloser
+	release context.CancelFunc
+}
+
+func (b *releasingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.release()
+	}
+	return n, err
+}
+
+func (b *releasingBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.release()
+	return err
+}
+
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		_ = req.Body.Close()
+	}
 }
