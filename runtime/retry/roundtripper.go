@@ -296,11 +296,18 @@ func (c *call) resend() (io.ReadCloser, error) {
 
 var errResendRefused = errors.New("retryguard: net/http's own re-send of a request already sent is refused; the policy decides on any retry")
 
-// discard drops the kept response: a little of its body is drained so that
-// its connection can be reused, and its attempt's context ends at once.
+// drainLimit is the largest discarded body read to its end so that its
+// connection can be reused: one that size has as a rule arrived with its
+// headers, so reading it does not wait on the dependency.
+const drainLimit = 4 << 10
+
+// discard drops the kept response and ends its attempt's context at once:
+// a retry does not wait on the body of the answer it retries past.
 func (c *call) discard() {
 	if c.res != nil {
-		_, _ = io.CopyN(io.Discard, c.res.Body, 64<<10)
+		if n := c.res.ContentLength; n >= 0 && n <= drainLimit {
+			_, _ = io.CopyN(io.Discard, c.res.Body, n)
+		}
 		_ = c.res.Body.Close()
 		c.res = nil
 	}
