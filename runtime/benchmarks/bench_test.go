@@ -8,6 +8,9 @@ package benchmarks_test
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -85,6 +88,45 @@ func BenchmarkDoSuccess(b *testing.B) {
 			_, _ = backoffv5.Retry(ctx, func() (struct{}, error) { return struct{}{}, nil },
 				backoffv5.WithBackOff(backoffv5.NewExponentialBackOff()), backoffv5.WithMaxTries(3))
 		}
+	})
+}
+
+// BenchmarkRoundTripper compares a loopback GET through the RoundTripper
+// with the same GET through a bare http.Transport, in one run against one
+// real server: the cost of running each request as a governed operation
+// (the executor, the request copy, the attempt's context, the trace that
+// proves dispatch and refuses net/http's hidden re-sends).
+func BenchmarkRoundTripper(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, `{"balance":42}`)
+	}))
+	defer srv.Close()
+	// Each request has its own context with a deadline, as a server's
+	// request context does: the peers pay the same for it.
+	get := func(b *testing.B, rt http.RoundTripper) {
+		b.ReportAllocs()
+		for b.Loop() {
+			ctx, cancel := requestContext()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/v1/balance", nil)
+			res, err := rt.RoundTrip(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, res.Body)
+			_ = res.Body.Close()
+			cancel()
+		}
+	}
+	b.Run("bare-transport", func(b *testing.B) {
+		tr := &http.Transport{}
+		defer tr.CloseIdleConnections()
+		get(b, tr)
+	})
+	b.Run("retryguard", func(b *testing.B) {
+		tr := &http.Transport{}
+		defer tr.CloseIdleConnections()
+		ex, name := readPolicy()
+		get(b, &retry.RoundTripper{Executor: ex, Policy: name, Base: tr})
 	})
 }
 

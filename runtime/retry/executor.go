@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/retryguard/retryguard/runtime/backoff"
 	"github.com/retryguard/retryguard/runtime/budget"
 	"github.com/retryguard/retryguard/runtime/clock"
@@ -139,6 +141,7 @@ type compiled struct {
 	reserve     time.Duration // minRemaining
 	afterMax    time.Duration
 	metrics     *policyMetrics
+	tokens      prometheus.Gauge // the budget's tokens, when metrics are on
 }
 
 // failClosed is the policy of a name the Source does not know: one attempt.
@@ -196,7 +199,7 @@ func (e *Executor) compile(name string, p *policyconfig.Payload, ok bool) *compi
 		var err error
 		c.budget, err = e.budgets.Resolve(pol.Namespace, b)
 		if c.metrics != nil {
-			c.metrics.budget = e.metrics.forBudget(b.Key(pol.Namespace), c.budget)
+			c.tokens = e.metrics.forBudget(b.Key(pol.Namespace), c.budget)
 			if err != nil {
 				e.metrics.conflict(b.Key(pol.Namespace))
 			}
@@ -273,7 +276,6 @@ func (r *run) id() uint64 {
 }
 
 func (r *run) emit(from, to State, attempt int, code codes.Code) {
-	r.c.metrics.transition(to)
 	if r.e.events == nil {
 		return
 	}
@@ -289,6 +291,11 @@ func (r *run) to(next State, attempt int, code codes.Code) {
 	// The loop below only asks for legal transitions; were it ever to ask for
 	// another, the operation still ends, and the error says why.
 	if err := r.m.to(next); err == nil {
+		if attempt > 1 || next != Attempting && next != Dispatched {
+			// The first ATTEMPTING and its DISPATCHED are counted with the
+			// attempt's outcome: succeededFirst, or started.
+			r.c.metrics.transition(next)
+		}
 		r.emit(from, next, attempt, code)
 	}
 }
@@ -312,10 +319,17 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 			if n == 1 && c.budget != nil {
 				c.budget.Success() // only a primary success deposits
 			}
-			c.metrics.attempt(Success)
-			c.metrics.finished(n)
+			if n == 1 {
+				c.metrics.succeededFirst()
+			} else {
+				c.metrics.attempt(Success)
+				c.metrics.finished(n)
+			}
 			r.to(Dispatched, n, "")
 			return nil
+		}
+		if n == 1 {
+			c.metrics.started()
 		}
 		now = e.clock.Now()
 		ev := classify(err, c.retryOnStatus, c.retryOnError, now)
@@ -336,7 +350,9 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 			in.BudgetAsked, in.Budget = true, budget.NoTokens // without a budget, never retry
 			if c.budget != nil {
 				in.Budget = c.budget.TryRetry()
-				c.metrics.tokens(c.budget)
+				if c.tokens != nil {
+					c.tokens.Set(c.budget.Tokens())
+				}
 			}
 			d = Decide(in)
 			rec.BudgetConsumed, rec.BudgetDenied = d.Retry(), in.Budget

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -72,8 +73,9 @@ func (rt *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err := c.keepBody(rt.maxBufferedBody()); err != nil {
 		return nil, err
 	}
-	c.trace = httptrace.ClientTrace{GetConn: c.gotConnRequest, WroteHeaders: c.wroteHeaders}
-	c.ctx = httptrace.WithClientTrace(req.Context(), &c.trace)
+	c.hooks = newHooks(req.Context(), c)
+	defer c.hooks.done()
+	c.ctx = httptrace.WithClientTrace(req.Context(), &c.hooks.trace)
 	vars, _ := req.Context().Value(varsKey{}).(Vars)
 	err = rt.Executor.do(req.Context(), rt.Policy, vars, nil, c)
 	if !c.sentBody {
@@ -114,8 +116,7 @@ func (rt *RoundTripper) base() (http.RoundTripper, error) {
 
 // call is one RoundTrip: the caller's request, the body kept to send again,
 // and the attempt in flight. Its attempts run one after another on the
-// caller's goroutine; the trace hooks may run on the transport's, so what
-// they share is atomic.
+// caller's goroutine.
 type call struct {
 	req        *http.Request
 	base       http.RoundTripper
@@ -129,21 +130,67 @@ type call struct {
 	hasBuffer        bool
 	sentBody         bool // req.Body went to the transport, or was closed here
 
-	trace httptrace.ClientTrace
+	hooks *hooks
 	ctx   context.Context // the caller's, with the trace
 
-	// The attempt in flight, or the one whose response is kept.
-	number atomic.Int32 // the attempt's number
-	wrote  atomic.Int32 // the number of the last attempt whose headers were written
+	// The attempt in flight, or the one whose response is kept. The first
+	// attempt's request and URL live here (one allocation for the call);
+	// a later attempt's are new, since the transport may still read the
+	// previous one's while it tears its connection down.
+	first    http.Request
+	firstURL url.URL
+	out      *http.Request
+	url      *url.URL
+	cancel   context.CancelFunc // nil when the attempt has no context of its own
+	res      *http.Response
+	body     releasingBody
+}
+
+// hooks are a call's httptrace hooks. They are pooled: the two hooks are
+// closures, an allocation each per call otherwise. GetConn runs on the
+// caller's goroutine, inside RoundTrip; WroteHeaders may run on the
+// transport's, even late, so what it sets is atomic, and a late one from a
+// previous call can only mark an attempt dispatched that was not, which
+// makes the policy more careful, never less.
+type hooks struct {
+	trace  httptrace.ClientTrace
+	call   *call
+	pooled bool
+	number atomic.Int32 // the attempt in flight
+	wrote  atomic.Int32 // the last attempt whose headers were written
 	conns  atomic.Int32 // connections the transport asked for in this attempt
-	// refused: net/http tried to send this attempt's request again, and was
-	// refused.
+	// refused: net/http tried to send this attempt's request again, and
+	// was refused.
 	refused atomic.Bool
-	out     *http.Request
-	url     *url.URL
-	cancel  context.CancelFunc
-	res     *http.Response
-	body    releasingBody
+}
+
+var hookPool = sync.Pool{New: func() any {
+	h := &hooks{pooled: true}
+	h.trace = httptrace.ClientTrace{GetConn: h.getConn, WroteHeaders: h.wroteHeaders}
+	return h
+}}
+
+// newHooks returns c's hooks. When ctx already carries a trace,
+// WithClientTrace composes the two by rewriting ours, so those hooks are
+// made for this call alone and never pooled.
+func newHooks(ctx context.Context, c *call) *hooks {
+	var h *hooks
+	if httptrace.ContextClientTrace(ctx) == nil {
+		h = hookPool.Get().(*hooks)
+	} else {
+		h = &hooks{}
+		h.trace = httptrace.ClientTrace{GetConn: h.getConn, WroteHeaders: h.wroteHeaders}
+	}
+	h.call = c
+	h.wrote.Store(0)
+	return h
+}
+
+func (h *hooks) done() {
+	h.call = nil
+	if h.pooled {
+		hookPool.Put(h)
+	}
 }
 
 // keepBody makes the body sendable again without touching the caller's
@@ -207,26 +254,28 @@ func (c *call) newBody(first bool) (io.ReadCloser, int64, error) {
 	return nil, 0, errors.New("retryguard: the request body cannot be sent again") // Decide never asks for it
 }
 
-// attempt sends attempt a, bounded by limit when it is positive. Its
-// context ends when the caller is done with its response (releasingBody),
-// at once when the attempt fails or its response is discarded.
+// attempt sends attempt a, bounded by limit when it is positive (its own
+// context then ends when the caller is done with its response, at EOF or
+// Close; at once when the attempt fails or its response is discarded).
 // The executor's context is the caller's; c.ctx is it with the trace.
 func (c *call) attempt(_ context.Context, a Attempt, limit time.Duration) error {
-	var ctx context.Context
-	var cancel context.CancelFunc
+	ctx := c.ctx
+	c.cancel = nil
 	if limit > 0 {
-		ctx, cancel = context.WithTimeout(c.ctx, limit)
-	} else {
-		ctx, cancel = context.WithCancel(c.ctx)
+		ctx, c.cancel = context.WithTimeout(c.ctx, limit)
 	}
 	body, length, err := c.newBody(a.Number == 1)
 	if err != nil {
-		cancel()
+		c.end()
 		return NotDispatched(err)
 	}
-	out := c.req.WithContext(ctx)
-	u := *c.req.URL
-	out.URL, out.Body, out.ContentLength, out.GetBody = &u, body, length, nil
+	out, u := &c.first, &c.firstURL
+	if a.Number > 1 {
+		out, u = new(http.Request), new(url.URL)
+	}
+	*out = *c.req.WithContext(ctx)
+	*u = *c.req.URL
+	out.URL, out.Body, out.ContentLength, out.GetBody = u, body, length, nil
 	if c.hasBuffer || c.req.GetBody != nil {
 		// net/http calls GetBody to send a request again by itself: resend
 		// refuses once this attempt reached the dependency.
@@ -236,18 +285,19 @@ func (c *call) attempt(_ context.Context, a Attempt, limit time.Duration) error 
 		out.Header = c.req.Header.Clone()
 		out.Header.Set(a.Header, a.Key)
 	}
-	c.number.Store(int32(a.Number))
-	c.conns.Store(0)
-	c.refused.Store(false)
-	c.out, c.url, c.cancel = out, &u, cancel
+	h := c.hooks
+	h.number.Store(int32(a.Number))
+	h.conns.Store(0)
+	h.refused.Store(false)
+	c.out, c.url = out, u
 	res, err := c.base.RoundTrip(out)
 	if err != nil {
-		cancel()
+		c.end()
 		switch {
-		case c.refused.Load():
+		case h.refused.Load():
 			return &sent{err: fmt.Errorf("retryguard: the connection failed after the request was sent, "+
 				"and net/http's own re-send of it was refused (%w): %w", io.ErrUnexpectedEOF, err)}
-		case c.wrote.Load() == int32(a.Number):
+		case h.wrote.Load() == int32(a.Number):
 			return &sent{err: err}
 		case ctx.Err() == nil:
 			return NotDispatched(err) // not a byte of the request left
@@ -264,30 +314,53 @@ func (c *call) attempt(_ context.Context, a Attempt, limit time.Duration) error 
 	return &StatusError{Code: res.StatusCode, RetryAfter: res.Header.Get("Retry-After")}
 }
 
-// gotConnRequest is the GetConn hook: the transport asks for a connection
-// for each send of the request. A second ask after this attempt's headers
-// were written is net/http re-sending a request already sent, which it does
-// for a body-less replayable request (transport.go, shouldRetryRequest)
-// without calling GetBody. It is stopped before a byte is written: a URL
-// with a control character fails Request.write before anything reaches the
-// connection, and the cancelled context ends the transport's loop.
-func (c *call) gotConnRequest(string) {
-	if c.conns.Add(1) > 1 && c.wrote.Load() == c.number.Load() {
-		c.refused.Store(true)
+// end ends the attempt's own context, if it has one.
+func (c *call) end() {
+	if c.cancel != nil {
 		c.cancel()
-		*c.url = url.URL{Opaque: "\x7f"}
 	}
 }
 
-func (c *call) wroteHeaders() { c.wrote.Store(c.number.Load()) }
+// getConn is the GetConn hook: the transport asks for a connection for
+// each send of the request. A second ask after this attempt's headers were
+// written is net/http re-sending a request already sent, which it does for
+// a body-less replayable request (transport.go, shouldRetryRequest) without
+// calling GetBody. The call stops it.
+func (h *hooks) getConn(string) {
+	if c := h.call; c != nil && h.conns.Add(1) > 1 && h.wrote.Load() == h.number.Load() {
+		h.refused.Store(true)
+		c.stopResend()
+	}
+}
+
+func (h *hooks) wroteHeaders() { h.wrote.Store(h.number.Load()) }
+
+// stopResend stops net/http's re-send of the attempt in flight before a
+// byte of it is written, and ends the transport's loop, from the GetConn
+// hook (on the caller's goroutine, after the previous send's write loop
+// has finished: mapRoundTripError waits for it). A URL with a control
+// character fails Request.write (and HTTP/2's :path check) before anything
+// reaches the connection; a body that net/http cannot rewind then makes
+// the failed send one it does not retry (shouldRetryRequest: a request
+// with a body and no GetBody).
+func (c *call) stopResend() {
+	*c.url = url.URL{Opaque: "\x7f"}
+	c.out.Body, c.out.ContentLength = refusedBody{}, 1
+}
+
+// refusedBody is the body of a send that is stopped before it is written.
+type refusedBody struct{}
+
+func (refusedBody) Read([]byte) (int, error) { return 0, io.EOF }
+func (refusedBody) Close() error             { return nil }
 
 // resend is the outgoing request's GetBody: net/http calls it to send the
 // request again by itself after the connection failed. Before this attempt
 // reached the dependency that is a send of a request that never left;
 // after, it is a retry the policy did not make, and is refused.
 func (c *call) resend() (io.ReadCloser, error) {
-	if c.wrote.Load() == c.number.Load() {
-		c.refused.Store(true)
+	if h := c.hooks; h.wrote.Load() == h.number.Load() {
+		h.refused.Store(true)
 		return nil, errResendRefused
 	}
 	body, _, err := c.newBody(false)
@@ -311,14 +384,15 @@ func (c *call) discard() {
 		_ = c.res.Body.Close()
 		c.res = nil
 	}
-	if c.cancel != nil {
-		c.cancel()
-	}
+	c.end()
 }
 
 // deliver hands the kept response to the caller; its attempt's context ends
 // when the caller closes the body or reads it to the end.
 func (c *call) deliver() *http.Response {
+	if c.cancel == nil {
+		return c.res // no context of its own to end
+	}
 	c.body = releasingBody{ReadCloser: c.res.Body, release: c.cancel}
 	c.res.Body = &c.body
 	return c.res
