@@ -79,7 +79,7 @@ func (rt *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	vars, _ := req.Context().Value(varsKey{}).(Vars)
 	err = rt.Executor.do(req.Context(), rt.Policy, vars, nil, c)
 	if !c.sentBody {
-		closeBody(req) // no attempt was made: the body is still the caller's to close, by contract ours
+		closeBody(req) // no attempt took the body, and RoundTrip must close it (net/http's contract)
 	}
 	if err == nil {
 		return c.deliver(), nil
