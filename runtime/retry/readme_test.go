@@ -6,9 +6,10 @@ import (
 	"testing"
 )
 
-// The README's HTTP integration is ExampleRoundTripper's, line for line: the
-// example runs it against a real server, so the README cannot drift into
-// code that does not compile or does not do what it says.
+// The HTTP integration the README and docs/runtime.md show is
+// ExampleRoundTripper's, line for line: the example runs it against a real
+// server, so neither copy can drift into code that does not compile or does
+// not do what it says.
 func TestTheREADMEShowsTheExample(t *testing.T) {
 	example, err := os.ReadFile("example_test.go")
 	if err != nil {
@@ -25,11 +26,13 @@ func TestTheREADMEShowsTheExample(t *testing.T) {
 		want.WriteString(strings.TrimPrefix(line, "\t") + "\n")
 	}
 	want.WriteString("```\n")
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(readme), want.String()) {
-		t.Errorf("README.md does not show ExampleRoundTripper's integration; it should contain:\n%s", want.String())
+	for _, doc := range []string{"../../README.md", "../../docs/runtime.md"} {
+		text, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(text), want.String()) {
+			t.Errorf("%s does not show ExampleRoundTripper's integration; it should contain:\n%s", doc, want.String())
+		}
 	}
 }
