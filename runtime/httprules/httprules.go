@@ -124,11 +124,11 @@ func IsReplaySafe(operation string, hasKeyTemplate bool) bool {
 	return hasKeyTemplate || IsIdempotentOperation(operation)
 }
 
-// RetriesOnlyUndispatched reports whether a policy retries nothing but
+// retriesOnlyUndispatched reports whether a policy retries nothing but
 // failures that prove the request never left (limits.PreDispatchErrors):
 // no status, since a status means the dependency received the request, and
 // only pre-dispatch transport errors.
-func RetriesOnlyUndispatched[E ~string](statusCodes []int32, errors []E) bool {
+func retriesOnlyUndispatched[E ~string](statusCodes []int32, errors []E) bool {
 	return len(statusCodes) == 0 && !slices.ContainsFunc(errors, func(e E) bool {
 		return !slices.Contains(limits.PreDispatchErrors, string(e))
 	})
@@ -140,5 +140,5 @@ func RetriesOnlyUndispatched[E ~string](statusCodes []int32, errors []E) bool {
 // non-dispatch ... can permit another attempt even without a server
 // retryability flag"). A 429 still needs replay safety (seed 003).
 func MayRetry[E ~string](operation string, hasKeyTemplate bool, statusCodes []int32, errors []E) bool {
-	return IsReplaySafe(operation, hasKeyTemplate) || RetriesOnlyUndispatched(statusCodes, errors)
+	return IsReplaySafe(operation, hasKeyTemplate) || retriesOnlyUndispatched(statusCodes, errors)
 }
