@@ -39,11 +39,14 @@ const perOpBuckets = 5
 // NewMetrics registers the runtime's metrics with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		operations: prometheus.NewDesc("retryguard_operations_total", "Logical operations by final state.", []string{"policy", "state"}, nil),
-		attempts:   prometheus.NewDesc("retryguard_attempts_total", "Attempts by classification of their outcome.", []string{"policy", "class"}, nil),
-		transitions: prometheus.NewDesc("retryguard_state_transitions_total", "Lifecycle transitions by the state entered.",
-			[]string{"policy", "to"}, nil),
-		perOp: prometheus.NewDesc("retryguard_attempts_per_operation", "Attempts each logical operation made.", []string{"policy"}, nil),
+		operations: desc(prometheus.Opts{Name: "retryguard_operations_total",
+			Help: "Logical operations by final state."}, "policy", "state"),
+		attempts: desc(prometheus.Opts{Name: "retryguard_attempts_total",
+			Help: "Attempts by classification of their outcome."}, "policy", "class"),
+		transitions: desc(prometheus.Opts{Name: "retryguard_state_transitions_total",
+			Help: "Lifecycle transitions by the state entered."}, "policy", "to"),
+		perOp: desc(prometheus.Opts{Name: "retryguard_attempts_per_operation",
+			Help: "Attempts each logical operation made."}, "policy"),
 		denied: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "retryguard_retries_denied_total",
 			Help: "Retries not made, by reason (budget, deadline, deadline_at_start, retry_after, retry_after_unparseable, permanent, " +
 				"ambiguous, not_replay_safe, unrepeatable, exhausted, not_enforced, cancelled)."}, []string{"policy", "reason"}),
@@ -57,6 +60,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m, m.denied, m.tokens, m.conflicts, m.Dropped)
 	return m
+}
+
+// desc describes a collected series as the vectors' options do.
+func desc(o prometheus.Opts, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(o.Name, o.Help, labels, nil)
 }
 
 // policyMetrics are one policy's series. One exists per policy name for the
