@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"slices"
 	"strings"
 	"sync"
@@ -601,6 +602,67 @@ func TestADropBeforeTheRequestIsReadIsCounted(t *testing.T) {
 	if !errors.As(err, &re) || re.Attempts != 3 || int(accepted.Load()) != re.Attempts || l.attempts() != 3 {
 		t.Fatalf("%v: %d connections for %d attempts", err, accepted.Load(), l.attempts())
 	}
+}
+
+// A caller's own httptrace hooks still run: the RoundTripper's are composed
+// with them (and, since composing rewrites them, never pooled).
+func TestACallersTraceStillRuns(t *testing.T) {
+	srv, _ := server(t, 503, 201)
+	l := newLoop(t, smsPolicy(), nil)
+	var wrote atomic.Int32
+	ctx := httptrace.WithClientTrace(WithVars(t.Context(), smsVars), &httptrace.ClientTrace{WroteHeaders: func() { wrote.Add(1) }})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, strings.NewReader("{}"))
+	res, err := l.client.Do(req)
+	if err != nil || res.StatusCode != 201 {
+		t.Fatalf("%v %v", res, err)
+	}
+	_ = res.Body.Close()
+	if wrote.Load() != 2 || l.attempts() != 2 {
+		t.Fatalf("the caller's hook saw %d sends of %d attempts", wrote.Load(), l.attempts())
+	}
+}
+
+// The RoundTripper is safe for concurrent use: many callers, one executor,
+// retries and pooled hooks, under -race.
+func TestARoundTripperIsSafeForConcurrentUse(t *testing.T) {
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		if n.Add(1)%3 == 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, r.Header.Get("Idempotency-Key"))
+	}))
+	defer srv.Close()
+	p := smsPolicy()
+	p.Policy.KeyTemplate = "K-{id}"
+	l := newLoop(t, p, nil)
+	warm(l.ex, p.Policy.Name, 300)
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			for i := range 10 {
+				key := fmt.Sprintf("%d-%d", g, i)
+				req, _ := http.NewRequestWithContext(WithVars(t.Context(), Vars{"id": key}), http.MethodPost, srv.URL, strings.NewReader(key))
+				res, err := l.client.Do(req)
+				if err != nil {
+					var re *Error
+					if errors.As(err, &re) && re.Code == codes.RetryBudgetExhausted {
+						continue
+					}
+					t.Error(err)
+					return
+				}
+				body, _ := io.ReadAll(res.Body)
+				_ = res.Body.Close()
+				if string(body) != "K-"+key {
+					t.Errorf("request %s got %q", key, body)
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // sleepHook calls before at the start of every backoff sleep.
