@@ -14,6 +14,7 @@ import (
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/runtime/codes"
+	"github.com/retryguard/retryguard/runtime/httprules"
 	"github.com/retryguard/retryguard/runtime/limits"
 )
 
@@ -195,5 +196,43 @@ func TestCRDEnumsAreTheGoSets(t *testing.T) {
 		if got := enum(tc.path); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: the CRD's enum is %v, Go's set is %v", tc.path, got, tc.want)
 		}
+	}
+}
+
+var ruleIn = regexp.MustCompile(`e in \[([^\]]*)\]`)
+
+// The maxAttempts rule restates two sets: the idempotent methods
+// (httprules.IdempotentMethodPattern) and the errors that prove a request
+// never left (limits.PreDispatchErrors).
+func TestCRDReplaySafetyRuleIsTheGoRule(t *testing.T) {
+	spec := at(t, loadCRDSchema(t, "retrypolicies"), "spec")
+	var rule string
+	for _, r := range spec.XValidations {
+		if strings.HasPrefix(r.Message, string(codes.AmbiguousWithoutIdempotency)+":") {
+			rule = r.Rule
+		}
+	}
+	if rule == "" {
+		t.Fatal("no ERR_AMBIGUOUS_WITHOUT_IDEMPOTENCY rule on spec")
+	}
+	var patterns []string
+	for _, m := range ruleMatches.FindAllStringSubmatch(rule, -1) {
+		patterns = append(patterns, m[1])
+	}
+	if !slices.Equal(patterns, []string{httprules.IdempotentMethodPattern}) {
+		t.Errorf("the rule matches %q, Go's pattern is %q", patterns, httprules.IdempotentMethodPattern)
+	}
+	m := ruleIn.FindStringSubmatch(rule)
+	if m == nil {
+		t.Fatalf("the rule %q lists no pre-dispatch errors", rule)
+	}
+	var listed []string
+	for _, e := range strings.Split(m[1], ",") {
+		listed = append(listed, strings.Trim(strings.TrimSpace(e), "'"))
+	}
+	slices.Sort(listed)
+	want := slices.Sorted(slices.Values(limits.PreDispatchErrors))
+	if !slices.Equal(listed, want) {
+		t.Errorf("the rule lists %v as pre-dispatch errors, limits.PreDispatchErrors is %v", listed, want)
 	}
 }

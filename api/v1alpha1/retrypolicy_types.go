@@ -235,13 +235,17 @@ type RetryOn struct {
 	// +listType=set
 	// +default=[429,503,504]
 	// +kubebuilder:validation:MaxItems=16
+	// An empty list ([]) retries no status: with errors that prove the
+	// request never left, a policy then needs no replay safety (see
+	// maxAttempts).
 	// +kubebuilder:validation:XValidation:rule="self.all(c, c == 429 || (c >= 500 && c <= 599 && c != 501 && c != 505))",message="ERR_NON_RETRYABLE_STATUS: retryOn.statusCodes may hold only 429 and 5xx other than 501 and 505; other statuses never succeed on retry"
-	StatusCodes []int32 `json:"statusCodes,omitempty"`
+	StatusCodes []int32 `json:"statusCodes,omitzero"`
 
 	// errors are the transport failures retried. ConnectionRefused and
-	// DNSFailure prove the request never left. ConnectionReset and Timeout are
-	// ambiguous: the request may have been applied. Either way a retry needs
-	// an idempotency key or an idempotent method (see maxAttempts).
+	// DNSFailure prove the request never left, and a retry of them needs no
+	// replay safety. ConnectionReset and Timeout are ambiguous: the request
+	// may have been applied, and a retry needs an idempotency key or an
+	// idempotent method (see maxAttempts).
 	// +optional
 	// +listType=set
 	// +default=["ConnectionRefused","DNSFailure"]
@@ -343,7 +347,7 @@ type Events struct {
 // +kubebuilder:validation:XValidation:rule="self.maxAttempts <= 1 || has(self.budgetRef)",message="ERR_BUDGET_REQUIRED: a policy with maxAttempts above 1 must name a RetryBudget in budgetRef; retries without a budget caused INC-2901",fieldPath=".budgetRef"
 // +kubebuilder:validation:XValidation:rule="!self.deadline.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.deadline) > duration('0s')",message="ERR_DEADLINE_INFEASIBLE: deadline must be positive",fieldPath=".deadline"
 // +kubebuilder:validation:XValidation:rule="self.maxAttempts <= 1 || !has(self.minRemaining) || !self.deadline.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.minRemaining.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.deadline) > duration(self.minRemaining)",message="ERR_DEADLINE_INFEASIBLE: deadline must exceed minRemaining, or no retry could ever start",fieldPath=".deadline"
-// +kubebuilder:validation:XValidation:rule="self.maxAttempts <= 1 || (has(self.idempotency) && has(self.idempotency.keyTemplate)) || (has(self.target.operation) && self.target.operation.matches('^(GET|HEAD|PUT|DELETE|OPTIONS|TRACE)( |$)'))",message="ERR_AMBIGUOUS_WITHOUT_IDEMPOTENCY: a policy with maxAttempts above 1 must be safe to replay; set idempotency.keyTemplate or use an idempotent method (GET, HEAD, PUT, DELETE, OPTIONS, TRACE) in target.operation",fieldPath=".maxAttempts"
+// +kubebuilder:validation:XValidation:rule="self.maxAttempts <= 1 || (has(self.idempotency) && has(self.idempotency.keyTemplate)) || (has(self.target.operation) && self.target.operation.matches('^(GET|HEAD|PUT|DELETE|OPTIONS|TRACE)( |$)')) || (has(self.retryOn) && has(self.retryOn.statusCodes) && size(self.retryOn.statusCodes) == 0 && (!has(self.retryOn.errors) || self.retryOn.errors.all(e, e in ['ConnectionRefused', 'DNSFailure'])))",message="ERR_AMBIGUOUS_WITHOUT_IDEMPOTENCY: a policy with maxAttempts above 1 must be safe to replay; set idempotency.keyTemplate, use an idempotent method (GET, HEAD, PUT, DELETE, OPTIONS, TRACE) in target.operation, or retry only failures that prove the request never left (retryOn.statusCodes empty, retryOn.errors only ConnectionRefused and DNSFailure)",fieldPath=".maxAttempts"
 // +kubebuilder:validation:XValidation:rule="self.maxAttempts >= 1 && self.maxAttempts <= 3",message="ERR_RETRY_LIMIT_EXCEEDED: maxAttempts counts total attempts (the first call included) and must be between 1 and 3",fieldPath=".maxAttempts"
 // +kubebuilder:validation:XValidation:rule="!has(self.perAttemptTimeout) || !self.deadline.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.perAttemptTimeout.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.perAttemptTimeout) <= duration(self.deadline)",message="ERR_DEADLINE_INFEASIBLE: perAttemptTimeout must not exceed deadline",fieldPath=".perAttemptTimeout"
 // +kubebuilder:validation:XValidation:rule="self.maxAttempts <= 1 || !has(self.retryAfter) || !has(self.retryAfter.maxDelay) || !self.deadline.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.retryAfter.maxDelay.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.retryAfter.maxDelay) < duration(self.deadline)",message="ERR_DEADLINE_INFEASIBLE: retryAfter.maxDelay must be below deadline, or an honoured Retry-After would outlive the operation",fieldPath=".retryAfter.maxDelay"
@@ -358,8 +362,10 @@ type RetryPolicySpec struct {
 
 	// maxAttempts is the number of total attempts, the first call included:
 	// 3 means one call and at most two retries. From 1 to 3. Above 1 the
-	// operation must be safe to replay: idempotency.keyTemplate is set, or
-	// target.operation starts with an idempotent method.
+	// operation must be safe to replay (idempotency.keyTemplate is set, or
+	// target.operation starts with an idempotent method), or retry only
+	// failures that prove the request never left: retryOn.statusCodes is
+	// empty and retryOn.errors lists only ConnectionRefused and DNSFailure.
 	// +required
 	MaxAttempts int32 `json:"maxAttempts"`
 

@@ -144,9 +144,11 @@ func validateIdempotency(s *RetryPolicySpec, fldPath *field.Path) field.ErrorLis
 	if s.Target.Operation != nil {
 		operation = *s.Target.Operation
 	}
-	if s.MaxAttempts > 1 && !httprules.IsReplaySafe(operation, tmpl != nil) {
+	if s.MaxAttempts > 1 && !httprules.MayRetry(operation, tmpl != nil, s.RetryOn.StatusCodes, s.RetryOn.Errors) {
 		errs = append(errs, Invalid(fldPath.Child("maxAttempts"), s.MaxAttempts, codes.AmbiguousWithoutIdempotency,
-			"a policy with maxAttempts above 1 must be safe to replay; set idempotency.keyTemplate or use an idempotent method (GET, HEAD, PUT, DELETE, OPTIONS, TRACE) in target.operation"))
+			"a policy with maxAttempts above 1 must be safe to replay; set idempotency.keyTemplate, use an idempotent method "+
+				"(GET, HEAD, PUT, DELETE, OPTIONS, TRACE) in target.operation, or retry only failures that prove the request never left "+
+				"(retryOn.statusCodes empty, retryOn.errors only ConnectionRefused and DNSFailure)"))
 	}
 	return errs
 }

@@ -42,8 +42,19 @@ const rangedInCEL = "its bounds are a CEL rule carrying a stable ERR_ code (the 
 	"Minimum/Maximum/MinLength markers, and adding them would make the API server report a second, " +
 	"uncoded error for the same value); the zero value is refused, so the field needs no pointer"
 
+// emptyListMeansNone is the reason for retryOn.statusCodes' omitzero: an
+// empty list ([]) is a value of its own, "retry no status", which lets a
+// keyless policy retry only failures that prove the request never left;
+// omitempty would drop it from every object a Go client writes, and the API
+// server would then apply the default [429, 503, 504] in its place.
+const emptyListMeansNone = "an empty list is a value of its own (retry no status, see maxAttempts); omitempty would turn it " +
+	"into the default on every write from a Go client, omitzero omits only an absent list"
+
 // exceptions excuses one field ("Type.Field") from one linter, with the reason.
 var exceptions = map[string]map[string]string{
+	"defaults": {
+		"RetryOn.StatusCodes": emptyListMeansNone,
+	},
 	"requiredfields": {
 		"RetryPolicySpec.MaxAttempts":   rangedInCEL,
 		"RetryPolicySpec.Deadline":      rangedInCEL,
@@ -52,6 +63,7 @@ var exceptions = map[string]map[string]string{
 		"RetryBudget.Spec":              "RetryBudgetSpec's only required field, retryPercent, is " + rangedInCEL,
 	},
 	"optionalfields": {
+		"RetryOn.StatusCodes":                  emptyListMeansNone,
 		"RetryPolicyStatus.ObservedGeneration": writtenByControllers,
 		"RetryPolicyStatus.LeafAttempts":       writtenByControllers,
 		"RetryPolicyStatus.ConfigMapName":      writtenByControllers,

@@ -8,6 +8,10 @@ package benchmarks_test
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
 	"testing"
 	"time"
 
@@ -43,6 +47,32 @@ func requestContext() (context.Context, context.CancelFunc) {
 
 func ok(context.Context, retry.Attempt) error { return nil }
 
+// paired runs peer and ours alternately, block ops at a time, timing each
+// block, so that a load that comes and goes on a shared machine weighs on
+// both alike. It reports medians over the pairs of blocks, which a block
+// preempted by another process does not move: each side's ns/op, ours minus
+// the peer's, and ours over the peer's.
+func paired(b *testing.B, block int, peer, ours func()) {
+	var tp, to, delta, ratio []float64
+	for b.Loop() {
+		start := time.Now()
+		for range block {
+			peer()
+		}
+		mid := time.Now()
+		for range block {
+			ours()
+		}
+		p, o := float64(mid.Sub(start))/float64(block), float64(time.Since(mid))/float64(block)
+		tp, to, delta, ratio = append(tp, p), append(to, o), append(delta, o-p), append(ratio, o/p)
+	}
+	median := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
+	b.ReportMetric(median(tp), "peer-ns/op")
+	b.ReportMetric(median(to), "ours-ns/op")
+	b.ReportMetric(median(delta), "delta-ns/op")
+	b.ReportMetric(median(ratio), "ratio")
+}
+
 // BenchmarkDoSuccess compares the success path of one logical operation with
 // two peer libraries configured for the same three attempts.
 func BenchmarkDoSuccess(b *testing.B) {
@@ -63,6 +93,14 @@ func BenchmarkDoSuccess(b *testing.B) {
 		for b.Loop() {
 			_ = ex.Do(ctx, p.Policy.Name, nil, ok)
 		}
+	})
+	// Do with metrics (ours) against Do without (the peer), interleaved.
+	b.Run("metrics-paired", func(b *testing.B) {
+		plain, name := readPolicy()
+		p := fixtures.SMS()
+		p.Policy.Name, p.Policy.Operation, p.Policy.KeyTemplate = "ledger-read", "GET /v1/balance", ""
+		metered := retry.New(watch.NewStatic(p), retry.WithMetrics(retry.NewMetrics(prometheus.NewRegistry())))
+		paired(b, 256, func() { _ = plain.Do(ctx, name, nil, ok) }, func() { _ = metered.Do(ctx, name, nil, ok) })
 	})
 	b.Run("retryguard-keyed", func(b *testing.B) {
 		p := fixtures.SMS()
@@ -85,6 +123,99 @@ func BenchmarkDoSuccess(b *testing.B) {
 			_, _ = backoffv5.Retry(ctx, func() (struct{}, error) { return struct{}{}, nil },
 				backoffv5.WithBackOff(backoffv5.NewExponentialBackOff()), backoffv5.WithMaxTries(3))
 		}
+	})
+}
+
+// BenchmarkRoundTripper compares a loopback GET through the RoundTripper
+// with the same GET through a bare http.Transport, in one run against one
+// real server: the cost of running each request as a governed operation
+// (the executor, the request copy, the attempt's context, the trace that
+// proves dispatch and refuses net/http's hidden re-sends).
+func BenchmarkRoundTripper(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, `{"balance":42}`)
+	}))
+	defer srv.Close()
+	// Each request has its own context with a deadline, as a server's
+	// request context does: the peers pay the same for it.
+	get := func(b *testing.B, rt http.RoundTripper) {
+		b.ReportAllocs()
+		for b.Loop() {
+			ctx, cancel := requestContext()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/v1/balance", nil)
+			res, err := rt.RoundTrip(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, res.Body)
+			_ = res.Body.Close()
+			cancel()
+		}
+	}
+	b.Run("bare-transport", func(b *testing.B) {
+		tr := &http.Transport{}
+		defer tr.CloseIdleConnections()
+		get(b, tr)
+	})
+	b.Run("retryguard", func(b *testing.B) {
+		tr := &http.Transport{}
+		defer tr.CloseIdleConnections()
+		ex, name := readPolicy()
+		get(b, &retry.RoundTripper{Executor: ex, Policy: name, Base: tr})
+	})
+	// The two, interleaved request by request.
+	b.Run("paired", func(b *testing.B) {
+		bare, tr := &http.Transport{}, &http.Transport{}
+		defer bare.CloseIdleConnections()
+		defer tr.CloseIdleConnections()
+		ex, name := readPolicy()
+		rt := &retry.RoundTripper{Executor: ex, Policy: name, Base: tr}
+		one := func(rt http.RoundTripper) func() {
+			return func() {
+				ctx, cancel := requestContext()
+				defer cancel()
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/v1/balance", nil)
+				res, err := rt.RoundTrip(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, res.Body)
+				_ = res.Body.Close()
+			}
+		}
+		paired(b, 1, one(bare), one(rt))
+	})
+}
+
+// canned answers every request at once with the same small response, in
+// memory: BenchmarkRoundTripperOverhead's Base, so that the pair measures
+// the RoundTripper's own cost with no network noise.
+type canned struct{}
+
+func (canned) RoundTrip(req *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Header: http.Header{}, Request: req}, nil
+}
+
+// BenchmarkRoundTripperOverhead is BenchmarkRoundTripper without the
+// network: the same GET, through the RoundTripper or straight to its Base.
+func BenchmarkRoundTripperOverhead(b *testing.B) {
+	get := func(b *testing.B, rt http.RoundTripper) {
+		b.ReportAllocs()
+		for b.Loop() {
+			ctx, cancel := requestContext()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://ledger.internal/v1/balance", nil)
+			res, err := rt.RoundTrip(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			_ = res.Body.Close()
+			cancel()
+		}
+	}
+	b.Run("base", func(b *testing.B) { get(b, canned{}) })
+	b.Run("retryguard", func(b *testing.B) {
+		ex, name := readPolicy()
+		get(b, &retry.RoundTripper{Executor: ex, Policy: name, Base: canned{}})
 	})
 }
 

@@ -2,23 +2,37 @@
 // methods RFC 9110 makes idempotent, which statuses may be retried, which
 // fallback endpoints are safe. The CRD's CEL, the Go validators, the payload
 // parser and the runtime all judge by these, so they cannot drift apart. It
-// imports only the standard library.
+// imports only the standard library and package limits.
 package httprules
 
 import (
 	"net/url"
 	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/retryguard/retryguard/runtime/limits"
 )
 
-// IdempotentMethodPattern is the expression the CRD's CEL rule uses.
+// IdempotentMethodPattern is the expression the CRD's CEL rule uses;
+// IsIdempotentMethod judges the same set (a test holds them together).
 const IdempotentMethodPattern = `^(GET|HEAD|PUT|DELETE|OPTIONS|TRACE)( |$)`
 
-var idempotentMethod = regexp.MustCompile(IdempotentMethodPattern)
+// IsIdempotentMethod reports whether RFC 9110 defines method as idempotent.
+// Methods are case-sensitive: "put" is not PUT.
+func IsIdempotentMethod(method string) bool {
+	switch method {
+	case "GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE":
+		return true
+	}
+	return false
+}
 
 // IsIdempotentOperation reports whether an operation such as "PUT /v1/x"
 // starts with a method that RFC 9110 defines as idempotent.
 func IsIdempotentOperation(operation string) bool {
-	return idempotentMethod.MatchString(operation)
+	method, _, _ := strings.Cut(operation, " ")
+	return IsIdempotentMethod(method)
 }
 
 // IsRetryableStatus reports whether an HTTP status may be retried at all:
@@ -105,7 +119,26 @@ func KeyTemplatePlaceholders(template string) []string {
 func IsHeaderToken(name string) bool { return headerToken.MatchString(name) }
 
 // IsReplaySafe reports whether repeating an operation is safe: it carries an
-// idempotency key, or its method is idempotent. Any retry needs this.
+// idempotency key, or its method is idempotent.
 func IsReplaySafe(operation string, hasKeyTemplate bool) bool {
 	return hasKeyTemplate || IsIdempotentOperation(operation)
+}
+
+// retriesOnlyUndispatched reports whether a policy retries nothing but
+// failures that prove the request never left (limits.PreDispatchErrors):
+// no status, since a status means the dependency received the request, and
+// only pre-dispatch transport errors.
+func retriesOnlyUndispatched[E ~string](statusCodes []int32, errors []E) bool {
+	return len(statusCodes) == 0 && !slices.ContainsFunc(errors, func(e E) bool {
+		return !slices.Contains(limits.PreDispatchErrors, string(e))
+	})
+}
+
+// MayRetry reports whether a policy may make more than one attempt: its
+// operation is safe to replay, or it retries only failures that prove the
+// request never left, which need no replay safety (seed 002: "proven
+// non-dispatch ... can permit another attempt even without a server
+// retryability flag"). A 429 still needs replay safety (seed 003).
+func MayRetry[E ~string](operation string, hasKeyTemplate bool, statusCodes []int32, errors []E) bool {
+	return IsReplaySafe(operation, hasKeyTemplate) || retriesOnlyUndispatched(statusCodes, errors)
 }

@@ -1,6 +1,7 @@
 package httprules_test
 
 import (
+	"regexp"
 	"slices"
 	"testing"
 
@@ -32,6 +33,38 @@ func TestIsIdempotentOperation(t *testing.T) {
 	} {
 		if got := httprules.IsIdempotentOperation(op); got != want {
 			t.Errorf("IsIdempotentOperation(%q) = %v, want %v", op, got, want)
+		}
+		// The CRD's CEL rule judges by the pattern: the two must agree.
+		if got := regexp.MustCompile(httprules.IdempotentMethodPattern).MatchString(op); got != want {
+			t.Errorf("IdempotentMethodPattern on %q = %v, want %v", op, got, want)
+		}
+	}
+}
+
+// Issue 18, item 6: a policy that retries only failures proving the request
+// never left may retry a non-idempotent operation without a key; a status,
+// or a transport error after which the request may have been applied, needs
+// replay safety.
+func TestMayRetry(t *testing.T) {
+	for name, tc := range map[string]struct {
+		op     string
+		key    bool
+		status []int32
+		errors []string
+		want   bool
+	}{
+		"keyed POST":                          {"POST /v1/messages", true, []int32{429, 503}, []string{"Timeout"}, true},
+		"PUT":                                 {"PUT /v1/x", false, []int32{503}, []string{"ConnectionReset"}, true},
+		"POST, refused and DNS only":          {"POST /v1/messages", false, nil, []string{"ConnectionRefused", "DNSFailure"}, true},
+		"POST, nothing retried":               {"POST /v1/messages", false, []int32{}, nil, true},
+		"POST, refused and a 429":             {"POST /v1/messages", false, []int32{429}, []string{"ConnectionRefused"}, false},
+		"POST, refused and a reset":           {"POST /v1/messages", false, nil, []string{"ConnectionRefused", "ConnectionReset"}, false},
+		"POST, a timeout":                     {"POST /v1/messages", false, nil, []string{"Timeout"}, false},
+		"no operation, DNS only":              {"", false, nil, []string{"DNSFailure"}, true},
+		"no operation, an unknown error name": {"", false, nil, []string{"Refused"}, false},
+	} {
+		if got := httprules.MayRetry(tc.op, tc.key, tc.status, tc.errors); got != tc.want {
+			t.Errorf("%s: MayRetry = %v, want %v", name, got, tc.want)
 		}
 	}
 }

@@ -31,6 +31,11 @@ const (
 // TransportErrors are the transport failures a policy may list.
 var TransportErrors = []string{ConnectionRefused, ConnectionReset, Timeout, DNSFailure}
 
+// PreDispatchErrors are the transport failures that prove the request never
+// left the process: retrying them needs no replay safety. The CRD's
+// maxAttempts rule spells this set out; a test holds it to this one.
+var PreDispatchErrors = []string{ConnectionRefused, DNSFailure}
+
 // Criticalities separate callers whose failure domains must not be shared.
 const (
 	CriticalityCritical = "Critical"

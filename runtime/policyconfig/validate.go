@@ -131,8 +131,9 @@ func validateAttempts(pol *Policy) error {
 		return bad("policy.maxAttempts", "%d is outside 1–%d", pol.MaxAttempts, limits.MaxAttemptsCeiling)
 	case pol.LeafAttempts < 0:
 		return bad("policy.leafAttempts", "%d is negative", pol.LeafAttempts)
-	case pol.MaxAttempts > 1 && !httprules.IsReplaySafe(pol.Operation, pol.KeyTemplate != ""):
-		return bad("policy.maxAttempts", "%d attempts of %q, which has no key template and no idempotent method, would replay an unsafe operation", pol.MaxAttempts, pol.Operation)
+	case pol.MaxAttempts > 1 && !httprules.MayRetry(pol.Operation, pol.KeyTemplate != "", pol.RetryOnStatus, pol.RetryOnErrors):
+		return bad("policy.maxAttempts", "%d attempts of %q, which has no key template and no idempotent method, "+
+			"would replay an unsafe operation after failures that do not prove it never left", pol.MaxAttempts, pol.Operation)
 	case len(pol.Operation) > limits.MaxOperationLength:
 		return bad("policy.operation", "%d bytes, above %d", len(pol.Operation), limits.MaxOperationLength)
 	case pol.IdempotencyHeader == "":

@@ -89,6 +89,15 @@ func (e *notDispatched) Unwrap() error { return e.err }
 // such proof makes a reset or a timeout safe to retry without a key.
 func NotDispatched(err error) error { return &notDispatched{err: err} }
 
+// sent marks an error that ended an attempt whose request headers had been
+// written: the attempt is dispatched whatever the error says, even a refused
+// connection (net/http's own re-send of a request already sent can be
+// refused; the first send still reached the dependency).
+type sent struct{ err error }
+
+func (e *sent) Error() string { return e.err.Error() }
+func (e *sent) Unwrap() error { return e.err }
+
 // classify turns an attempt's error into evidence under a policy.
 // Decisions rest on types and errno values, never on message text.
 func classify(err error, retryOnStatus func(int) bool, retryOnErr func(string) bool, now time.Time) Evidence {
@@ -98,6 +107,11 @@ func classify(err error, retryOnStatus func(int) bool, retryOnErr func(string) b
 		switch {
 		case se.Code >= 400 && se.Code < 500 && se.Code != http.StatusTooManyRequests:
 			ev.Class = Permanent // INV-RTY-03, whatever a payload lists
+		case se.Code == http.StatusGatewayTimeout && retryOnStatus(se.Code):
+			// A gateway that gave up waiting for the upstream does not know
+			// whether the upstream applied the request: a timeout one hop
+			// further, so ambiguous (docs/runtime.md, "504").
+			ev.Class = Ambiguous
 		case retryOnStatus(se.Code):
 			ev.Class = Transient
 		default:
@@ -130,11 +144,26 @@ func classify(err error, retryOnStatus func(int) bool, retryOnErr func(string) b
 	return ev
 }
 
+// mayHaveApplied reports whether an attempt's evidence leaves open that the
+// dependency applied the request: an ambiguous failure, or a dispatched
+// transport failure or 504 the policy does not list. Once one attempt of an
+// operation may have been applied, the operation's outcome is unknown until
+// a later attempt succeeds (Decide's MayHaveApplied).
+func mayHaveApplied(ev Evidence) bool {
+	return ev.Class == Ambiguous ||
+		ev.Class == Unrecognized && ev.Dispatched && (ev.Transport != "" || ev.Status == http.StatusGatewayTimeout)
+}
+
 // transportOf names a transport failure and whether the request may have
 // been dispatched.
 func transportOf(err error) (string, bool) {
 	var nd *notDispatched
 	proven := errors.As(err, &nd)
+	var wrote *sent
+	if errors.As(err, &wrote) {
+		name, _ := transportOf(wrote.err)
+		return name, true
+	}
 	var dnsErr *net.DNSError
 	if errors.As(err, &dnsErr) {
 		return DNSFailure, false

@@ -20,8 +20,17 @@ type DecisionInput struct {
 	// watcher, published NoRetry, an unusable key template); "" when it is.
 	NotEnforced string
 	// ReplaySafe: repeating the operation is safe, because its method is
-	// idempotent or every attempt carries the same idempotency key.
+	// idempotent or every attempt carries the same idempotency key. For the
+	// RoundTripper it is a fact of the request sent, not of the policy.
 	ReplaySafe bool
+	// MayHaveApplied: an earlier attempt of the operation may have been
+	// applied (its failure was ambiguous). The operation's outcome is then
+	// unknown until an attempt succeeds, whatever stops it.
+	MayHaveApplied bool
+	// Unrepeatable says why the request cannot be sent again whatever the
+	// policy allows (a body beyond the RoundTripper's buffering bound, or
+	// one it cannot re-read); "" when it can.
+	Unrepeatable string
 	// Attempt is the number of the attempt that failed, from 1.
 	Attempt int
 	// MaxAttempts counts every attempt, the first included.
@@ -87,76 +96,90 @@ const (
 	deniedNotEnforced     = "not_enforced"
 	deniedCancelled       = "cancelled"
 	deniedDeadlineAtStart = "deadline_at_start"
+	deniedUnrepeatable    = "unrepeatable"
 )
 
 // Decide applies a policy to one failed attempt, in this order:
 //
-//  1. a permanent failure ends TERMINAL_EXHAUSTED;
+//  1. a permanent failure ends;
 //  2. a policy not in force makes no retry;
-//  3. an unparseable Retry-After ends TERMINAL_EXHAUSTED (MC-FM-01);
-//  4. unrecognized evidence ends: UNKNOWN_OUTCOME after a dispatched
-//     transport failure, TERMINAL_EXHAUSTED otherwise;
-//  5. a retry of any kind needs replay safety (seed 003:
-//     retry_allowed(429, safe=False) is false), even after proof that the
-//     request never left: without it an ambiguous failure ends
-//     UNKNOWN_OUTCOME, any other TERMINAL_EXHAUSTED;
-//  6. the failure is now eligible, and a retry also needs attempts left, a
-//     Retry-After within RetryAfterMax, a deadline that can hold the wait
-//     and the next attempt (backoff.CanStart), and last, the budget.
+//  3. an unparseable Retry-After ends (MC-FM-01);
+//  4. unrecognized evidence ends;
+//  5. a retry re-sends a request that may have reached the dependency when
+//     this attempt was dispatched or an earlier one may have been applied:
+//     it then needs replay safety (seed 003: retry_allowed(429,
+//     safe=False) is false). Proof that this request never left, with no
+//     earlier attempt that may have been applied, needs none (seed 002:
+//     "proven non-dispatch ... can permit another attempt even without a
+//     server retryability flag"; seed 004: the connector handles "a
+//     connection refused before any request left the process");
+//  6. the failure is now eligible, and a retry also needs a request that
+//     can be sent again, attempts left, a Retry-After within
+//     RetryAfterMax, a deadline that can hold the wait and the next attempt
+//     (backoff.CanStart), and last, the budget.
 //
-// A stop at step 6 after an ambiguous failure ends UNKNOWN_OUTCOME whatever
-// the reason, since the outcome of the attempt is unknown; otherwise a
-// budget refusal ends BUDGET_EXHAUSTED and any other TERMINAL_EXHAUSTED.
+// Every stop ends UNKNOWN_OUTCOME once this attempt or an earlier one may
+// have been applied (MayHaveApplied), whatever the rule that stops it: the
+// outcome is unknown and goes to reconciliation, never to the fallback as a
+// failure (seed 003). Otherwise a budget refusal ends BUDGET_EXHAUSTED and
+// any other stop TERMINAL_EXHAUSTED. The code says which rule stopped it.
 func Decide(in DecisionInput) Decision {
 	ev := in.Evidence
+	end := TerminalExhausted
+	if in.MayHaveApplied || mayHaveApplied(ev) {
+		end = UnknownOutcome
+	}
 	switch {
 	case ev.Class == Permanent:
-		return stop(TerminalExhausted, codes.PermanentFailure, fmt.Sprintf("HTTP %d is permanent", ev.Status), deniedPermanent)
+		return stop(end, codes.PermanentFailure, fmt.Sprintf("HTTP %d is permanent", ev.Status)+earlier(in), deniedPermanent)
 	case in.NotEnforced != "":
-		end := TerminalExhausted
-		if ev.Dispatched && ev.Transport != "" {
-			end = UnknownOutcome
-		}
 		return stop(end, codes.PolicyNotEnforced, in.NotEnforced+": one attempt, failed"+describe(ev), deniedNotEnforced)
 	case ev.RetryAfterUnparseable:
-		return stop(TerminalExhausted, codes.PermanentFailure, "an unparseable Retry-After"+describe(ev)+" is a terminal failure", deniedUnparseable)
-	case ev.Class == Unrecognized && ev.Transport != "" && ev.Dispatched:
-		return stop(UnknownOutcome, codes.UnknownOutcome, ev.Transport+" (not listed for retry) after the request may have been applied", deniedAmbiguous)
+		return stop(end, codes.PermanentFailure, "an unparseable Retry-After"+describe(ev)+" is a terminal failure"+earlier(in), deniedUnparseable)
+	case ev.Class == Unrecognized && end == UnknownOutcome && !in.MayHaveApplied:
+		return stop(end, codes.UnknownOutcome, "evidence the policy does not list"+describe(ev)+", after the request may have been applied", deniedAmbiguous)
 	case ev.Class == Unrecognized:
-		return stop(TerminalExhausted, codes.PermanentFailure, "evidence the policy does not list for retry"+describe(ev), deniedPermanent)
-	case !in.ReplaySafe && ev.Class == Ambiguous:
-		return stop(UnknownOutcome, codes.UnknownOutcome,
-			ev.Transport+" after the request may have been applied, with no idempotency key and no idempotent method", deniedAmbiguous)
-	case !in.ReplaySafe:
-		return stop(TerminalExhausted, codes.AmbiguousWithoutIdempotency,
-			"a retry needs an idempotency key or an idempotent method, and the operation has neither"+describe(ev), deniedNotReplaySafe)
-	}
-	end := TerminalExhausted
-	if ev.Class == Ambiguous {
-		end = UnknownOutcome
+		return stop(end, codes.PermanentFailure, "evidence the policy does not list"+describe(ev)+earlier(in), deniedPermanent)
+	case !in.ReplaySafe && (ev.Dispatched || in.MayHaveApplied) && end == UnknownOutcome:
+		return stop(end, codes.UnknownOutcome, "the request may have been applied"+describe(ev)+
+			", and it has no idempotency key and no idempotent method", deniedAmbiguous)
+	case !in.ReplaySafe && ev.Dispatched:
+		return stop(end, codes.AmbiguousWithoutIdempotency,
+			"a retry of a request that reached the dependency needs an idempotency key or an idempotent method, and it has neither"+describe(ev), deniedNotReplaySafe)
 	}
 	sleep := max(in.Wait, ev.RetryAfter)
 	var d Decision
 	switch {
+	case in.Unrepeatable != "":
+		d = stop(end, codes.RetryLimitExceeded, in.Unrepeatable+": one attempt, failed"+describe(ev)+earlier(in), deniedUnrepeatable)
 	case in.Attempt >= in.MaxAttempts:
-		d = stop(end, codes.RetryLimitExceeded, fmt.Sprintf("all %d attempts failed", in.MaxAttempts), deniedExhausted)
+		d = stop(end, codes.RetryLimitExceeded, fmt.Sprintf("all %d attempts failed", in.MaxAttempts)+earlier(in), deniedExhausted)
 	case ev.RetryAfter > in.RetryAfterMax:
-		d = stop(end, codes.RetryAfterTooLong, fmt.Sprintf("Retry-After %s is beyond retryAfter.maxDelay %s", ev.RetryAfter, in.RetryAfterMax), deniedRetryAfter)
+		d = stop(end, codes.RetryAfterTooLong, fmt.Sprintf("Retry-After %s is beyond retryAfter.maxDelay %s", ev.RetryAfter, in.RetryAfterMax)+earlier(in), deniedRetryAfter)
 	case !backoff.CanStart(in.Remaining-sleep, in.AttemptCost, in.MinRemaining):
 		d = stop(end, codes.DeadlineExceeded, fmt.Sprintf("%s left cannot hold a %s wait and a %s attempt and keep the %s reserve",
-			in.Remaining.Round(time.Millisecond), sleep, in.AttemptCost, in.MinRemaining), deniedDeadline)
+			in.Remaining.Round(time.Millisecond), sleep, in.AttemptCost, in.MinRemaining)+earlier(in), deniedDeadline)
 	case !in.BudgetAsked:
 		d = Decision{AskBudget: true}
 	case in.Budget != budget.Allowed:
 		if end == TerminalExhausted {
 			end = BudgetExhausted
 		}
-		d = stop(end, codes.RetryBudgetExhausted, fmt.Sprintf("retry budget denied a retry (%s)", in.Budget), deniedBudget)
+		d = stop(end, codes.RetryBudgetExhausted, fmt.Sprintf("retry budget denied a retry (%s)", in.Budget)+earlier(in), deniedBudget)
 	default:
 		d = Decision{Next: BackoffWait, Sleep: sleep}
 	}
 	d.Eligible = true
 	return d
+}
+
+// earlier notes, in a stop's detail, that an earlier attempt may have been
+// applied: the reason the operation ends UNKNOWN_OUTCOME.
+func earlier(in DecisionInput) string {
+	if in.MayHaveApplied {
+		return "; an earlier attempt may have been applied, so the outcome is unknown"
+	}
+	return ""
 }
 
 func stop(s State, c codes.Code, detail, reason string) Decision {

@@ -53,6 +53,8 @@ func TestDecideFailureModeMatrix(t *testing.T) {
 	reset := retry.Evidence{Class: retry.Ambiguous, Transport: retry.ConnectionReset, Dispatched: true}
 	timeout := retry.Evidence{Class: retry.Ambiguous, Transport: retry.Timeout, Dispatched: true}
 	refused := retry.Evidence{Class: retry.Transient, Transport: retry.ConnectionRefused}
+	notSent := retry.Evidence{Class: retry.Transient, Transport: retry.ConnectionReset}
+	gateway := retry.Evidence{Class: retry.Ambiguous, Status: 504, Dispatched: true}
 	for name, tc := range map[string]struct {
 		in   func(retry.DecisionInput) retry.DecisionInput
 		ev   retry.Evidence
@@ -60,7 +62,9 @@ func TestDecideFailureModeMatrix(t *testing.T) {
 	}{
 		"429 is transient":                   {ev: status(429), want: retrying},
 		"503 is transient":                   {ev: status(503), want: retrying},
-		"504 is transient":                   {ev: status(504), want: retrying},
+		"504 is ambiguous, keyed":            {ev: gateway, want: retrying},
+		"504 without replay safety":          {ev: gateway, in: unsafe, want: want{retry.UnknownOutcome, codes.UnknownOutcome, false}},
+		"an unlisted 504 is unknown":         {ev: retry.Evidence{Class: retry.Unrecognized, Status: 504, Dispatched: true}, want: want{retry.UnknownOutcome, codes.UnknownOutcome, false}},
 		"ECONNRESET after send, keyed":       {ev: reset, want: retrying},
 		"read timeout, keyed":                {ev: timeout, want: retrying},
 		"connection refused":                 {ev: refused, want: retrying},
@@ -74,9 +78,15 @@ func TestDecideFailureModeMatrix(t *testing.T) {
 			want: want{retry.TerminalExhausted, codes.PermanentFailure, false}},
 		"an unlisted drop after send is unknown": {ev: retry.Evidence{Class: retry.Unrecognized, Transport: retry.ConnectionReset, Dispatched: true},
 			want: want{retry.UnknownOutcome, codes.UnknownOutcome, false}},
-		"a drop after send without replay safety":   {ev: reset, in: unsafe, want: want{retry.UnknownOutcome, codes.UnknownOutcome, false}},
-		"a 503 without replay safety":               {ev: status(503), in: unsafe, want: want{retry.TerminalExhausted, codes.AmbiguousWithoutIdempotency, false}},
-		"a refused connect needs replay safety too": {ev: refused, in: unsafe, want: want{retry.TerminalExhausted, codes.AmbiguousWithoutIdempotency, false}},
+		"a drop after send without replay safety":  {ev: reset, in: unsafe, want: want{retry.UnknownOutcome, codes.UnknownOutcome, false}},
+		"a 503 without replay safety":              {ev: status(503), in: unsafe, want: want{retry.TerminalExhausted, codes.AmbiguousWithoutIdempotency, false}},
+		"a refused connect needs no replay safety": {ev: refused, in: unsafe, want: retrying},
+		"a proven non-dispatch needs none":         {ev: notSent, in: unsafe, want: retrying},
+		"a 429 without replay safety":              {ev: status(429), in: unsafe, want: want{retry.TerminalExhausted, codes.AmbiguousWithoutIdempotency, false}},
+		"a body sent once is not sent again": {ev: status(503), in: func(in retry.DecisionInput) retry.DecisionInput {
+			in.Unrepeatable = "the request body is larger than the buffering bound"
+			return in
+		}, want: want{retry.TerminalExhausted, codes.RetryLimitExceeded, true}},
 		"Retry-After 3 s is honoured": {ev: retry.Evidence{Class: retry.Transient, Status: 429, Dispatched: true, RetryAfter: 3 * time.Second},
 			in: func(in retry.DecisionInput) retry.DecisionInput { in.Remaining = 4000 * ms; return in }, want: retrying},
 		"Retry-After above 3 s fails fast": {ev: retry.Evidence{Class: retry.Transient, Status: 429, Dispatched: true, RetryAfter: 3001 * ms},
@@ -108,6 +118,50 @@ func TestDecideFailureModeMatrix(t *testing.T) {
 }
 
 func unsafe(in retry.DecisionInput) retry.DecisionInput { in.ReplaySafe = false; return in }
+
+// applied is the input after an earlier attempt may have been applied.
+func applied(change func(retry.DecisionInput) retry.DecisionInput) func(retry.DecisionInput) retry.DecisionInput {
+	return func(in retry.DecisionInput) retry.DecisionInput {
+		in.MayHaveApplied = true
+		if change != nil {
+			in = change(in)
+		}
+		return in
+	}
+}
+
+// Issue 18, item 5, and seed 003 ("an uncertain local outcome must trigger
+// reconciliation, not an invented failure"): once an attempt may have been
+// applied, whatever stops the operation ends it UNKNOWN_OUTCOME, with the
+// code of the rule that stopped it; only a retry (and then a success) goes on.
+func TestDecideAmbiguityIsSticky(t *testing.T) {
+	unknown := func(c codes.Code, eligible bool) want { return want{retry.UnknownOutcome, c, eligible} }
+	refused := retry.Evidence{Class: retry.Transient, Transport: retry.ConnectionRefused}
+	for name, tc := range map[string]struct {
+		in   func(retry.DecisionInput) retry.DecisionInput
+		ev   retry.Evidence
+		want want
+	}{
+		"timeout → 503 → 503: attempts spent":  {ev: status(503), in: applied(attempt(3)), want: unknown(codes.RetryLimitExceeded, true)},
+		"timeout → refused → refused":          {ev: refused, in: applied(attempt(3)), want: unknown(codes.RetryLimitExceeded, true)},
+		"timeout → 503: the budget refuses":    {ev: status(503), in: applied(denied(budget.NoTokens)), want: unknown(codes.RetryBudgetExhausted, true)},
+		"timeout → 503: the deadline":          {ev: status(503), in: applied(left(100 * ms)), want: unknown(codes.DeadlineExceeded, true)},
+		"timeout → 400: a permanent answer":    {ev: retry.Evidence{Class: retry.Permanent, Status: 400, Dispatched: true}, in: applied(nil), want: unknown(codes.PermanentFailure, false)},
+		"timeout → an unlisted 500":            {ev: retry.Evidence{Class: retry.Unrecognized, Status: 500, Dispatched: true}, in: applied(nil), want: unknown(codes.PermanentFailure, false)},
+		"timeout → an unparseable Retry-After": {ev: retry.Evidence{Class: retry.Transient, Status: 503, Dispatched: true, RetryAfterUnparseable: true}, in: applied(nil), want: unknown(codes.PermanentFailure, false)},
+		"timeout → 429 beyond maxDelay":        {ev: retry.Evidence{Class: retry.Transient, Status: 429, Dispatched: true, RetryAfter: time.Hour}, in: applied(nil), want: unknown(codes.RetryAfterTooLong, true)},
+		"timeout → refused, not replay safe":   {ev: refused, in: applied(unsafe), want: unknown(codes.UnknownOutcome, false)},
+		"timeout → 503, keyed, may retry":      {ev: status(503), in: applied(nil), want: retrying},
+		"timeout → refused, keyed, may retry":  {ev: refused, in: applied(nil), want: retrying},
+		"no earlier ambiguity: 503 × 3":        {ev: status(503), in: attempt(3), want: want{retry.TerminalExhausted, codes.RetryLimitExceeded, true}},
+	} {
+		in := smsInput(tc.ev)
+		if tc.in != nil {
+			in = tc.in(in)
+		}
+		check(t, name, in, tc.want)
+	}
+}
 
 func denied(d budget.Denial) func(retry.DecisionInput) retry.DecisionInput {
 	return func(in retry.DecisionInput) retry.DecisionInput { in.Budget = d; return in }

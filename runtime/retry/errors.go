@@ -81,7 +81,12 @@ var statusOf = map[codes.Code]int{
 // Problem renders the error as RFC 9457 problem details.
 func (e *Error) Problem() Problem {
 	status, ok := statusOf[e.Code]
-	if !ok {
+	switch {
+	case e.State == UnknownOutcome:
+		// Whatever stopped it, an operation that may have been applied is
+		// not a failure: it is accepted for reconciliation (seed 003).
+		status = http.StatusAccepted
+	case !ok:
 		status = http.StatusBadGateway
 	}
 	return Problem{Type: ProblemType + string(e.Code), Title: string(e.Code), Status: status, Detail: e.Error(), Code: string(e.Code)}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -70,6 +71,9 @@ func ExampleExecutor_Do() {
 	// ERR_PERMANENT_FAILURE TERMINAL_EXHAUSTED 1
 }
 
+// An app team's whole HTTP integration, against a real server on loopback:
+// the vendor answers 429 once, then 201. The lines between the readme
+// markers are the README's, word for word (TestTheREADMEShowsTheExample).
 func ExampleRoundTripper() {
 	calls := 0
 	vendor := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -80,22 +84,37 @@ func ExampleRoundTripper() {
 			return
 		}
 		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, `{"id":"msg-1"}`)
 	}))
 	defer vendor.Close()
+	policies := policies() // in a pod: informer.New(cs, namespace), started
 
-	ex := retry.New(policies(), retry.WithClock(clock.NewVirtual(clock.Real{}.Now())))
+	// readme:start
+	ex := retry.New(policies)
 	client := &http.Client{Transport: &retry.RoundTripper{Executor: ex, Policy: "sms-2fa-dispatch"}}
 	ctx := retry.WithVars(context.Background(), retry.Vars{"user_id": "42", "login_session_id": "s-9"})
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, vendor.URL+"/v1/messages", strings.NewReader(`{"to":"+15550100"}`))
-	res, err := client.Do(req)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, vendor.URL+"/v1/messages", strings.NewReader(`{"to":"+15550100"}`))
 	if err != nil {
-		fmt.Println(err)
-		return
+		panic(err)
 	}
-	defer res.Body.Close()
-	fmt.Println(res.Status)
+	res, err := client.Do(req)
+	var re *retry.Error
+	switch {
+	case errors.As(err, &re) && re.State == retry.UnknownOutcome:
+		// It may have been applied: reconcile it from the dead letter (every
+		// attempt's evidence), never send it again as a new message.
+		fmt.Println("unknown outcome:", re.Code)
+	case err != nil:
+		fmt.Println("not sent:", err) // definitely not applied: the fallback may take it
+	default:
+		defer res.Body.Close()
+		body, err := io.ReadAll(res.Body) // readable to the end; closing it ends the attempt
+		fmt.Println(res.Status, string(body), err)
+	}
+	// readme:end
+
 	// Output:
 	// vendor saw attempt 1 with key SMS-2FA-42-s-9
 	// vendor saw attempt 2 with key SMS-2FA-42-s-9
-	// 201 Created
+	// 201 Created {"id":"msg-1"} <nil>
 }

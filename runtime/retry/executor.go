@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/retryguard/retryguard/runtime/backoff"
 	"github.com/retryguard/retryguard/runtime/budget"
 	"github.com/retryguard/retryguard/runtime/clock"
@@ -139,6 +141,7 @@ type compiled struct {
 	reserve     time.Duration // minRemaining
 	afterMax    time.Duration
 	metrics     *policyMetrics
+	tokens      prometheus.Gauge // the budget's tokens, when metrics are on
 }
 
 // failClosed is the policy of a name the Source does not know: one attempt.
@@ -196,7 +199,7 @@ func (e *Executor) compile(name string, p *policyconfig.Payload, ok bool) *compi
 		var err error
 		c.budget, err = e.budgets.Resolve(pol.Namespace, b)
 		if c.metrics != nil {
-			c.metrics.budget = e.metrics.forBudget(b.Key(pol.Namespace), c.budget)
+			c.tokens = e.metrics.forBudget(b.Key(pol.Namespace), c.budget)
 			if err != nil {
 				e.metrics.conflict(b.Key(pol.Namespace))
 			}
@@ -224,8 +227,15 @@ var ErrRetryLimitExceeded = Sentinel(codes.RetryLimitExceeded)
 // published NoRetry, or whose key template cannot render gets exactly one
 // attempt.
 func (e *Executor) Do(ctx context.Context, policy string, vars Vars, op Operation) error {
+	return e.do(ctx, policy, vars, op, nil)
+}
+
+// do is Do for an Operation, or for the RoundTripper's call when call is
+// not nil: its attempts are HTTP requests whose replay safety is the
+// request's own, and which own their contexts.
+func (e *Executor) do(ctx context.Context, policy string, vars Vars, op Operation, call *call) error {
 	c := e.policy(policy)
-	r := run{e: e, c: c}
+	r := run{e: e, c: c, call: call}
 	if c.key != nil {
 		key, err := c.key.render(vars)
 		if err != nil {
@@ -249,6 +259,10 @@ type run struct {
 	deadline time.Time // zero when the policy sets none
 	m        machine
 	records  []AttemptRecord
+	// applied: an attempt so far may have been applied (mayHaveApplied);
+	// every later stop ends UNKNOWN_OUTCOME.
+	applied bool
+	call    *call // the RoundTripper's request, or nil
 }
 
 // id is the operation's number, taken from the executor's sequence the
@@ -262,7 +276,6 @@ func (r *run) id() uint64 {
 }
 
 func (r *run) emit(from, to State, attempt int, code codes.Code) {
-	r.c.metrics.transition(to)
 	if r.e.events == nil {
 		return
 	}
@@ -278,6 +291,11 @@ func (r *run) to(next State, attempt int, code codes.Code) {
 	// The loop below only asks for legal transitions; were it ever to ask for
 	// another, the operation still ends, and the error says why.
 	if err := r.m.to(next); err == nil {
+		if attempt > 1 || next != Attempting && next != Dispatched {
+			// The first ATTEMPTING and its DISPATCHED are counted with the
+			// attempt's outcome: succeededFirst, or started.
+			r.c.metrics.transition(next)
+		}
 		r.emit(from, next, attempt, code)
 	}
 }
@@ -301,17 +319,28 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 			if n == 1 && c.budget != nil {
 				c.budget.Success() // only a primary success deposits
 			}
-			c.metrics.attempt(Success)
-			c.metrics.finished(n)
+			if n == 1 {
+				c.metrics.succeededFirst()
+			} else {
+				c.metrics.attempt(Success)
+				c.metrics.finished(n)
+			}
 			r.to(Dispatched, n, "")
 			return nil
+		}
+		if n == 1 {
+			c.metrics.started()
 		}
 		now = e.clock.Now()
 		ev := classify(err, c.retryOnStatus, c.retryOnError, now)
 		c.metrics.attempt(ev.Class)
-		in := DecisionInput{Evidence: ev, NotEnforced: c.notEnforced, ReplaySafe: c.replaySafe, Attempt: n,
-			MaxAttempts: c.maxAttempts, Remaining: r.remaining(ctx, now), AttemptCost: c.cost,
+		in := DecisionInput{Evidence: ev, NotEnforced: c.notEnforced, ReplaySafe: c.replaySafe, MayHaveApplied: r.applied,
+			Attempt: n, MaxAttempts: c.maxAttempts, Remaining: r.remaining(ctx, now), AttemptCost: c.cost,
 			MinRemaining: c.reserve, RetryAfterMax: c.afterMax}
+		if r.call != nil {
+			in.ReplaySafe, in.Unrepeatable = r.call.replaySafe(r.key), r.call.unrepeatable
+		}
+		r.applied = r.applied || mayHaveApplied(ev)
 		if c.notEnforced == "" && ev.Class != Permanent {
 			in.Wait = c.strategy.Delay(n, prevDelay)
 		}
@@ -321,7 +350,9 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 			in.BudgetAsked, in.Budget = true, budget.NoTokens // without a budget, never retry
 			if c.budget != nil {
 				in.Budget = c.budget.TryRetry()
-				c.metrics.tokens(c.budget)
+				if c.tokens != nil {
+					c.tokens.Set(c.budget.Tokens())
+				}
 			}
 			d = Decide(in)
 			rec.BudgetConsumed, rec.BudgetDenied = d.Retry(), in.Budget
@@ -332,9 +363,12 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 			c.metrics.finished(n)
 			return r.finish(ctx, d, err)
 		}
+		if r.call != nil {
+			r.call.discard() // at once, not when the next attempt starts
+		}
 		r.to(BackoffWait, n, "")
 		end := TerminalExhausted // how a wait that starts no attempt ends
-		if ev.Class == Ambiguous {
+		if r.applied {
 			end = UnknownOutcome
 		}
 		if serr := e.clock.Sleep(ctx, d.Sleep); serr != nil {
@@ -357,7 +391,9 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 
 // attempt runs one attempt, bounded by perAttemptTimeout and the
 // operation's deadline. When the caller's context already ends sooner, it is
-// used as it is: no timer, no allocation.
+// used as it is: no timer, no allocation. The RoundTripper's attempts make
+// their own context from the limit, since a response outlives the attempt
+// that returned it (its body is read after RoundTrip returns).
 func (r *run) attempt(ctx context.Context, op Operation, a Attempt, now time.Time) error {
 	var limit time.Duration
 	if !r.deadline.IsZero() {
@@ -367,11 +403,17 @@ func (r *run) attempt(ctx context.Context, op Operation, a Attempt, now time.Tim
 		}
 	}
 	if limit > 0 {
-		if d, ok := ctx.Deadline(); !ok || d.Sub(now) > limit {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, limit)
-			defer cancel()
+		if d, ok := ctx.Deadline(); ok && d.Sub(now) <= limit {
+			limit = 0 // the caller's deadline comes first
 		}
+	}
+	if r.call != nil {
+		return r.call.attempt(ctx, a, limit)
+	}
+	if limit > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, limit)
+		defer cancel()
 	}
 	return op(ctx, a)
 }

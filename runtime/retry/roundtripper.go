@@ -4,12 +4,17 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/retryguard/retryguard/runtime/codes"
+	"github.com/retryguard/retryguard/runtime/httprules"
 )
 
 type varsKey struct{}
@@ -19,13 +24,31 @@ func WithVars(ctx context.Context, vars Vars) context.Context {
 	return context.WithValue(ctx, varsKey{}, vars)
 }
 
+// DefaultMaxBufferedBody is the largest request body a RoundTripper keeps in
+// memory so that it can send it again, when MaxBufferedBody is 0: 64 KiB,
+// above the JSON bodies of the APIs it fronts and small enough that a
+// thousand requests in flight hold at most 64 MiB (seed 002: "bounded
+// buffering may permit retry").
+const DefaultMaxBufferedBody = 64 << 10
+
 // RoundTripper runs each request as one logical operation under Policy:
 // every attempt carries the same idempotency header, responses are
 // classified by status, and Retry-After is honoured. It is safe for
-// concurrent use.
+// concurrent use, and never modifies the request it is given.
 //
 // A success, or a permanent status (a 4xx the caller must see), returns the
-// response. Anything else that did not complete returns an *Error.
+// response, readable until the caller closes its body or reads it to EOF.
+// Anything else that did not complete returns an *Error.
+//
+// Replay safety is the request's own: a request whose method is not
+// idempotent and that does not carry the policy's rendered key is never sent
+// again once it may have reached the dependency, whatever the policy's
+// operation says; only proof that it never left (a refused connection, a
+// failed lookup or dial) permits another attempt. A body is kept to send
+// again up to MaxBufferedBody; a larger one, without GetBody, gets one
+// attempt. net/http's own re-send of a request already sent (on a reused
+// keep-alive connection) is refused: the next attempt, if any, is the
+// policy's, after its backoff and with its budget.
 type RoundTripper struct {
 	Executor *Executor
 	Policy   string
@@ -33,66 +56,50 @@ type RoundTripper struct {
 	// Pools is used, or http.DefaultTransport for a policy without one.
 	Base  http.RoundTripper
 	Pools *Pools
+	// MaxBufferedBody bounds, in bytes, the request body kept to send again:
+	// 0 means DefaultMaxBufferedBody, a negative value keeps none. A request
+	// with GetBody is re-read through it instead, whatever its size.
+	MaxBufferedBody int64
 }
 
 // RoundTrip implements http.RoundTripper.
 func (rt *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	base, err := rt.base()
 	if err != nil {
+		closeBody(req)
 		return nil, err
 	}
-	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
-		// Buffer once so that every attempt can send the same body.
-		body, err := io.ReadAll(req.Body)
-		_ = req.Body.Close()
-		if err != nil {
-			return nil, err
-		}
-		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-		req.Body, _ = req.GetBody()
+	c := &call{req: req, base: base, idempotent: httprules.IsIdempotentMethod(req.Method)}
+	if err := c.keepBody(rt.maxBufferedBody()); err != nil {
+		return nil, err
 	}
+	c.hooks = newHooks(req.Context(), c)
+	defer c.hooks.done()
+	c.ctx = httptrace.WithClientTrace(req.Context(), &c.hooks.trace)
 	vars, _ := req.Context().Value(varsKey{}).(Vars)
-	var last *http.Response
-	err = rt.Executor.Do(req.Context(), rt.Policy, vars, func(ctx context.Context, a Attempt) error {
-		discard(last)
-		last = nil
-		r := req.Clone(ctx)
-		if a.Number > 1 && req.GetBody != nil {
-			body, err := req.GetBody()
-			if err != nil {
-				return err
-			}
-			r.Body = body
-		}
-		if a.Key != "" {
-			r.Header.Set(a.Header, a.Key)
-		}
-		var wroteHeaders atomic.Bool
-		r = r.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-			WroteHeaders: func() { wroteHeaders.Store(true) },
-		}))
-		res, err := base.RoundTrip(r)
-		if err != nil {
-			if !wroteHeaders.Load() {
-				return NotDispatched(err) // not a byte of the request left
-			}
-			return err
-		}
-		last = res
-		if res.StatusCode < 400 {
-			return nil
-		}
-		return &StatusError{Code: res.StatusCode, RetryAfter: res.Header.Get("Retry-After")}
-	})
+	err = rt.Executor.do(req.Context(), rt.Policy, vars, nil, c)
+	if !c.sentBody {
+		closeBody(req) // no attempt took the body, and RoundTrip must close it (net/http's contract)
+	}
 	if err == nil {
-		return last, nil
+		return c.deliver(), nil
 	}
 	var re *Error
-	if errors.As(err, &re) && re.Code == codes.PermanentFailure && last != nil {
-		return last, nil // the dependency's own answer, for the caller to read
+	if errors.As(err, &re) && re.State == TerminalExhausted && re.Code == codes.PermanentFailure && c.res != nil {
+		return c.deliver(), nil // the dependency's own answer, for the caller to read
 	}
-	discard(last)
+	c.discard()
 	return nil, err
+}
+
+func (rt *RoundTripper) maxBufferedBody() int64 {
+	switch {
+	case rt.MaxBufferedBody == 0:
+		return DefaultMaxBufferedBody
+	case rt.MaxBufferedBody < 0:
+		return 0
+	}
+	return rt.MaxBufferedBody
 }
 
 func (rt *RoundTripper) base() (http.RoundTripper, error) {
@@ -107,12 +114,313 @@ func (rt *RoundTripper) base() (http.RoundTripper, error) {
 	return http.DefaultTransport, nil
 }
 
-// discard drains a little of a response body so its connection can be
-// reused, and closes it.
-func discard(res *http.Response) {
-	if res == nil {
-		return
+// call is one RoundTrip: the caller's request, the body kept to send again,
+// and the attempt in flight. Its attempts run one after another on the
+// caller's goroutine.
+type call struct {
+	req        *http.Request
+	base       http.RoundTripper
+	idempotent bool
+	// unrepeatable says why the request can be sent only once ("" when it
+	// can be sent again).
+	unrepeatable string
+	// The body: buffered (a copy of it), or the caller's GetBody, or a
+	// prefix read while buffering followed by the rest of req.Body.
+	buffered, prefix []byte
+	hasBuffer        bool
+	sentBody         bool // req.Body went to the transport, or was closed here
+
+	hooks *hooks
+	ctx   context.Context // the caller's, with the trace
+
+	// The attempt in flight, or the one whose response is kept. The first
+	// attempt's request and URL live here (one allocation for the call);
+	// a later attempt's are new, since the transport may still read the
+	// previous one's while it tears its connection down.
+	first    http.Request
+	firstURL url.URL
+	out      *http.Request
+	url      *url.URL
+	cancel   context.CancelFunc // nil when the attempt has no context of its own
+	res      *http.Response
+	body     releasingBody
+}
+
+// hooks are a call's httptrace hooks. They are pooled: the two hooks are
+// closures, an allocation each per call otherwise. GetConn runs on the
+// caller's goroutine, inside RoundTrip; WroteHeaders may run on the
+// transport's, even late, so what it sets is atomic, and a late one from a
+// previous call can only mark an attempt dispatched that was not, which
+// makes the policy more careful, never less.
+type hooks struct {
+	trace  httptrace.ClientTrace
+	call   *call
+	pooled bool
+	number atomic.Int32 // the attempt in flight
+	wrote  atomic.Int32 // the last attempt whose headers were written
+	conns  atomic.Int32 // connections the transport asked for in this attempt
+	// refused: net/http tried to send this attempt's request again, and
+	// was refused.
+	refused atomic.Bool
+}
+
+var hookPool = sync.Pool{New: func() any {
+	h := &hooks{pooled: true}
+	h.trace = httptrace.ClientTrace{GetConn: h.getConn, WroteHeaders: h.wroteHeaders}
+	return h
+}}
+
+// newHooks returns c's hooks. When ctx already carries a trace,
+// WithClientTrace composes the two by rewriting ours, so those hooks are
+// made for this call alone and never pooled.
+func newHooks(ctx context.Context, c *call) *hooks {
+	var h *hooks
+	if httptrace.ContextClientTrace(ctx) == nil {
+		h = hookPool.Get().(*hooks)
+	} else {
+		h = &hooks{}
+		h.trace = httptrace.ClientTrace{GetConn: h.getConn, WroteHeaders: h.wroteHeaders}
 	}
-	_, _ = io.CopyN(io.Discard, res.Body, 64<<10)
-	_ = res.Body.Close()
+	h.call = c
+	h.wrote.Store(0)
+	return h
+}
+
+func (h *hooks) done() {
+	h.call = nil
+	if h.pooled {
+		hookPool.Put(h)
+	}
+}
+
+// keepBody makes the body sendable again without touching the caller's
+// request: through GetBody when the caller set one, or from a copy of up to
+// limit bytes. A longer body is sent once.
+func (c *call) keepBody(limit int64) error {
+	req := c.req
+	switch {
+	case req.Body == nil || req.Body == http.NoBody:
+		c.sentBody = true
+		return nil
+	case req.GetBody != nil:
+		return nil
+	}
+	buf, err := io.ReadAll(io.LimitReader(req.Body, limit+1))
+	if err != nil {
+		closeBody(req)
+		c.sentBody = true
+		return err
+	}
+	if int64(len(buf)) > limit {
+		c.prefix = buf
+		c.unrepeatable = fmt.Sprintf("the request body is larger than the %d-byte buffering bound, so it can be sent once", limit)
+		return nil
+	}
+	closeBody(req)
+	c.sentBody, c.hasBuffer, c.buffered = true, true, buf
+	return nil
+}
+
+// replaySafe reports whether the request sent may be sent again after it
+// may have reached the dependency: its method is idempotent, or it carries
+// the rendered key (every attempt does when the policy has a template).
+func (c *call) replaySafe(key string) bool { return c.idempotent || key != "" }
+
+// newBody returns a body to send, and its length when known: the caller's
+// own body the first time, a copy or GetBody's after.
+func (c *call) newBody(first bool) (io.ReadCloser, int64, error) {
+	req := c.req
+	switch {
+	case c.hasBuffer:
+		if len(c.buffered) == 0 {
+			return http.NoBody, 0, nil
+		}
+		return io.NopCloser(bytes.NewReader(c.buffered)), int64(len(c.buffered)), nil
+	case req.Body == nil || req.Body == http.NoBody:
+		return req.Body, 0, nil
+	case first && c.prefix != nil:
+		c.sentBody = true
+		return struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(c.prefix), req.Body), req.Body}, req.ContentLength, nil
+	case first:
+		c.sentBody = true
+		return req.Body, req.ContentLength, nil
+	case req.GetBody != nil:
+		body, err := req.GetBody()
+		return body, req.ContentLength, err
+	}
+	return nil, 0, errors.New("retryguard: the request body cannot be sent again") // Decide never asks for it
+}
+
+// attempt sends attempt a, bounded by limit when it is positive (its own
+// context then ends when the caller is done with its response, at EOF or
+// Close; at once when the attempt fails or its response is discarded).
+// The executor's context is the caller's; c.ctx is it with the trace.
+func (c *call) attempt(_ context.Context, a Attempt, limit time.Duration) error {
+	ctx := c.ctx
+	c.cancel = nil
+	if limit > 0 {
+		ctx, c.cancel = context.WithTimeout(c.ctx, limit)
+	}
+	body, length, err := c.newBody(a.Number == 1)
+	if err != nil {
+		c.end()
+		return NotDispatched(err)
+	}
+	out, u := &c.first, &c.firstURL
+	if a.Number > 1 {
+		out, u = new(http.Request), new(url.URL)
+	}
+	*out = *c.req.WithContext(ctx)
+	*u = *c.req.URL
+	out.URL, out.Body, out.ContentLength, out.GetBody = u, body, length, nil
+	if c.hasBuffer || c.req.GetBody != nil {
+		// net/http calls GetBody to send a request again by itself: resend
+		// refuses once this attempt reached the dependency.
+		out.GetBody = c.resend
+	}
+	if a.Key != "" {
+		out.Header = c.req.Header.Clone()
+		out.Header.Set(a.Header, a.Key)
+	}
+	h := c.hooks
+	h.number.Store(int32(a.Number))
+	h.conns.Store(0)
+	h.refused.Store(false)
+	c.out, c.url = out, u
+	res, err := c.base.RoundTrip(out)
+	if err != nil {
+		c.end()
+		switch {
+		case h.refused.Load():
+			return &sent{err: fmt.Errorf("retryguard: the connection failed after the request was sent, "+
+				"and net/http's own re-send of it was refused (%w): %w", io.ErrUnexpectedEOF, err)}
+		case h.wrote.Load() == int32(a.Number):
+			return &sent{err: err}
+		case ctx.Err() == nil:
+			return NotDispatched(err) // not a byte of the request left
+		}
+		// The attempt's context ended, and over HTTP/2 RoundTrip may return
+		// before the headers it wrote are reported: no proof either way.
+		return err
+	}
+	res.Request = c.req
+	c.res = res
+	if res.StatusCode < 400 {
+		return nil
+	}
+	return &StatusError{Code: res.StatusCode, RetryAfter: res.Header.Get("Retry-After")}
+}
+
+// end ends the attempt's own context, if it has one.
+func (c *call) end() {
+	if c.cancel != nil {
+		c.cancel()
+	}
+}
+
+// getConn is the GetConn hook: the transport asks for a connection for
+// each send of the request. A second ask after this attempt's headers were
+// written is net/http re-sending a request already sent, which it does for
+// a body-less replayable request (transport.go, shouldRetryRequest) without
+// calling GetBody. The call stops it.
+func (h *hooks) getConn(string) {
+	if c := h.call; c != nil && h.conns.Add(1) > 1 && h.wrote.Load() == h.number.Load() {
+		h.refused.Store(true)
+		c.stopResend()
+	}
+}
+
+func (h *hooks) wroteHeaders() { h.wrote.Store(h.number.Load()) }
+
+// stopResend stops net/http's re-send of the attempt in flight before a
+// byte of it is written, and ends the transport's loop, from the GetConn
+// hook (on the caller's goroutine, after the previous send's write loop
+// has finished: mapRoundTripError waits for it). A URL with a control
+// character fails Request.write (and HTTP/2's :path check) before anything
+// reaches the connection; a body that net/http cannot rewind then makes
+// the failed send one it does not retry (shouldRetryRequest: a request
+// with a body and no GetBody).
+func (c *call) stopResend() {
+	*c.url = url.URL{Opaque: "\x7f"}
+	c.out.Body, c.out.ContentLength = refusedBody{}, 1
+}
+
+// refusedBody is the body of a send that is stopped before it is written.
+type refusedBody struct{}
+
+func (refusedBody) Read([]byte) (int, error) { return 0, io.EOF }
+func (refusedBody) Close() error             { return nil }
+
+// resend is the outgoing request's GetBody: net/http calls it to send the
+// request again by itself after the connection failed. Before this attempt
+// reached the dependency that is a send of a request that never left;
+// after, it is a retry the policy did not make, and is refused.
+func (c *call) resend() (io.ReadCloser, error) {
+	if h := c.hooks; h.wrote.Load() == h.number.Load() {
+		h.refused.Store(true)
+		return nil, errResendRefused
+	}
+	body, _, err := c.newBody(false)
+	return body, err
+}
+
+var errResendRefused = errors.New("retryguard: net/http's own re-send of a request already sent is refused; the policy decides on any retry")
+
+// drainLimit is the largest discarded body read to its end so that its
+// connection can be reused: one that size has as a rule arrived with its
+// headers, so reading it does not wait on the dependency.
+const drainLimit = 4 << 10
+
+// discard drops the kept response and ends its attempt's context at once:
+// a retry does not wait on the body of the answer it retries past.
+func (c *call) discard() {
+	if c.res != nil {
+		if n := c.res.ContentLength; n >= 0 && n <= drainLimit {
+			_, _ = io.CopyN(io.Discard, c.res.Body, n)
+		}
+		_ = c.res.Body.Close()
+		c.res = nil
+	}
+	c.end()
+}
+
+// deliver hands the kept response to the caller; its attempt's context ends
+// when the caller closes the body or reads it to the end.
+func (c *call) deliver() *http.Response {
+	if c.cancel == nil {
+		return c.res // no context of its own to end
+	}
+	c.body = releasingBody{ReadCloser: c.res.Body, release: c.cancel}
+	c.res.Body = &c.body
+	return c.res
+}
+
+// releasingBody ends its attempt's context and timer once the caller is
+// done: at EOF (or any read error) or Close, and never before.
+type releasingBody struct {
+	io.ReadCloser
+	release context.CancelFunc
+}
+
+func (b *releasingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.release()
+	}
+	return n, err
+}
+
+func (b *releasingBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.release()
+	return err
+}
+
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		_ = req.Body.Close()
+	}
 }

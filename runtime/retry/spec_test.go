@@ -285,10 +285,12 @@ func TestRoundTripperHangUpAfterTheRequestIsAmbiguous(t *testing.T) {
 	}
 }
 
-// Seed 003: retry_allowed(429, safe=False, ...) is false. A retry of any
-// kind needs safe repeat semantics: an idempotent method or a key, so a
-// non-idempotent operation without a key never retries, not even a refused
-// connection.
+// Seed 003: retry_allowed(429, safe=False, ...) is false. A retry of a
+// request that reached the dependency needs safe repeat semantics: an
+// idempotent method or a key. Proof that it never left needs none (seed 002:
+// "proven non-dispatch ... can permit another attempt even without a server
+// retryability flag"; seed 004: "the connector can handle a connection
+// refused before any request left the process").
 func TestARetryNeedsReplaySafety(t *testing.T) {
 	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
 	for name, tc := range map[string]struct {
@@ -300,7 +302,9 @@ func TestARetryNeedsReplaySafety(t *testing.T) {
 		"POST, no key, 503":        {"POST /v1/messages", "", retry.Status(503, ""), 1},
 		"POST, keyed, 503":         {"POST /v1/messages", "K-{user_id}", retry.Status(503, ""), 2},
 		"GET, no key, 503":         {"GET /v1/balance", "", retry.Status(503, ""), 2},
-		"POST, no key, refused":    {"POST /v1/messages", "", refused, 1},
+		"POST, no key, refused":    {"POST /v1/messages", "", refused, 2},
+		"POST, no key, DNS":        {"POST /v1/messages", "", &net.DNSError{Err: "no such host", Name: "telephony-api"}, 2},
+		"POST, no key, not sent":   {"POST /v1/messages", "", retry.NotDispatched(io.ErrUnexpectedEOF), 2},
 		"GET, no key, refused":     {"GET /v1/balance", "", refused, 2},
 		"POST, no key, a 400 stop": {"POST /v1/messages", "", retry.Status(400, ""), 1},
 	} {

@@ -1,0 +1,684 @@
+package retry
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httptrace"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/retryguard/retryguard/runtime/clock"
+	"github.com/retryguard/retryguard/runtime/codes"
+	"github.com/retryguard/retryguard/runtime/policyconfig"
+)
+
+// These tests send real requests to real net/http servers on loopback
+// (issue 18): each finding of an app team's first try has one here.
+
+// loop is one executor, its dead letters and its lifecycle events, behind a
+// RoundTripper whose Base is a transport of the test's own.
+type loop struct {
+	ex      *Executor
+	letters *memoryLetters
+	events  *ChannelSink
+	rt      *RoundTripper
+	client  *http.Client
+}
+
+func newLoop(t *testing.T, p *policyconfig.Payload, base http.RoundTripper) *loop {
+	t.Helper()
+	l := &loop{letters: &memoryLetters{}, events: NewChannelSink(4096)}
+	l.ex = New(staticSource{p.Policy.Name: p}, WithClock(clock.NewVirtual(epoch)), WithDeadLetters(l.letters), WithEventSink(l.events))
+	warm(l.ex, p.Policy.Name, 30)
+	l.attempts() // drop the warm-up's events
+	if base == nil {
+		tr := &http.Transport{}
+		t.Cleanup(tr.CloseIdleConnections)
+		base = tr
+	}
+	l.rt = &RoundTripper{Executor: l.ex, Policy: p.Policy.Name, Base: base}
+	l.client = &http.Client{Transport: l.rt}
+	return l
+}
+
+// attempts counts the attempts started since the last call.
+func (l *loop) attempts() int {
+	n := 0
+	for {
+		select {
+		case ev := <-l.events.C:
+			if ev.To == Attempting {
+				n++
+			}
+		default:
+			return n
+		}
+	}
+}
+
+func (l *loop) post(t *testing.T, url string, body io.Reader) (*http.Response, error) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(WithVars(t.Context(), smsVars), http.MethodPost, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l.client.Do(req)
+}
+
+// arrivals counts the requests a server received, by idempotency key.
+type arrivals struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (a *arrivals) add(r *http.Request) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.n == nil {
+		a.n = map[string]int{}
+	}
+	a.n[r.Header.Get("Idempotency-Key")]++
+	total := 0
+	for _, v := range a.n {
+		total += v
+	}
+	return total
+}
+
+func (a *arrivals) total() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	total := 0
+	for _, v := range a.n {
+		total += v
+	}
+	return total
+}
+
+func hangUp(w http.ResponseWriter) {
+	if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+		_ = conn.Close()
+	}
+}
+
+func payload(size int) []byte {
+	b := make([]byte, size)
+	for i := range b {
+		b[i] = byte('a' + i%26)
+	}
+	return b
+}
+
+// Finding 1: a success must be readable to its end. The attempt's context
+// used to be cancelled when the attempt returned, while the caller read.
+func TestARoundTripperResponseIsReadableToTheEnd(t *testing.T) {
+	for _, tc := range []struct {
+		size, reads int
+		streamed    bool
+	}{{4 << 20, 20, false}, {256 << 10, 50, false}, {16 << 10, 50, false}, {1 << 20, 10, true}} {
+		t.Run(fmt.Sprintf("%d bytes, streamed %v", tc.size, tc.streamed), func(t *testing.T) {
+			body := payload(tc.size)
+			want := sha256.Sum256(body)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(http.StatusCreated)
+				if !tc.streamed {
+					_, _ = w.Write(body)
+					return
+				}
+				for chunk := range slices.Chunk(body, 32<<10) { // chunked, flushed as it goes
+					_, _ = w.Write(chunk)
+					w.(http.Flusher).Flush()
+				}
+			}))
+			defer srv.Close()
+			l := newLoop(t, smsPolicy(), nil)
+			for i := range tc.reads {
+				res, err := l.post(t, srv.URL, strings.NewReader(`{"to":"+15550100"}`))
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := io.ReadAll(res.Body)
+				_ = res.Body.Close()
+				if err != nil || sha256.Sum256(got) != want {
+					t.Fatalf("read %d: %d of %d bytes, %v", i+1, len(got), tc.size, err)
+				}
+			}
+		})
+	}
+}
+
+// Finding 1, the other half: a discarded attempt ends at once, before the
+// backoff, and the attempt whose body the caller holds ends when it closes.
+func TestADiscardedAttemptEndsAtOnce(t *testing.T) {
+	ended := make(chan string, 4)
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader([]int{503, 201}[min(n.Add(1)-1, 1)])
+		_, _ = w.Write(payload(1 << 20)) // more than discard drains
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+		ended <- "request ended"
+	}))
+	defer srv.Close()
+	var slept atomic.Bool
+	clk := sleepHook{Virtual: clock.NewVirtual(epoch), before: func() {
+		select {
+		case <-ended: // the 503's request ended before the backoff
+			slept.Store(true)
+		case <-time.After(5 * time.Second):
+		}
+	}}
+	p := smsPolicy()
+	ex := New(staticSource{p.Policy.Name: p}, WithClock(clk))
+	warm(ex, p.Policy.Name, 30)
+	c := &http.Client{Transport: &RoundTripper{Executor: ex, Policy: p.Policy.Name}}
+	req, _ := http.NewRequestWithContext(WithVars(t.Context(), smsVars), http.MethodPost, srv.URL, strings.NewReader("{}"))
+	res, err := c.Do(req)
+	if err != nil || res.StatusCode != 201 {
+		t.Fatalf("%v %v", res, err)
+	}
+	if !slept.Load() {
+		t.Fatal("the discarded 503 was still open when the backoff began")
+	}
+	_, _ = io.CopyN(io.Discard, res.Body, 1024)
+	select {
+	case <-ended:
+		t.Fatal("the delivered response ended before the caller closed it")
+	case <-time.After(50 * time.Millisecond):
+	}
+	_ = res.Body.Close()
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("closing the body did not end the attempt")
+	}
+}
+
+// Finding 2: the caller's request is the caller's. RoundTrip sets neither
+// its Body nor its GetBody, nor a header, even when it retries.
+func TestTheCallersRequestIsNeverModified(t *testing.T) {
+	srv, s := server(t, 503, 201, 503, 201)
+	l := newLoop(t, smsPolicy(), nil)
+	for name, body := range map[string]io.Reader{
+		"a reader net/http cannot rewind": io.MultiReader(strings.NewReader(`{"to":"+15550100"}`)),
+		"a strings.Reader, with GetBody":  strings.NewReader(`{"to":"+15550100"}`),
+	} {
+		req, _ := http.NewRequestWithContext(WithVars(t.Context(), smsVars), http.MethodPost, srv.URL, body)
+		origBody, origGetBody, origHeader := req.Body, req.GetBody != nil, req.Header.Clone()
+		res, err := l.rt.RoundTrip(req)
+		if err != nil || res.StatusCode != 201 {
+			t.Fatalf("%s: %v %v", name, res, err)
+		}
+		_ = res.Body.Close()
+		if req.Body != origBody || (req.GetBody != nil) != origGetBody || len(req.Header) != len(origHeader) || req.Header.Get("Idempotency-Key") != "" {
+			t.Errorf("%s: the request was modified: body %v→%v, GetBody %v→%v, header %v→%v",
+				name, origBody, req.Body, origGetBody, req.GetBody != nil, origHeader, req.Header)
+		}
+		if res.Request != req {
+			t.Errorf("%s: the response's Request is not the caller's", name)
+		}
+	}
+	for i, b := range s.bodies {
+		if b != `{"to":"+15550100"}` {
+			t.Errorf("attempt %d sent body %q", i+1, b)
+		}
+	}
+}
+
+// Finding 3: replay safety belongs to the request sent. Under a policy whose
+// operation is a GET and which has no key, a POST whose connection dropped
+// after the server read it is applied once, and the operation's outcome is
+// unknown; a GET under the same policy is retried.
+func TestReplaySafetyIsTheRequestsOwn(t *testing.T) {
+	var got arrivals
+	var gets atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		got.add(r)
+		if r.Method != http.MethodGet || gets.Add(1) == 1 {
+			hangUp(w) // read, then dropped: the request may have been applied
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	p := smsPolicy()
+	p.Policy.Operation, p.Policy.KeyTemplate = "GET /v1/status", ""
+	l := newLoop(t, p, &http.Transport{DisableKeepAlives: true})
+	_, err := l.post(t, srv.URL, strings.NewReader(`{"to":"+15550100"}`))
+	var re *Error
+	if !errors.As(err, &re) || re.State != UnknownOutcome || got.total() != 1 || l.attempts() != 1 {
+		t.Fatalf("a keyless POST after a drop: %v, applied %d times", err, got.total())
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL, nil)
+	res, err := l.client.Do(req)
+	if err != nil || res.StatusCode != 200 || got.total() != 3 {
+		t.Fatalf("a GET after a drop: %v %v, %d requests", res, err, got.total())
+	}
+	_ = res.Body.Close()
+}
+
+// keepAlive returns a server that answers the first request on each
+// connection and hangs up on the second after reading it, as a keep-alive
+// connection that drops after the server read the request; arrivals counts
+// what it received. With refuseAfterDrop it also stops listening at the
+// drop, so that every later connection is refused.
+func keepAlive(t *testing.T, refuseAfterDrop bool) (*httptest.Server, *arrivals) {
+	var got arrivals
+	perConn := sync.Map{}
+	var srv *httptest.Server
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		got.add(r)
+		n, _ := perConn.LoadOrStore(r.RemoteAddr, new(atomic.Int32))
+		if n.(*atomic.Int32).Add(1) == 2 {
+			if refuseAfterDrop {
+				_ = srv.Listener.Close()
+			}
+			hangUp(w)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &got
+}
+
+// Finding 4: every attempt the dependency receives is counted. net/http
+// re-sends a request by itself when a reused keep-alive connection drops
+// after the request was written, if the request looks replayable (a GET, or
+// any method with an Idempotency-Key header); the executor used to count one
+// attempt for two arrivals, and the budget was never asked.
+func TestNetHTTPsOwnReSendsAreRefused(t *testing.T) {
+	for name, tc := range map[string]struct {
+		method string
+		body   func() io.Reader
+		policy func(*policyconfig.Payload)
+	}{
+		"a keyed POST with a body": {http.MethodPost, func() io.Reader { return strings.NewReader(`{"to":"+15550100"}`) }, nil},
+		"a keyed POST, a body net/http cannot rewind": {http.MethodPost,
+			func() io.Reader { return io.MultiReader(strings.NewReader(`{"to":"+15550100"}`)) }, nil},
+		"a body-less GET": {http.MethodGet, func() io.Reader { return nil }, func(p *policyconfig.Payload) {
+			p.Policy.Operation, p.Policy.KeyTemplate = "GET /v1/status", ""
+		}},
+		"a body-less keyed POST": {http.MethodPost, func() io.Reader { return nil }, nil},
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv, got := keepAlive(t, false)
+			p := smsPolicy()
+			if tc.policy != nil {
+				tc.policy(p)
+			}
+			tr := &http.Transport{}
+			defer tr.CloseIdleConnections()
+			l := newLoop(t, p, tr)
+			tokens := func() float64 { b, _ := l.ex.Budget(p.Policy.Name); return b.Tokens() }
+			// The first request leaves an idle keep-alive connection behind.
+			res, err := tr.RoundTrip(must(http.NewRequest(http.MethodGet, srv.URL, nil)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, res.Body)
+			_ = res.Body.Close()
+			before := tokens()
+			req, _ := http.NewRequestWithContext(WithVars(t.Context(), smsVars), tc.method, srv.URL, tc.body())
+			res, err = l.client.Do(req)
+			if err != nil || res.StatusCode != 201 {
+				t.Fatalf("%v %v", res, err)
+			}
+			_ = res.Body.Close()
+			arrived, attempts := got.total()-1, l.attempts()
+			if arrived != attempts || attempts != 2 {
+				t.Fatalf("the dependency received %d requests; the executor counted %d attempts", arrived, attempts)
+			}
+			if spent := before - tokens(); spent < 0.5 {
+				t.Errorf("the retry spent %.2f tokens; it must ask the budget", spent)
+			}
+		})
+	}
+}
+
+// Finding 4, the refused re-send: when the dependency stops listening after
+// it read the request, the attempt that reached it is still dispatched, and
+// the operation ends UNKNOWN_OUTCOME, not TERMINAL_EXHAUSTED, with every
+// attempt's evidence in the dead letter.
+func TestAnAttemptWhoseHeadersWereWrittenIsDispatched(t *testing.T) {
+	srv, got := keepAlive(t, true)
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	l := newLoop(t, smsPolicy(), tr)
+	res, err := tr.RoundTrip(must(http.NewRequest(http.MethodGet, srv.URL, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	_ = res.Body.Close()
+	_, err = l.post(t, srv.URL, strings.NewReader(`{"to":"+15550100"}`))
+	var re *Error
+	if !errors.As(err, &re) || re.State != UnknownOutcome {
+		t.Fatalf("got %v, want UNKNOWN_OUTCOME", err)
+	}
+	if got.total() != 2 {
+		t.Errorf("the dependency received %d requests, want 2 (the warm-up and one attempt)", got.total())
+	}
+	letters := l.letters.all()
+	if len(letters) != 1 || letters[0].State != UnknownOutcome || len(letters[0].Attempts) != 3 {
+		t.Fatalf("dead letters %+v", letters)
+	}
+	first := letters[0].Attempts[0].Evidence
+	if !first.Dispatched || first.Class != Ambiguous {
+		t.Errorf("the attempt the dependency received: %+v", first)
+	}
+	for _, a := range letters[0].Attempts[1:] {
+		if a.Evidence.Dispatched || a.Evidence.Transport != ConnectionRefused {
+			t.Errorf("attempt %d: %+v, want a refused, undispatched connect", a.Attempt, a.Evidence)
+		}
+	}
+}
+
+// Finding 5: an unknown outcome stays unknown. A slow answer (a timeout:
+// the write may have happened), then 503, 503, ends UNKNOWN_OUTCOME, dead-
+// lettered with all three attempts, through a real server with slow headers.
+func TestAnUnknownOutcomeIsNotForgotten(t *testing.T) {
+	for name, later := range map[string]int{"timeout → 503 → 503": 503, "timeout → 400": 400} {
+		t.Run(name, func(t *testing.T) {
+			var n atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.ReadAll(r.Body)
+				if n.Add(1) == 1 {
+					select { // headers later than perAttemptTimeout
+					case <-r.Context().Done():
+					case <-time.After(5 * time.Second):
+					}
+					return
+				}
+				w.WriteHeader(later)
+			}))
+			defer srv.Close()
+			p := smsPolicy()
+			p.Policy.PerAttemptTimeout = d("200ms")
+			l := newLoop(t, p, nil)
+			res, err := l.post(t, srv.URL, strings.NewReader(`{"to":"+15550100"}`))
+			var re *Error
+			if res != nil || !errors.As(err, &re) || re.State != UnknownOutcome {
+				t.Fatalf("%v %v, want UNKNOWN_OUTCOME", res, err)
+			}
+			letters := l.letters.all()
+			if len(letters) != 1 || letters[0].State != UnknownOutcome || len(letters[0].Attempts) != int(n.Load()) {
+				t.Fatalf("dead letters %+v after %d requests", letters, n.Load())
+			}
+			if ev := letters[0].Attempts[0].Evidence; ev.Transport != Timeout || !ev.Dispatched {
+				t.Errorf("first attempt %+v", ev)
+			}
+			if pr := re.Problem(); pr.Status != http.StatusAccepted {
+				t.Errorf("an unknown outcome is rendered %d, want 202 Accepted (pending reconciliation)", pr.Status)
+			}
+		})
+	}
+}
+
+// Finding 6: proven non-dispatch retries a keyless POST. A dependency in a
+// rolling restart refuses the first connection; the policy retries only
+// refused and DNS failures, and the second attempt is applied once.
+func TestARefusedConnectionRetriesAKeylessPOST(t *testing.T) {
+	srv, s := server(t, 201)
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusedAddr := closed.Addr().String()
+	_ = closed.Close()
+	var dials atomic.Int32
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if dials.Add(1) == 1 {
+			addr = refusedAddr // the pod that is restarting
+		}
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}}
+	defer tr.CloseIdleConnections()
+	p := smsPolicy()
+	p.Policy.KeyTemplate, p.Policy.RetryOnStatus, p.Policy.RetryOnErrors = "", nil, []string{ConnectionRefused, DNSFailure}
+	l := newLoop(t, p, tr)
+	res, err := l.post(t, srv.URL, strings.NewReader(`{"to":"+15550100"}`))
+	if err != nil || res.StatusCode != 201 {
+		t.Fatalf("%v %v", res, err)
+	}
+	_ = res.Body.Close()
+	if len(s.keys) != 1 || l.attempts() != 2 {
+		t.Fatalf("applied %d times in %d attempts", len(s.keys), l.attempts())
+	}
+}
+
+// Item 2: a body over the buffering bound, which net/http cannot rewind,
+// gets one attempt and arrives whole; one with GetBody is re-read through it.
+func TestABodyOverTheBufferingBoundIsSentOnce(t *testing.T) {
+	body := payload(4096)
+	var got [][]byte
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got = append(got, b)
+		mu.Unlock()
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	for name, tc := range map[string]struct {
+		body     func() io.Reader
+		attempts int
+	}{
+		"streamed, over the bound": {func() io.Reader {
+			pr, pw := io.Pipe()
+			go func() { _, _ = pw.Write(body); _ = pw.Close() }()
+			return pr
+		}, 1},
+		"with GetBody, over the bound": {func() io.Reader { return bytes.NewReader(body) }, 3},
+	} {
+		mu.Lock()
+		got = nil
+		mu.Unlock()
+		l := newLoop(t, smsPolicy(), nil)
+		l.rt.MaxBufferedBody = 1024
+		_, err := l.post(t, srv.URL, tc.body())
+		var re *Error
+		if !errors.As(err, &re) || re.Code != codes.RetryLimitExceeded || re.Attempts != tc.attempts {
+			t.Fatalf("%s: %v, want ERR_RETRY_LIMIT_EXCEEDED after %d attempts", name, err, tc.attempts)
+		}
+		if tc.attempts == 1 && !strings.Contains(re.Detail, "buffering bound") {
+			t.Errorf("%s: the error does not say why: %s", name, re.Detail)
+		}
+		mu.Lock()
+		for i, b := range got {
+			if !bytes.Equal(b, body) {
+				t.Errorf("%s: attempt %d sent %d bytes, want %d", name, i+1, len(b), len(body))
+			}
+		}
+		mu.Unlock()
+	}
+}
+
+// Item 9: a 3xx is a success for the RoundTripper, and http.Client follows
+// it with a new logical operation that carries the same key.
+func TestARedirectIsFollowedByTheClient(t *testing.T) {
+	var keys []string
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		keys = append(keys, r.URL.Path+" "+r.Header.Get("Idempotency-Key"))
+		mu.Unlock()
+		if r.URL.Path == "/old" {
+			http.Redirect(w, r, "/new", http.StatusFound)
+			return
+		}
+		_, _ = io.WriteString(w, "moved here")
+	}))
+	defer srv.Close()
+	l := newLoop(t, smsPolicy(), nil)
+	req, _ := http.NewRequestWithContext(WithVars(t.Context(), smsVars), http.MethodGet, srv.URL+"/old", nil)
+	res, err := l.client.Do(req)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("%v %v", res, err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	_ = res.Body.Close()
+	if string(b) != "moved here" || len(keys) != 2 || keys[0] != "/old SMS-2FA-42-s-9" || keys[1] != "/new SMS-2FA-42-s-9" {
+		t.Fatalf("body %q, requests %q", b, keys)
+	}
+}
+
+// Item 9: the same over h2c (HTTP/2 without TLS), where the transport keeps
+// one connection for every attempt.
+func TestARoundTripperOverH2C(t *testing.T) {
+	var n atomic.Int32
+	body := payload(1 << 20)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		if r.ProtoMajor != 2 {
+			w.WriteHeader(http.StatusHTTPVersionNotSupported)
+			return
+		}
+		if n.Add(1) == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write(body)
+	})
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Start()
+	defer srv.Close()
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	defer tr.CloseIdleConnections()
+	l := newLoop(t, smsPolicy(), tr)
+	res, err := l.post(t, srv.URL, strings.NewReader(`{"to":"+15550100"}`))
+	if err != nil || res.StatusCode != 201 || res.ProtoMajor != 2 {
+		t.Fatalf("%v %v", res, err)
+	}
+	got, err := io.ReadAll(res.Body)
+	_ = res.Body.Close()
+	if err != nil || !bytes.Equal(got, body) || n.Load() != 2 {
+		t.Fatalf("read %d bytes (%v) after %d requests", len(got), err, n.Load())
+	}
+}
+
+// Item 9: connections dropped before the server read the request: the
+// client wrote the headers, so the attempt is dispatched (it may have been
+// read), and each arrival is an attempt the executor counted.
+func TestADropBeforeTheRequestIsReadIsCounted(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var accepted atomic.Int32
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			_ = conn.(*net.TCPConn).SetLinger(0) // a reset, not a clean close
+			_ = conn.Close()
+		}
+	}()
+	l := newLoop(t, smsPolicy(), &http.Transport{})
+	_, err = l.post(t, "http://"+ln.Addr().String(), strings.NewReader(`{"to":"+15550100"}`))
+	var re *Error
+	if !errors.As(err, &re) || re.Attempts != 3 || int(accepted.Load()) != re.Attempts || l.attempts() != 3 {
+		t.Fatalf("%v: %d connections for %d attempts", err, accepted.Load(), l.attempts())
+	}
+}
+
+// A caller's own httptrace hooks still run: the RoundTripper's are composed
+// with them (and, since composing rewrites them, never pooled).
+func TestACallersTraceStillRuns(t *testing.T) {
+	srv, _ := server(t, 503, 201)
+	l := newLoop(t, smsPolicy(), nil)
+	var wrote atomic.Int32
+	ctx := httptrace.WithClientTrace(WithVars(t.Context(), smsVars), &httptrace.ClientTrace{WroteHeaders: func() { wrote.Add(1) }})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, strings.NewReader("{}"))
+	res, err := l.client.Do(req)
+	if err != nil || res.StatusCode != 201 {
+		t.Fatalf("%v %v", res, err)
+	}
+	_ = res.Body.Close()
+	if wrote.Load() != 2 || l.attempts() != 2 {
+		t.Fatalf("the caller's hook saw %d sends of %d attempts", wrote.Load(), l.attempts())
+	}
+}
+
+// The RoundTripper is safe for concurrent use: many callers, one executor,
+// retries and pooled hooks, under -race.
+func TestARoundTripperIsSafeForConcurrentUse(t *testing.T) {
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		if n.Add(1)%3 == 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, r.Header.Get("Idempotency-Key"))
+	}))
+	defer srv.Close()
+	p := smsPolicy()
+	p.Policy.KeyTemplate = "K-{id}"
+	l := newLoop(t, p, nil)
+	warm(l.ex, p.Policy.Name, 300)
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			for i := range 10 {
+				key := fmt.Sprintf("%d-%d", g, i)
+				req, _ := http.NewRequestWithContext(WithVars(t.Context(), Vars{"id": key}), http.MethodPost, srv.URL, strings.NewReader(key))
+				res, err := l.client.Do(req)
+				if err != nil {
+					var re *Error
+					if errors.As(err, &re) && re.Code == codes.RetryBudgetExhausted {
+						continue
+					}
+					t.Error(err)
+					return
+				}
+				body, _ := io.ReadAll(res.Body)
+				_ = res.Body.Close()
+				if string(body) != "K-"+key {
+					t.Errorf("request %s got %q", key, body)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// sleepHook calls before at the start of every backoff sleep.
+type sleepHook struct {
+	*clock.Virtual
+	before func()
+}
+
+func (s sleepHook) Sleep(ctx context.Context, d time.Duration) error {
+	s.before()
+	return s.Virtual.Sleep(ctx, d)
+}
+
+func must(req *http.Request, err error) *http.Request {
+	if err != nil {
+		panic(err)
+	}
+	return req
+}
