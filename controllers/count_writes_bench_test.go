@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -34,19 +35,7 @@ import (
 // event delivered to every pod that watches the namespace's policies.
 func BenchmarkCountChangeWrites(b *testing.B) {
 	const policies, pods, changes = 50, 200, 80
-	ctrl.SetLogger(logr.Discard())
-	env, cfg := devenv.StartEnvironment(b, false)
-	cfg.QPS, cfg.Burst = -1, 0
-	bctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	m, _, err := devenv.StartManaged(bctx, env, cfg, policygraph.DefaultLimits(), devenv.Features{Controllers: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
-	if err != nil {
-		b.Fatal(err)
-	}
+	bctx, m, c, cfg := startControllers(b)
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -116,4 +105,25 @@ func BenchmarkCountChangeWrites(b *testing.B) {
 		b.ReportMetric(renewals, "lease-renewals-at-most")
 		b.ReportMetric(float64(events.Load())*pods/changes, "pod-events/change")
 	}
+}
+
+// startControllers starts a test API server and the controllers as main.go
+// runs them (no client throttle: server-side fairness), and returns a
+// context that ends with the benchmark, the manager, a client and the
+// server's config.
+func startControllers(b *testing.B) (context.Context, ctrl.Manager, client.Client, *rest.Config) {
+	ctrl.SetLogger(logr.Discard())
+	env, cfg := devenv.StartEnvironment(b, false)
+	cfg.QPS, cfg.Burst = -1, 0
+	bctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	m, _, err := devenv.StartManaged(bctx, env, cfg, policygraph.DefaultLimits(), devenv.Features{Controllers: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return bctx, m, c, cfg
 }
