@@ -3,7 +3,6 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"maps"
 	"sync"
 	"time"
@@ -70,37 +69,27 @@ func consumerSelector(b *v1.RetryBudget) (labels.Selector, error) {
 // consumerTally is one count of a budget's consumers.
 type consumerTally struct {
 	Count int32
-	// Members fingerprints the set of pods counted (by UID), so that one pod
-	// replacing another, which keeps the count, still renews the lease.
-	Members uint64
-	// Newest is the creation time of the newest pod counted.
-	Newest time.Time
-}
-
-// same reports whether two tallies counted the same pods.
-func (t consumerTally) same(u consumerTally) bool {
-	return t.Count == u.Count && t.Members == u.Members
+	// Members names the pods counted (policyconfig.EncodeMembers of their
+	// UIDs): a pod takes a share only when a count names it, and one pod
+	// replacing another, which keeps the count, changes the members.
+	Members string
 }
 
 // countConsumers counts the pods in b's namespace that match its selector,
 // reading the manager's cache, which serves a list only once the pod
-// informer has synced. The cost follows the pods of that one namespace.
+// informer has synced, and names them by UID. The cost follows the pods of
+// that one namespace.
 func countConsumers(ctx context.Context, r client.Reader, b *v1.RetryBudget, sel labels.Selector) (consumerTally, error) {
 	pods := podMetadataList()
 	if err := r.List(ctx, pods, client.InNamespace(b.Namespace), client.MatchingLabelsSelector{Selector: sel},
 		client.UnsafeDisableDeepCopy); err != nil {
 		return consumerTally{}, fmt.Errorf("counting the consumers of RetryBudget %s: %w", b.Name, err)
 	}
-	t := consumerTally{Count: int32(min(len(pods.Items), int(policyconfig.MaxConsumerCount)))}
+	uids := make([]string, len(pods.Items))
 	for i := range pods.Items {
-		h := fnv.New64a()
-		_, _ = h.Write([]byte(pods.Items[i].UID))
-		t.Members += h.Sum64() // a sum: the order of the list does not matter
-		if c := pods.Items[i].CreationTimestamp.Time; c.After(t.Newest) {
-			t.Newest = c
-		}
+		uids[i] = string(pods.Items[i].UID)
 	}
-	return t, nil
+	return consumerTally{Count: int32(min(len(pods.Items), int(policyconfig.MaxConsumerCount))), Members: policyconfig.EncodeMembers(uids)}, nil
 }
 
 // budgetsSelecting returns the fleet budgets in pod's namespace whose
@@ -159,19 +148,17 @@ type consumerLease struct {
 }
 
 // renew returns the count to publish for policy and when it must be
-// renewed: after refresh, or policyconfig.YoungConsumerRefresh while a counted pod is
-// young. countedAt is when the count began, read before listing, so that
-// every pod object created before it is in the count: a published
-// observedAt never claims more than the count covers.
+// renewed: after refresh. countedAt is when the count began, read before
+// listing, so that every pod object created before it is in the count: a
+// published observedAt never claims more than the count covers. A count
+// names its pods, so a pod whose object was counted before its process
+// started is covered by that count: no renewal waits for young pods.
 func (l *consumerLeases) renew(policy types.NamespacedName, budget types.UID, tally consumerTally, countedAt time.Time, refresh time.Duration) (policyconfig.Consumers, time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if countedAt.Sub(tally.Newest) < policyconfig.YoungConsumerWindow {
-		refresh = min(refresh, policyconfig.YoungConsumerRefresh)
-	}
 	last, ok := l.byPolicy[policy]
 	age := countedAt.Sub(last.observedAt)
-	if !ok || last.budget != budget || !last.tally.same(tally) || age < 0 || age >= refresh {
+	if !ok || last.budget != budget || last.tally != tally || age < 0 || age >= refresh {
 		last = consumerLease{budget: budget, tally: tally, observedAt: countedAt}
 		if l.byPolicy == nil {
 			l.byPolicy = map[types.NamespacedName]consumerLease{}
@@ -179,7 +166,7 @@ func (l *consumerLeases) renew(policy types.NamespacedName, budget types.UID, ta
 		l.byPolicy[policy] = last
 		age = 0
 	}
-	return policyconfig.Consumers{Count: tally.Count, ObservedAt: last.observedAt}, refresh - age
+	return policyconfig.Consumers{Count: tally.Count, ObservedAt: last.observedAt, Members: tally.Members}, refresh - age
 }
 
 // forget drops a deleted policy's lease.

@@ -20,34 +20,27 @@ func TestConsumerLeaseRenewal(t *testing.T) {
 	const refresh = policyconfig.ConsumerCountRefresh
 	policy := types.NamespacedName{Namespace: "shop", Name: "cart"}
 	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	two := consumerTally{Count: 2, Members: 11, Newest: start.Add(-time.Hour)}
+	two := consumerTally{Count: 2, Members: policyconfig.EncodeMembers([]string{"u1", "u2"})}
+	three := consumerTally{Count: 3, Members: policyconfig.EncodeMembers([]string{"u1", "u2", "u3"})}
+	replaced := consumerTally{Count: 3, Members: policyconfig.EncodeMembers([]string{"u1", "u2", "u4"})}
 	var l consumerLeases
 
 	expect := func(at time.Duration, tally consumerTally, budget types.UID, wantAt, wantDue time.Duration) {
 		t.Helper()
 		c, due := l.renew(policy, budget, tally, start.Add(at), refresh)
-		if c.Count != tally.Count || !c.ObservedAt.Equal(start.Add(wantAt)) || due != wantDue {
+		if c.Count != tally.Count || c.Members != tally.Members || !c.ObservedAt.Equal(start.Add(wantAt)) || due != wantDue {
 			t.Fatalf("at +%s: %+v due in %s, want observedAt +%s due in %s", at, c, due, wantAt, wantDue)
 		}
 	}
-	expect(0, two, "b1", 0, refresh)                                                                                              // the first count
-	expect(5*time.Second, two, "b1", 0, refresh-5*time.Second)                                                                    // same pods: kept
-	expect(refresh, two, "b1", refresh, refresh)                                                                                  // due: renewed
-	expect(refresh+time.Second, consumerTally{Count: 3, Members: 12, Newest: two.Newest}, "b1", refresh+time.Second, refresh)     // a pod more
-	expect(refresh+2*time.Second, consumerTally{Count: 3, Members: 13, Newest: two.Newest}, "b1", refresh+2*time.Second, refresh) // one replaced
-	expect(refresh+3*time.Second, consumerTally{Count: 3, Members: 13, Newest: two.Newest}, "b2", refresh+3*time.Second, refresh) // another budget
-	expect(time.Second, consumerTally{Count: 3, Members: 13, Newest: two.Newest}, "b2", time.Second, refresh)                     // the clock went back
+	expect(0, two, "b1", 0, refresh)                                              // the first count
+	expect(5*time.Second, two, "b1", 0, refresh-5*time.Second)                    // same pods: kept
+	expect(refresh, two, "b1", refresh, refresh)                                  // due: renewed
+	expect(refresh+time.Second, three, "b1", refresh+time.Second, refresh)        // a pod more
+	expect(refresh+2*time.Second, replaced, "b1", refresh+2*time.Second, refresh) // one replaced: the same count, other members
+	expect(refresh+3*time.Second, replaced, "b2", refresh+3*time.Second, refresh) // another budget
+	expect(time.Second, replaced, "b2", time.Second, refresh)                     // the clock went back
 	l.forget(policy)
-	expect(2*time.Second, consumerTally{Count: 3, Members: 13, Newest: two.Newest}, "b2", 2*time.Second, refresh) // forgotten
-
-	// While a counted pod is young, the lease is renewed more often, so
-	// that a count taken after it started soon covers it.
-	young := consumerTally{Count: 4, Members: 14, Newest: start.Add(10 * time.Second)}
-	expect(11*time.Second, young, "b2", 11*time.Second, policyconfig.YoungConsumerRefresh)
-	expect(12*time.Second, young, "b2", 11*time.Second, policyconfig.YoungConsumerRefresh-time.Second)
-	expect(11*time.Second+policyconfig.YoungConsumerRefresh, young, "b2", 11*time.Second+policyconfig.YoungConsumerRefresh, policyconfig.YoungConsumerRefresh)
-	grown := start.Add(10*time.Second + policyconfig.YoungConsumerWindow)
-	expect(grown.Sub(start), young, "b2", grown.Sub(start), refresh) // no longer young
+	expect(2*time.Second, replaced, "b2", 2*time.Second, refresh) // forgotten
 }
 
 func TestPodMembershipChanged(t *testing.T) {

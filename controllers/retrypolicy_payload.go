@@ -101,6 +101,7 @@ func BuildPayload(p *v1.RetryPolicy, budget *v1.RetryBudget, leafAttempts int64,
 		b := budget.Spec.WithDefaults()
 		out.Budget = &policyconfig.Budget{
 			Name:                budget.Name,
+			UID:                 string(budget.UID),
 			Generation:          budget.Generation,
 			RetryPercent:        b.RetryPercent,
 			Window:              dur(b.Window.Duration()),

@@ -7,17 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/retryguard/retryguard/api/policygraph"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
-	"github.com/retryguard/retryguard/hack/devenv"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
@@ -32,19 +29,7 @@ import (
 // counted until the controller is quiet again.
 func BenchmarkScale(b *testing.B) {
 	const policies, budgets = 1000, 10
-	ctrl.SetLogger(logr.Discard())
-	env, cfg := devenv.StartEnvironment(b, false)
-	cfg.QPS, cfg.Burst = -1, 0 // as main.go: server-side fairness, no client throttle
-	bctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	m, _, err := devenv.StartManaged(bctx, env, cfg, policygraph.DefaultLimits(), devenv.Features{Controllers: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
-	if err != nil {
-		b.Fatal(err)
-	}
+	bctx, m, c, _ := startControllers(b)
 	ns := "scale"
 	if err := c.Create(bctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		b.Fatal(err)

@@ -48,13 +48,12 @@ type RetryBudgetSpec struct {
 	MinRetriesPerSecond *int32 `json:"minRetriesPerSecond,omitempty"`
 
 	// partitions is the number of pods that share the budget. Each pod gets
-	// maxTokens/partitions rounded up (tokens grant only within the ratio),
-	// and minRetriesPerSecond/partitions and maxRetriesPerSecond/partitions
-	// rounded down to whole retries (they grant whatever the ratio), so the
-	// pods together never exceed either figure. With consumers set it is the
-	// declared largest number of consumers: a pod whose live count is
-	// missing, stale or does not include it yet takes this conservative
-	// share.
+	// maxTokens/partitions, minRetriesPerSecond/partitions and
+	// maxRetriesPerSecond/partitions, each rounded down, so the pods together
+	// never exceed any figure. With consumers set it is the declared largest
+	// number of consumers: a pod the live count names takes
+	// 1/max(partitions, count) once that count is stale; a pod no count
+	// names takes nothing.
 	// +optional
 	// +default=1
 	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 1000",message="ERR_OUT_OF_RANGE: partitions must be between 1 and 1000"

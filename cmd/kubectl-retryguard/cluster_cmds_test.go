@@ -153,7 +153,7 @@ func TestExplainTheWorstCaseSchedule(t *testing.T) {
 		"2        1ms..200ms    3s                      1.2s       2.2s     yes",
 		"3        1ms..400ms    1.8s                    2.6s       3.6s     yes",
 		"worst case: 3 of 3 attempts run, 3.6s of the 4s deadline",
-		"split over 4 partition(s): each pod holds 3 token(s) (rounded up)",
+		"split over 4 partition(s): each pod holds 2 token(s) and a floor of 0 retries/s (each rounded down)",
 		"shared by 2 policies: slow, sms",
 	)
 	// 1.5 + 0.2 + 1.5 = 3.2s, then 0.8s left cannot hold 0.4s + 1.5s.
@@ -167,8 +167,9 @@ func TestExplainTheWorstCaseSchedule(t *testing.T) {
 }
 
 // A fleet budget: seed 003's total 20/s allowance over the pods the
-// controller counted, each pod's share as the runtime rounds it, and the
-// conservative share it falls back to when the count goes stale.
+// controller counted, each named pod's share as the runtime rounds it and
+// when it takes it, the pods that hold nothing, and the conservative share
+// a named pod falls back to when the count goes stale.
 func TestExplainAFleetBudget(t *testing.T) {
 	sms := fixtures.Policy("auth", "sms", "connector", 3)
 	fleet := fixtures.Budget("auth", fixtures.DefaultBudget, 10)
@@ -182,8 +183,10 @@ func TestExplainAFleetBudget(t *testing.T) {
 	assertContains(t, out,
 		"fleet allowance: at most 20 retries/s across every pod that shares it",
 		"shared by the pods matching app=sms: 8 counted (status.consumers)",
-		"each counted pod holds 2 token(s) (rounded up) and a floor of 2 retries/s (rounded down), at most 2 retries/s (rounded down)",
-		"each pod holds 1 token(s) (rounded up) and a floor of 1 retries/s (rounded down), at most 1 retries/s (rounded down)",
+		"each pod the count names (by its POD_UID) holds 1 token(s) and a floor of 2 retries/s, at most 2 retries/s (each rounded down), 2s after it reads the count",
+		"a pod no count names holds nothing, whatever the count's age",
+		"one started while the controller is down, one that reads its policy from a mounted volume",
+		"with the count stale (controller down, 1m0s) each pod it named holds 0 token(s) and a floor of 1 retries/s, at most 1 retries/s (each rounded down)",
 	)
 	_, graphOut, _ := runCLI(t, "", "graph")
 	assertContains(t, graphOut, "partitions 20, at most 20 retries/s in all, shared by pods app=sms (8 counted)")

@@ -92,7 +92,8 @@ func TestCreditBuysExactlyTheBucket(t *testing.T) {
 	}{
 		{seed(), 100},
 		{Config{RetryPercent: 3, MaxTokens: 10, Partitions: 1}, 334},                     // ceil(1000/3)
-		{Config{RetryPercent: 10, MaxTokens: 10, Partitions: 3}, 40},                     // 4 tokens per pod
+		{Config{RetryPercent: 10, MaxTokens: 10, Partitions: 3}, 30},                     // 3 tokens per pod
+		{Config{RetryPercent: 10, MaxTokens: 10, Partitions: 20}, 0},                     // no token, no credit
 		{Config{RetryPercent: 100, MaxTokens: 1, Partitions: 1, Window: time.Second}, 1}, //
 	} {
 		if got := Credit(tc.c); got != tc.want {

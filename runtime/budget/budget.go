@@ -12,13 +12,17 @@
 // allows. The balance therefore never falls to -1 or below, and over time
 // the bucket still grants one retry per 100/retryPercent primary successes.
 //
-// The ratio cap (retries within retryPercent% of the primaries in the
-// window) would deny every retry of a process that has seen no traffic yet.
-// A new Budget therefore counts Credit primaries at its creation: exactly
-// enough for its full bucket of retries, and like real primaries they leave
-// the window once it has passed. A cold pod can retry its first failures,
-// at most maxTokens of them, as gRPC's retry throttling and the AWS SDK's
-// standard mode allow with their full initial buckets.
+// The ratio cap (INV-RTY-04: retries within retryPercent% of the primaries
+// in the window) would deny every retry of a process that has seen no
+// traffic yet. A budget therefore holds a start credit of Credit primaries,
+// exactly enough for its full bucket of retries, and the ratio divides by
+// max(the real primaries in the window, the credit while it is in the
+// window): never by their sum, so the credit never adds to real traffic.
+// The one bounded exception: until the pod has seen Credit real primaries
+// in the window, its retries may exceed retryPercent% of them, by at most
+// its share of maxTokens (the bucket it started with). A cold pod can
+// retry its first failures, as gRPC's retry throttling and the AWS SDK's
+// standard mode allow with their full initial buckets, and no more.
 //
 // minRetriesPerSecond is a floor, not an addition: while the retries this
 // second (granted by any rule) are below it, a retry is granted whatever the
@@ -26,11 +30,15 @@
 // count in the window and withdraw a token while the balance is above 0.
 //
 // A budget shared by a fleet of pods divides its absolute figures
-// (maxRetriesPerSecond, maxTokens, minRetriesPerSecond) over D pods, from
-// the controller's published consumer count, its age and whether it
-// includes this process (see Denominator). maxRetriesPerSecond is a hard
-// cap, credited per second of the budget's clock, that no other rule (the
-// floor included) grants past.
+// (maxRetriesPerSecond, maxTokens, minRetriesPerSecond) over D pods, every
+// share rounded down, so that D pods together never hold more than the
+// figure (see Denominator). A pod's share of a counted budget is positive
+// only while a published consumer count names it, and a share that grows
+// waits policyconfig.ConsumerCountDelivery first, so that the pods whose
+// shares shrank have heard of it. maxRetriesPerSecond is a hard cap,
+// credited per second of the budget's clock, that no other rule (the floor
+// included) grants past. docs/runtime.md states each rule with the seed
+// sentence it serves.
 package budget
 
 import (
@@ -69,7 +77,8 @@ type Config struct {
 	Consumers Consumers
 }
 
-// Consumers is a published count of the pods that share a budget.
+// Consumers is a published count of the pods that share a budget, as this
+// pod reads it.
 type Consumers struct {
 	// Counted says the budget selects its consumers and the payload
 	// carries their count.
@@ -78,6 +87,9 @@ type Consumers struct {
 	N int32
 	// ObservedAt is when the controller counted, on its wall clock.
 	ObservedAt time.Time
+	// Included says the count names this pod (by the UID the downward API
+	// gives it; see ConfigOf).
+	Included bool
 }
 
 // figures is c without the consumer count: what a budget's generation
@@ -92,40 +104,40 @@ const ZeroShare = 0
 
 // Denominator returns D, the number of pods the budget's absolute figures
 // (maxRetriesPerSecond, maxTokens, minRetriesPerSecond) are divided over,
-// for a process that started at start, judged at now on its clock:
+// judged at now on the pod's clock:
 //   - no count (the budget selects no consumers): Partitions;
+//   - a count that does not name this pod: ZeroShare, whatever its age,
+//     since the N pods it counted may together be using the whole
+//     allowance (a count of 0 names no pod);
 //   - a fresh count (at most policyconfig.ConsumerCountStaleAfter old) that
-//     covers the process (taken at least ConsumerCountClockSkew after it
-//     started): N;
-//   - a fresh count of zero, which cannot be right while this process
-//     draws on the budget (the selector misses it): Partitions;
-//   - a fresh count that does not cover it: ZeroShare, since the N pods it
-//     counted may together be using the whole allowance; this ends when a
-//     covering count arrives or the count goes stale;
-//   - a stale count (the controller is down or cut off): max(Partitions, N).
+//     names it: N;
+//   - a stale count that names it (the controller is down or cut off):
+//     max(Partitions, N), never more than the share the count gave.
 //
-// A count dated more than the skew in the future is no evidence of a
-// recent count either; it is treated as stale. D never grows a share past
-// the stale one except on a fresh count that includes this process.
-func Denominator(c Config, start, now time.Time) int64 {
+// A count dated more than the clock skew in the future is no evidence of
+// a recent count either; it is treated as stale. So the pods a count names
+// hold at most the allowance together, and the pods it does not name hold
+// nothing: the fleet may grow while the controller is down, or while the
+// selector misses pods, and never grant more than the allowance. A Budget
+// applies a D that grows its share only after the delivery bound.
+func Denominator(c Config, now time.Time) int64 {
 	parts := int64(max(c.Partitions, 1))
 	if !c.Consumers.Counted {
 		return parts
 	}
 	n := int64(c.Consumers.N)
-	age := now.Sub(c.Consumers.ObservedAt)
-	switch {
-	case age > policyconfig.ConsumerCountStaleAfter || age < -policyconfig.ConsumerCountClockSkew:
-		return max(parts, n)
-	case n < 1:
-		// A pod is drawing on the budget, yet the count found none: the
-		// selector misses this pod (or the count is not yet the pods').
-		// That count is no evidence of how many share it.
-		return parts
-	case c.Consumers.ObservedAt.Before(start.Add(policyconfig.ConsumerCountClockSkew)):
+	if !c.Consumers.Included || n < 1 {
 		return ZeroShare
 	}
+	if age := now.Sub(c.Consumers.ObservedAt); age > policyconfig.ConsumerCountStaleAfter || age < -policyconfig.ConsumerCountClockSkew {
+		return max(parts, n)
+	}
 	return n
+}
+
+// grows says a share over d pods is larger than one over cur pods.
+func grows(d, cur int64) bool {
+	return d != ZeroShare && (cur == ZeroShare || d < cur)
 }
 
 // Denial says why a retry was refused.
@@ -140,9 +152,14 @@ const (
 	RatioExceeded Denial = "ratio"
 	// RateExceeded: this second's share of maxRetriesPerSecond is spent.
 	RateExceeded Denial = "rate"
-	// NoShare: this pod's share of the fleet's budget is zero, because the
-	// consumer count it holds was taken before it started (see Denominator).
+	// NoShare: this pod's share of the fleet's budget is zero: no consumer
+	// count names it, or the share it is named for still waits the
+	// delivery bound (see Denominator).
 	NoShare Denial = "share"
+	// SlowDelivery: this pod reads payloads through a source slower than
+	// the delivery bound (a mounted volume), so it takes no share of a
+	// counted budget's absolute figures (see WithDelivery).
+	SlowDelivery Denial = "delivery"
 )
 
 // maxCreditSeconds bounds the seconds of rate credit added at once, so a
@@ -158,18 +175,17 @@ type params struct {
 	percent   int64
 	width     int64 // bucket width, ns
 	floor     int64 // retries per second allowed whatever the ratio
-	credit    int64 // primaries a new budget counts at its creation
+	credit    int64 // the start credit, in primaries
 	limited   bool  // maxRetriesPerSecond is set
 	perSecond int64 // milli-retries of rate credit each new second adds: whole retries
 	maxRate   int64 // the rate credit's cap: one second's worth, never saved up
 }
 
-// paramsOf divides c's absolute figures over d pods. The two that grant
-// retries whatever the ratio, the per-second allowance and the floor, are
-// rounded down to whole retries, so that d pods never grant more than the
-// fleet's figure in one second: a pod whose share is below one retry a
-// second retries under neither. maxTokens is rounded up: tokens only ever
-// grant within the ratio, which needs no split.
+// paramsOf divides c's absolute figures over d pods, each rounded down:
+// tokens, the floor and the per-second allowance, so that d pods never hold
+// more than the fleet's figure (d cold pods never more than maxTokens), and
+// never grant more than its figure in one second. A pod whose share of a
+// figure is below one holds none of it.
 func paramsOf(c Config, d int64) *params {
 	window := max(c.Window, time.Second)
 	percent := int64(max(c.RetryPercent, 1))
@@ -179,8 +195,7 @@ func paramsOf(c Config, d int64) *params {
 		p.share = ZeroShare
 		return p
 	}
-	ceilDiv := func(a int64) int64 { return (a + d - 1) / d }
-	tokens := ceilDiv(int64(max(c.MaxTokens, 1)))
+	tokens := int64(max(c.MaxTokens, 1)) / d
 	p.capacity = tokens * scale
 	p.floor = int64(max(c.MinRetriesPerSecond, 0)) / d
 	p.credit = (tokens*100 + percent - 1) / percent
@@ -195,24 +210,15 @@ func paramsOf(c Config, d int64) *params {
 // divides them: over Partitions.
 func partitioned(c Config) *params { return paramsOf(c, int64(max(c.Partitions, 1))) }
 
-// Credit is the number of primaries a new budget counts at its creation, so
-// that the ratio allows its full bucket (this pod's share of maxTokens) of
-// retries: ceil(tokens·100/retryPercent).
+// Credit is the start credit of a budget without a consumer count: the
+// primaries that let the ratio allow its full bucket (this pod's share of
+// maxTokens, rounded down) of retries, ceil(tokens·100/retryPercent).
 func Credit(c Config) int64 { return partitioned(c).credit }
-
-// PodShare is one pod's share of the budget's absolute figures, as the
-// budget enforces them without a consumer count: maxTokens divided over
-// the partitions and rounded up, minRetriesPerSecond rounded down. The
-// ratio needs no split.
-func PodShare(c Config) (tokens, minRetriesPerSecond int64) {
-	p := partitioned(c)
-	return p.capacity / scale, p.floor
-}
 
 // Share is one pod's share of a budget's absolute figures.
 type Share struct {
-	// Tokens is maxTokens over D, rounded up; MinRetriesPerSecond is
-	// minRetriesPerSecond over D, rounded down.
+	// Tokens is maxTokens over D and MinRetriesPerSecond is
+	// minRetriesPerSecond over D, both rounded down.
 	Tokens, MinRetriesPerSecond int64
 	// MilliRetriesPerSecond is maxRetriesPerSecond over D, rounded down to
 	// whole retries, times 1000: the rate credit each new second adds.
@@ -238,17 +244,25 @@ type bucket struct {
 // use atomics only; TryRetry takes a mutex, and only failures reach it.
 type Budget struct {
 	clock clock.Clock
-	// start is when this process started, on clock: a consumer count
-	// covers the process only when taken after it (see Denominator).
-	start  time.Time
-	params atomic.Pointer[params]
-	tokens atomic.Int64 // milli-tokens
+	// delay is how long a growing share waits: the delivery bound.
+	delay time.Duration
+	// unshared says this pod's payloads arrive later than the delivery
+	// bound: it takes no share of a counted budget.
+	unshared bool
+	params   atomic.Pointer[params] // the share in force
+	tokens   atomic.Int64           // milli-tokens
 	// high is the latest bucket epoch seen: a clock that steps backwards is
 	// held at it, so it can never reopen old buckets or mint allowances.
 	high      atomic.Int64
 	primaries [bucketsPerWindow + 1]bucket
 
-	mu          sync.Mutex
+	mu sync.Mutex
+	// config is the latest configuration offered; params may still hold
+	// an older one while a larger share waits (pending, from pendingAt).
+	config    Config
+	pending   *params
+	pendingAt time.Time
+
 	retries     [bucketsPerWindow + 1]int64
 	retryEpochs [bucketsPerWindow + 1]int64
 	// second is the latest whole second seen (held, like high, against a
@@ -259,41 +273,49 @@ type Budget struct {
 	// second adds the pod's share, a retry spends 1000.
 	rate int64
 	// filled says the budget has had a non-zero share, and with it its
-	// full bucket and start credit. A budget created with a zero share gets
-	// them when its share first becomes non-zero.
+	// full bucket and start credit. A budget whose share starts at zero
+	// gets them when its share first becomes non-zero.
 	filled bool
+	// credit is the start credit's primaries and creditEpoch the bucket it
+	// was granted in (-1: none); it counts while that bucket is in the window.
+	credit, creditEpoch int64
 }
 
 // Option configures a Budget.
 type Option func(*Budget)
 
-// StartedAt sets when this process started, on the budget's clock (its
-// creation unless set). A consumer count taken earlier, give or take the
-// allowed clock skew, may not include this process.
-func StartedAt(t time.Time) Option { return func(b *Budget) { b.start = t } }
-
-// New returns a budget that counts Credit primaries now and holds its full
-// bucket, unless its share is zero (see Denominator). Its first second
-// grants no retry under maxRetriesPerSecond: rate credit comes with each
-// new second, as it does for every pod at the same instant.
+// New returns a budget that holds its full bucket and start credit, unless
+// its share is zero (see Denominator). The share of a counted budget starts
+// at zero and takes the count's share after policyconfig.ConsumerCountDelivery,
+// as any share that grows does. Its first second grants no retry under
+// maxRetriesPerSecond: rate credit comes with each new second, as it does
+// for every pod at the same instant.
 func New(c Config, clk clock.Clock, opts ...Option) *Budget {
 	if clk == nil {
 		clk = clock.Real{}
 	}
-	now := clk.Now()
-	b := &Budget{clock: clk, start: now}
+	b := &Budget{clock: clk, delay: policyconfig.ConsumerCountDelivery}
 	for _, o := range opts {
 		o(b)
 	}
-	p := paramsOf(c, Denominator(c, b.start, now))
-	b.params.Store(p)
+	b.reset(c, clk.Now())
+	return b
+}
+
+// reset makes b a new budget of c: no tokens, no window, no share until
+// offer gives it one. The caller holds mu, or owns b alone.
+func (b *Budget) reset(c Config, now time.Time) {
+	b.params.Store(paramsOf(c, ZeroShare))
+	b.tokens.Store(0)
+	b.high.Store(0)
 	for i := range b.primaries {
 		b.primaries[i].epoch.Store(-1)
 		b.retryEpochs[i] = -1
 	}
-	b.second = now.Unix()
-	b.fill(p, now)
-	return b
+	b.config, b.pending = c, nil
+	b.second, b.secondRetries, b.rate = now.Unix(), 0, 0
+	b.filled, b.credit, b.creditEpoch = false, 0, -1
+	b.offer(now)
 }
 
 // fill gives a budget its full bucket and start credit the first time its
@@ -304,14 +326,7 @@ func (b *Budget) fill(p *params, now time.Time) {
 	}
 	b.filled = true
 	b.tokens.Store(p.capacity)
-	e := b.epoch(p, now)
-	bk := &b.primaries[e%int64(len(b.primaries))]
-	if old := bk.epoch.Load(); old != e {
-		if bk.epoch.CompareAndSwap(old, e) {
-			bk.primaries.Store(0)
-		}
-	}
-	bk.primaries.Add(p.credit)
+	b.credit, b.creditEpoch = p.credit, b.epoch(p, now)
 }
 
 // Update applies new figures or a new consumer count, keeping the tokens
@@ -319,24 +334,70 @@ func (b *Budget) fill(p *params, now time.Time) {
 func (b *Budget) Update(c Config) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	now := b.clock.Now()
-	b.apply(paramsOf(c, Denominator(c, b.start, now)), now)
+	b.config = c
+	b.offer(b.clock.Now())
+}
+
+// denominator is Denominator for this pod: zero for a counted budget when
+// its payloads arrive too late to share one.
+func (b *Budget) denominator(c Config, now time.Time) int64 {
+	if b.unshared && c.Consumers.Counted {
+		return ZeroShare
+	}
+	return Denominator(c, now)
+}
+
+// offer puts b.config's share at now in force: at once when it is no larger
+// than the share in force, or when no count is involved (a budget over
+// partitions alone coordinates with no one); after the delivery bound when
+// it grows a counted share, so that the pods whose shares the same count
+// shrank have heard of it first. A later count that asks for the same
+// share keeps the wait already served; one that asks for another restarts
+// it. The caller holds mu, or owns b alone. It returns the share in force.
+func (b *Budget) offer(now time.Time) *params {
+	cur := b.params.Load()
+	d := b.denominator(b.config, now)
+	coordinated := cur.config.Consumers.Counted || b.config.Consumers.Counted
+	switch {
+	case d == cur.share && b.config == cur.config:
+		b.pending = nil
+		return cur
+	case !grows(d, cur.share) || !coordinated || b.delay <= 0:
+		b.pending = nil
+		return b.apply(paramsOf(b.config, d), now)
+	case b.pending != nil && b.pending.share == d:
+		if b.pending.config != b.config {
+			b.pending = paramsOf(b.config, d)
+		}
+	default:
+		b.pending, b.pendingAt = paramsOf(b.config, d), now.Add(b.delay)
+	}
+	if !now.Before(b.pendingAt) {
+		p := b.pending
+		b.pending = nil
+		return b.apply(p, now)
+	}
+	return cur
 }
 
 // apply installs p: a share that shrank clamps the tokens and this
 // second's rate credit at once; one that grew adds rate credit only from
-// the next second, so no second sees two shares' worth. The caller holds mu.
+// the next second, so no second sees two shares' worth, and mints no
+// tokens. The caller holds mu.
 func (b *Budget) apply(p *params, now time.Time) *params {
 	old := b.params.Swap(p)
 	if old.width != p.width {
-		// New bucket boundaries: start the window afresh rather than mix widths.
+		// New bucket boundaries: start the window afresh rather than mix
+		// widths; the start credit, dated in the old width, goes too.
 		for i := range b.primaries {
 			b.primaries[i].epoch.Store(-1)
 			b.retryEpochs[i] = -1
 		}
 		b.high.Store(0)
+		b.creditEpoch = -1
 	}
 	b.rate = min(b.rate, p.maxRate)
+	b.credit = min(b.credit, p.credit)
 	for {
 		cur := b.tokens.Load()
 		if cur <= p.capacity || b.tokens.CompareAndSwap(cur, p.capacity) {
@@ -401,26 +462,27 @@ func (b *Budget) Success() {
 // fleet's budget is zero, and when this second's share of
 // maxRetriesPerSecond is spent: that cap holds over every other rule,
 // the floor included. Otherwise it is granted when the balance is above 0
-// and the retry keeps retries within retryPercent% of the primaries in the
-// window; or, whatever the ratio and the balance, while this second's
-// retries are below the floor. A granted retry withdraws a token when the
-// balance is above 0, and counts toward the window and the second.
+// and the retry keeps retries within retryPercent% of max(the primaries in
+// the window, the start credit while it is in the window); or, whatever the
+// ratio and the balance, while this second's retries are below the floor.
+// A granted retry withdraws a token when the balance is above 0, and counts
+// toward the window and the second.
 //
 // The share is judged on the budget's clock at every call: a count goes
-// stale, and a zero share ends, with no new payload.
+// stale, and a share that waited the delivery bound comes into force, with
+// no new payload.
 func (b *Budget) TryRetry() Denial {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.clock.Now()
-	p := b.params.Load()
-	if d := Denominator(p.config, b.start, now); d != p.share {
-		p = b.apply(paramsOf(p.config, d), now)
-	}
+	p := b.offer(now)
 	if sec := now.Unix(); sec > b.second {
 		b.rate = min(b.rate+min(sec-b.second, maxCreditSeconds)*p.perSecond, p.maxRate)
 		b.second, b.secondRetries = sec, 0
 	}
 	switch {
+	case p.share == ZeroShare && b.unshared && b.config.Consumers.Counted:
+		return SlowDelivery
 	case p.share == ZeroShare:
 		return NoShare
 	case p.limited && b.rate < scale:
@@ -440,6 +502,9 @@ func (b *Budget) TryRetry() Denial {
 		if b.retryEpochs[ep%n] == ep {
 			retries += b.retries[ep%n] // and the one the far edge cuts, to err on the safe side
 		}
+	}
+	if b.creditEpoch >= 0 && e-b.creditEpoch < bucketsPerWindow {
+		primaries = max(primaries, b.credit) // never real traffic plus the credit
 	}
 	balance := b.tokens.Load()
 	denial := Allowed
@@ -464,6 +529,14 @@ func (b *Budget) TryRetry() Denial {
 		b.rate -= scale
 	}
 	return Allowed
+}
+
+// Denominator is the D this budget enforces now: Denominator's answer once
+// any growth has waited the delivery bound (ZeroShare while it waits).
+func (b *Budget) Denominator() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.offer(b.clock.Now()).share
 }
 
 // Tokens returns the balance in tokens, for metrics: at most maxTokens

@@ -81,13 +81,14 @@ func TestRatioCapsRetriesEvenWithTokens(t *testing.T) {
 	}
 }
 
-// The floor grants whatever the ratio, so it is rounded down: 3 pods with
-// floor(5/3) = 1 each grant at most 3 a second, never more than the 5
-// declared. The tokens, which grant only within the ratio, round up.
-func TestPartitionsSplitCapacityUpAndFloorDown(t *testing.T) {
+// Every share rounds down: 3 pods with floor(5/3) = 1 each grant at most 3
+// a second, never more than the 5 declared, and hold floor(10/3) = 3
+// tokens each, so that 3 cold pods never hold more than maxTokens (on the
+// old rule, rounded up, they held 4 each: 12 of 10).
+func TestPartitionsSplitEveryShareDown(t *testing.T) {
 	b := aged(Config{RetryPercent: 10, Window: time.Minute, MaxTokens: 10, MinRetriesPerSecond: 5, Partitions: 3}, clock.NewFake(start))
-	if b.Tokens() != 4 {
-		t.Fatalf("10 tokens over 3 pods is ceil(3.33) = 4, got %v", b.Tokens())
+	if b.Tokens() != 3 {
+		t.Fatalf("10 tokens over 3 pods is floor(3.33) = 3, got %v", b.Tokens())
 	}
 	// No primaries at all: only the floor, floor(5/3) = 1 per second.
 	granted := 0
@@ -137,8 +138,10 @@ func TestBackwardClockMintsNothing(t *testing.T) {
 
 // 10,000 simulated runs with random traffic on a fake clock. At every
 // granted retry, retries in the window ending then are at most retryPercent%
-// of the primaries in it, the start credit counted as primaries at the start. (No limiter can promise it for windows ending
-// later: the primaries that justified a retry age out before it does.)
+// of max(the real primaries in it, the start credit while the window holds
+// the start): never of their sum. (No limiter can promise it for windows
+// ending later: the primaries that justified a retry age out before it
+// does.)
 func TestRatioHoldsAcrossSimulatedRuns(t *testing.T) {
 	rng := rand.New(rand.NewPCG(2901, 45))
 	for run := range 10_000 {
@@ -147,9 +150,6 @@ func TestRatioHoldsAcrossSimulatedRuns(t *testing.T) {
 			MaxTokens: int32(1 + rng.IntN(50)), Partitions: 1}
 		b := New(c, clk)
 		var primaries, retries []time.Time
-		for range Credit(c) {
-			primaries = append(primaries, clk.Now())
-		}
 		failRate := rng.Float64()
 		for range 300 {
 			clk.Advance(time.Duration(rng.Int64N(int64(c.Window / 20))))
@@ -163,6 +163,9 @@ func TestRatioHoldsAcrossSimulatedRuns(t *testing.T) {
 			for attempt := 0; attempt < 2 && b.TryRetry() == Allowed; attempt++ {
 				retries = append(retries, now)
 				inP, inR := count(primaries, now, c.Window), count(retries, now, c.Window)
+				if now.Sub(start) < c.Window {
+					inP = max(inP, int(Credit(c)))
+				}
 				if inR*100 > int(c.RetryPercent)*inP {
 					t.Fatalf("run %d (%+v): %d retries vs %d primaries in the window ending %v",
 						run, c, inR, inP, now.Sub(start))
@@ -258,40 +261,46 @@ func TestConfigOfCarriesEveryFigure(t *testing.T) {
 	limit := int32(0)
 	b := &policyconfig.Budget{Name: "x", Generation: 1, RetryPercent: 7, Window: policyconfig.Duration(90 * time.Second),
 		MaxTokens: 12, MinRetriesPerSecond: 3, Partitions: 4, MaxRetriesPerSecond: &limit,
-		Consumers: &policyconfig.Consumers{Count: 9, ObservedAt: start}}
+		Consumers: &policyconfig.Consumers{Count: 9, ObservedAt: start, Members: policyconfig.EncodeMembers([]string{"uid-a", "uid-b"})}}
 	want := Config{RetryPercent: 7, Window: 90 * time.Second, MaxTokens: 12, MinRetriesPerSecond: 3, Partitions: 4,
-		MaxRetriesPerSecond: 0, LimitRetriesPerSecond: true, Consumers: Consumers{Counted: true, N: 9, ObservedAt: start}}
-	if got := ConfigOf(b); got != want {
+		MaxRetriesPerSecond: 0, LimitRetriesPerSecond: true, Consumers: Consumers{Counted: true, N: 9, ObservedAt: start, Included: true}}
+	if got := ConfigOf(b, "uid-b"); got != want {
 		t.Fatalf("ConfigOf = %+v, want %+v", got, want)
+	}
+	want.Consumers.Included = false
+	for _, pod := range []string{"uid-c", ""} {
+		if got := ConfigOf(b, pod); got != want {
+			t.Fatalf("ConfigOf for a pod the count does not name (%q) = %+v, want %+v", pod, got, want)
+		}
 	}
 	b.MaxRetriesPerSecond, b.Consumers = nil, nil
 	want.LimitRetriesPerSecond, want.Consumers = false, Consumers{}
-	if got := ConfigOf(b); got != want {
+	if got := ConfigOf(b, "uid-a"); got != want {
 		t.Fatalf("without an allowance or a count, ConfigOf = %+v, want %+v", got, want)
 	}
 }
 
 // A pod's share of the absolute figures is what the budget itself holds:
-// divided over the partitions, the tokens rounded up and the floor down, a
-// missing partition count taken as one.
-func TestPodShareIsWhatTheBudgetHolds(t *testing.T) {
+// divided over the partitions, every figure rounded down, a missing
+// partition count taken as one.
+func TestShareOverIsWhatTheBudgetHolds(t *testing.T) {
 	for _, tc := range []struct {
 		tokens, floor, parts  int32
 		wantTokens, wantFloor int64
 	}{
 		{10, 5, 1, 10, 5},
-		{10, 5, 4, 3, 1},
-		{10, 0, 3, 4, 0},
-		{1, 1, 20, 1, 0},
+		{10, 5, 4, 2, 1},
+		{10, 0, 3, 3, 0},
+		{1, 1, 20, 0, 0},
 		{10, 5, 0, 10, 5},
 	} {
 		c := Config{RetryPercent: 10, Window: time.Minute, MaxTokens: tc.tokens, MinRetriesPerSecond: tc.floor, Partitions: tc.parts}
-		tokens, floor := PodShare(c)
-		if tokens != tc.wantTokens || floor != tc.wantFloor {
-			t.Errorf("%+v: share %d tokens, floor %d; want %d, %d", c, tokens, floor, tc.wantTokens, tc.wantFloor)
+		sh := ShareOver(c, Denominator(c, start))
+		if sh.Tokens != tc.wantTokens || sh.MinRetriesPerSecond != tc.wantFloor {
+			t.Errorf("%+v: share %d tokens, floor %d; want %d, %d", c, sh.Tokens, sh.MinRetriesPerSecond, tc.wantTokens, tc.wantFloor)
 		}
-		if got := New(c, clock.NewFake(start)).Tokens(); int64(got) != tokens {
-			t.Errorf("%+v: a new budget holds %v tokens, its share says %d", c, got, tokens)
+		if got := New(c, clock.NewFake(start)).Tokens(); int64(got) != sh.Tokens {
+			t.Errorf("%+v: a new budget holds %v tokens, its share says %d", c, got, sh.Tokens)
 		}
 	}
 }

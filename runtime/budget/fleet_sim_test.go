@@ -2,172 +2,305 @@ package budget
 
 import (
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/retryguard/retryguard/runtime/budget/internal/legacy"
 	"github.com/retryguard/retryguard/runtime/clock"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
-// The fleet simulation: seed 003's toy on a virtual clock. A base of
-// 100 primaries/s spread over the live pods, a dependency that fails every
-// call, every failure asking for retries; a fleet allowance of 20 retries/s.
-// Each pod is its own process with its own Registry, as separate pods are;
-// all of them read one stream of payloads from a simulated controller that
-// counts pod objects and republishes on every change and every
-// ConsumerCountRefresh (YoungConsumerRefresh while a pod object is young),
-// as the controller does.
+// The fleet simulation: seed 003's toy on a virtual clock ("Partition a
+// total 20/s retry allowance … define behavior when budget coordination
+// fails"). A base of 100 primaries/s spread over the live pods, a
+// dependency that fails every call (or, for the greedy caller, one whose
+// every primary deposits and then asks for retries until refused). Each pod
+// is its own process with its own registry, as separate pods are; they read
+// the payloads of a simulated controller that counts the pod objects its
+// cache shows, names them, and republishes on every change and every
+// ConsumerCountRefresh; each pod reads each payload after its own delivery
+// lag. Every scenario runs the budget twice in the same run, on the same
+// pods and the same demand: under the rules of this package, and under the
+// rules they replaced (internal/legacy, this package as it was), and each
+// asserts, in every second, that the new rules hold and that the old ones
+// broke.
 const (
-	simStep           = 10 * time.Millisecond // one primary per step: 100/s
-	simFleetAllowance = 20                    // maxRetriesPerSecond, and minRetriesPerSecond
-	simPods           = 20
-	simAttempts       = 10 // a failure asks for up to 9 retries, stopping at the first refusal
+	simStep = 10 * time.Millisecond // one primary per step: 100/s
 	// simCacheLag is how far the controller's view of pod objects trails
 	// the API server: it recounts, and publishes, that long after a change.
 	simCacheLag = 500 * time.Millisecond
-	// simTolerance is the bound's slack: 20/s +5%.
-	simTolerance = simFleetAllowance * 105 / 100
+	simAttempts = 10 // a failure asks for up to 9 retries, stopping at the first refusal
+	// simMountedDelivery is the delivery bound a mounted volume states:
+	// the kubelet's sync period and its cache's TTL.
+	simMountedDelivery = 90 * time.Second
 )
 
-// simBudget is a budget as one pod's payload carries it. The controller's
-// count is nil when it publishes none.
-type simBudget func(count *policyconfig.Consumers) *policyconfig.Budget
-
-// fleetBudget is the fleet budget: 20/s over the counted consumers, at
-// most 20 of them declared.
-func fleetBudget(count *policyconfig.Consumers) *policyconfig.Budget {
-	limit := int32(simFleetAllowance)
-	return &policyconfig.Budget{Name: "payments", Generation: 1, RetryPercent: 20, Window: policyconfig.Duration(10 * time.Second),
-		MaxTokens: 20, MinRetriesPerSecond: simFleetAllowance, Partitions: simPods, MaxRetriesPerSecond: &limit, Consumers: count}
+// simFigures is a scenario's budget as its payload carries it, without
+// the count: before and after a recreation.
+type simFigures struct {
+	uid        string
+	generation int64
+	percent    int32
+	window     time.Duration
+	tokens     int32
+	floor      int32
+	partitions int32
+	allowance  int32 // maxRetriesPerSecond; 0: none
+	counted    bool
 }
 
-// perProcessBudget is the same figures enforced by each pod alone: no
-// consumers, one partition, so every pod allows 20/s.
-func perProcessBudget(*policyconfig.Consumers) *policyconfig.Budget {
-	b := fleetBudget(nil)
-	b.Partitions = 1
+func (f simFigures) payload() *policyconfig.Budget {
+	b := &policyconfig.Budget{Name: "payments", UID: f.uid, Generation: f.generation, RetryPercent: f.percent,
+		Window: policyconfig.Duration(f.window), MaxTokens: f.tokens, MinRetriesPerSecond: f.floor, Partitions: f.partitions}
+	if f.allowance > 0 {
+		b.MaxRetriesPerSecond = &f.allowance
+	}
 	return b
 }
 
+func (f simFigures) config() Config { return ConfigOf(f.payload(), "") }
+
+// toy is seed 003's fleet budget: 20 retries/s for the fleet, a floor as
+// large, at most 20 pods declared.
+var toy = simFigures{uid: "uid-1", generation: 1, percent: 20, window: 10 * time.Second, tokens: 20, floor: 20,
+	partitions: 20, allowance: 20, counted: true}
+
 type simScenario struct {
 	name    string
-	initial int           // pod objects at the start
-	added   int           // pod objects created from addAt on, one a second
-	addAt   time.Duration //
-	stopAt  time.Duration // the controller stops (0: it never does)
-	length  time.Duration
+	figures simFigures
+	// recreated, when set, replaces the budget at recreateAt: deleted and
+	// created again under the same name.
+	recreated  *simFigures
+	recreateAt time.Duration
+	initial    int           // pod objects at the start
+	added      int           // pod objects created from addAt on, one a second
+	addAt      time.Duration //
+	startNow   bool          // processes start with their objects (a restart of every process together)
+	stopAt     time.Duration // the controller stops (0: it never does)
+	relabel    int           // pods relabelled out of the selector at relabelAt, still calling
+	relabelAt  time.Duration //
+	greedy     bool          // every primary deposits, then asks for retries until refused
+	// lag is the most a payload takes to reach a pod; oldLag that for the
+	// initial pods (a scale-up whose old pods hear last).
+	lag, oldLag time.Duration
+	// oldMounted says the initial pods read payloads through a mounted
+	// volume: their source states the kubelet's delay (simMountedDelivery).
+	oldMounted bool
+	length     time.Duration
+	// tail is the mean retries/s the new rules must still grant over the
+	// last 30 s: the budget holds, it does not starve the fleet.
+	tail float64
+	// oldBreaks says how the old rules fail here: "second" (a second
+	// above the allowance), "window" (a window above retryPercent) or ""
+	// (the old rules held too: a baseline).
+	oldBreaks string
+	// perProcess: the budget is each pod's own, not the fleet's; the
+	// fleet's promises are not asked of it.
+	perProcess bool
+}
+
+// simRuntime is one pod's budget under one set of rules.
+type simRuntime interface {
+	resolve(b *policyconfig.Budget)
+	ready() bool // a payload has arrived
+	primary()
+	success()
+	retry() bool
+}
+
+type newRules struct {
+	reg *Registry
+	b   *Budget
+}
+
+func (n *newRules) resolve(p *policyconfig.Budget) { n.b, _ = n.reg.Resolve("shop", p) }
+func (n *newRules) ready() bool                    { return n.b != nil }
+func (n *newRules) primary()                       { n.b.Primary() }
+func (n *newRules) success()                       { n.b.Success() }
+func (n *newRules) retry() bool                    { return n.b.TryRetry() == Allowed }
+
+type oldRules struct {
+	reg *legacy.Registry
+	b   *legacy.Budget
+}
+
+func (o *oldRules) resolve(p *policyconfig.Budget) { o.b, _ = o.reg.Resolve("shop", p) }
+func (o *oldRules) ready() bool                    { return o.b != nil }
+func (o *oldRules) primary()                       { o.b.Primary() }
+func (o *oldRules) success()                       { o.b.Success() }
+func (o *oldRules) retry() bool                    { return o.b.TryRetry() == legacy.Allowed }
+
+// The two rule sets, each with its controller: the old one renewed counts
+// every YoungConsumerRefresh (2 s) while a pod object was younger than a
+// minute, so that a count taken after a young pod's start came soon; the
+// new one names the pods, and needs no renewal for them.
+const (
+	ruleNew = iota
+	ruleOld
+	rules
+)
+
+type simDelivery struct {
+	at      time.Time
+	payload *policyconfig.Budget
 }
 
 type simPod struct {
+	uid              string
 	created, started time.Time
-	budgets          []*Budget // one per simulated budget; nil until the process starts
-	registries       []*Registry
+	relabelled       bool
+	runtimes         [rules]simRuntime // nil until the process starts
+	inbox            [rules][]simDelivery
+	old              bool
 }
 
-// simResult is one budget's run: retries and offered attempts (primaries
-// plus retries) in each second.
+// simResult is one rule set's run: retries and primaries in each second.
 type simResult struct {
-	retries, offered []int
+	retries, primaries []int
 }
 
-func (r simResult) max() int {
-	m := 0
-	for _, v := range r.retries {
-		m = max(m, v)
-	}
-	return m
-}
+func (r simResult) max() int { return slices.Max(r.retries) }
 
-func mean(v []int) float64 {
+func meanOf(v []int) float64 {
 	sum := 0
 	for _, x := range v {
 		sum += x
 	}
-	return float64(sum) / float64(len(v))
+	return float64(sum) / float64(max(len(v), 1))
 }
 
-// simulate runs sc once for each budget, over the same pods and the same
-// demand, second by second on one virtual clock.
-func simulate(sc simScenario, seed uint64, budgets ...simBudget) []simResult {
+// simulate runs sc once under each rule set, over the same pods and the same
+// demand, step by step on one virtual clock.
+func simulate(sc simScenario, seed uint64) [rules]simResult {
 	rng := rand.New(rand.NewPCG(seed, 3))
+	quiet := slog.New(slog.DiscardHandler)
 	t0 := time.Date(2026, 9, 15, 12, 0, 0, 0, time.UTC)
 	clk := clock.NewFake(t0)
 	var pods []*simPod
-	create := func(at time.Time) {
+	create := func(at time.Time, old bool) {
 		// A process starts 0.2–8 s after its pod object exists (scheduling,
-		// image, init), at any point in a second: some before the
-		// controller has counted the object, most after.
+		// image, init), at any point in a second.
 		delay := 200*time.Millisecond + time.Duration(rng.Int64N(int64(7800*time.Millisecond)))
-		pods = append(pods, &simPod{created: at, started: at.Add(delay),
-			budgets: make([]*Budget, len(budgets)), registries: make([]*Registry, len(budgets))})
+		if sc.startNow {
+			delay = 0
+		}
+		pods = append(pods, &simPod{uid: fmt.Sprintf("pod-%d", len(pods)), created: at, started: at.Add(delay), old: old})
 	}
 	for range sc.initial {
-		create(t0)
+		create(t0, true)
 	}
 	seconds := int(sc.length / time.Second)
-	results := make([]simResult, len(budgets))
+	var results [rules]simResult
 	for i := range results {
-		results[i] = simResult{retries: make([]int, seconds), offered: make([]int, seconds)}
+		results[i] = simResult{retries: make([]int, seconds), primaries: make([]int, seconds)}
 	}
-	var published *policyconfig.Consumers // the latest count, in every payload
-	var lastPublished time.Time
+	// published is each controller's latest payload; members the pods it
+	// named, to republish on a change.
+	var published [rules]*policyconfig.Budget
+	var lastPublished [rules]time.Time
+	var members [rules][]string
 	next := 0 // the pod the next primary goes to
-	for step := 0; clk.Now().Before(t0.Add(sc.length)); step++ {
+	for clk.Now().Before(t0.Add(sc.length)) {
 		now := clk.Now()
 		elapsed := now.Sub(t0)
 		if sc.added > 0 && elapsed >= sc.addAt && elapsed < sc.addAt+time.Duration(sc.added)*time.Second && elapsed%time.Second == 0 {
-			create(now)
+			create(now, false)
 		}
-		// The controller: counts the pod objects its cache shows, and
-		// republishes on a change and at least every refresh, or every
-		// young refresh while a counted pod is young.
-		if sc.stopAt == 0 || elapsed < sc.stopAt {
-			seen := int32(0)
-			refresh := policyconfig.ConsumerCountRefresh
-			for _, p := range pods {
-				if !p.created.After(now.Add(-simCacheLag)) {
-					seen++
-					if now.Sub(p.created) < policyconfig.YoungConsumerWindow {
-						refresh = policyconfig.YoungConsumerRefresh
-					}
-				}
+		if sc.relabel > 0 && elapsed == sc.relabelAt {
+			for _, p := range pods[len(pods)-sc.relabel:] {
+				p.relabelled = true
 			}
-			if published == nil || seen != published.Count || now.Sub(lastPublished) >= refresh {
-				published, lastPublished = &policyconfig.Consumers{Count: seen, ObservedAt: now}, now
+		}
+		figures := sc.figures
+		if sc.recreated != nil && elapsed >= sc.recreateAt {
+			figures = *sc.recreated
+		}
+		if sc.stopAt == 0 || elapsed < sc.stopAt {
+			for rule := range rules {
+				seen := []string{}
+				refresh := policyconfig.ConsumerCountRefresh
 				for _, p := range pods {
-					for i, reg := range p.registries {
-						if reg != nil {
-							p.budgets[i], _ = reg.Resolve("shop", budgets[i](published))
+					visible := !p.created.After(now.Add(-simCacheLag))
+					relabelled := p.relabelled && elapsed >= sc.relabelAt+simCacheLag
+					if visible && !relabelled {
+						seen = append(seen, p.uid)
+						if rule == ruleOld && now.Sub(p.created) < time.Minute {
+							refresh = 2 * time.Second
 						}
 					}
 				}
-			}
-		}
-		// Processes that start now read the current payload.
-		var live []*simPod
-		for _, p := range pods {
-			if p.registries[0] == nil && !p.started.After(now) {
-				for i, b := range budgets {
-					p.registries[i] = NewRegistry(clk)
-					p.budgets[i], _ = p.registries[i].Resolve("shop", b(published))
+				b := figures.payload()
+				if published[rule] != nil && published[rule].UID == b.UID && slices.Equal(seen, members[rule]) &&
+					now.Sub(lastPublished[rule]) < refresh {
+					continue
+				}
+				if figures.counted {
+					b.Consumers = &policyconfig.Consumers{Count: int32(len(seen)), ObservedAt: now, Members: policyconfig.EncodeMembers(seen)}
+				}
+				published[rule], lastPublished[rule], members[rule] = b, now, seen
+				for _, p := range pods {
+					lag := sc.lag
+					if p.old && sc.oldLag > 0 {
+						lag = sc.oldLag
+					}
+					if lag > 0 {
+						lag = lag/2 + time.Duration(rng.Int64N(int64(lag/2)))
+					}
+					p.inbox[rule] = append(p.inbox[rule], simDelivery{at: now.Add(lag), payload: b})
 				}
 			}
-			if p.registries[0] != nil {
-				live = append(live, p)
+		}
+		// Processes that start now list the current payload; running ones
+		// read what has reached them.
+		var live []*simPod
+		for _, p := range pods {
+			if !p.started.After(now) && (p.runtimes[0] == nil) {
+				for rule := range rules {
+					p.inbox[rule] = nil
+					if rule == ruleNew {
+						delivery := time.Duration(0)
+						if p.old && sc.oldMounted {
+							delivery = simMountedDelivery
+						}
+						p.runtimes[rule] = &newRules{reg: NewRegistry(clk, WithPod(p.uid), WithDelivery(delivery), WithLogger(quiet))}
+					} else {
+						p.runtimes[rule] = &oldRules{reg: legacy.NewRegistry(clk, legacy.WithLogger(quiet))}
+					}
+					if published[rule] != nil {
+						p.runtimes[rule].resolve(published[rule])
+					}
+				}
+			}
+			if p.runtimes[0] == nil {
+				continue
+			}
+			live = append(live, p)
+			for rule := range rules {
+				for len(p.inbox[rule]) > 0 && !p.inbox[rule][0].at.After(now) {
+					p.runtimes[rule].resolve(p.inbox[rule][0].payload)
+					p.inbox[rule] = p.inbox[rule][1:]
+				}
 			}
 		}
 		sec := int(elapsed / time.Second)
 		if len(live) > 0 {
 			p := live[next%len(live)]
 			next++
-			for i, b := range p.budgets {
-				b.Primary()
-				results[i].offered[sec]++
-				for attempt := 2; attempt <= simAttempts && b.TryRetry() == Allowed; attempt++ {
-					results[i].retries[sec]++
-					results[i].offered[sec]++
+			for rule, rt := range p.runtimes {
+				if !rt.ready() {
+					continue // no payload yet: no budget, no retry
+				}
+				rt.primary()
+				results[rule].primaries[sec]++
+				if sc.greedy {
+					rt.success()
+				}
+				for attempt := 2; attempt <= simAttempts && rt.retry(); attempt++ {
+					results[rule].retries[sec]++
 				}
 			}
 		}
@@ -176,90 +309,120 @@ func simulate(sc simScenario, seed uint64, budgets ...simBudget) []simResult {
 	return results
 }
 
-// TestFleetBudgetSimulation: the fleet budget keeps the aggregate at or
-// below 20 retries/s (+5%) in every second, steady, during a scale-up from
-// 2 to 20 consumers, while the controller is stopped, and during a scale-up
-// while it is stopped; the same figures enforced per process allow 400/s.
+// violations lists where r breaks the budget's promises: a second above a
+// fleet budget's maxRetriesPerSecond (seed 003's allowance), or a 60 s window above
+// retryPercent of its primaries once it holds Credit real primaries
+// (INV-RTY-04). Before a recreation settles, the allowance is the larger
+// of the two budgets'.
+func violations(sc simScenario, r simResult) (seconds, windows []string) {
+	settled := sc.recreateAt + policyconfig.ConsumerCountDelivery + 2*time.Second
+	for s, v := range r.retries {
+		allowance := sc.figures.allowance
+		if sc.recreated != nil && time.Duration(s)*time.Second >= settled {
+			allowance = sc.recreated.allowance
+		} else if sc.recreated != nil {
+			allowance = max(allowance, sc.recreated.allowance)
+		}
+		if sc.figures.counted && allowance > 0 && v > int(allowance) {
+			seconds = append(seconds, fmt.Sprintf("second %d: %d retries > %d", s, v, allowance))
+		}
+	}
+	credit := Credit(Config{RetryPercent: sc.figures.percent, MaxTokens: sc.figures.tokens, Partitions: 1})
+	percent := sc.figures.percent
+	if sc.recreated != nil {
+		percent = max(percent, sc.recreated.percent)
+	}
+	for end := 1; end <= len(r.retries); end++ {
+		from := max(0, end-60)
+		p, n := 0, 0
+		for s := from; s < end; s++ {
+			p += r.primaries[s]
+			n += r.retries[s]
+		}
+		if int64(p) >= credit && n*100 > int(percent)*p {
+			windows = append(windows, fmt.Sprintf("seconds [%d, %d): %d retries > %d%% of %d primaries", from, end, n, percent, p))
+		}
+	}
+	return seconds, windows
+}
+
+// TestFleetBudgetSimulation runs each scenario of issue 19's findings,
+// under the new rules and the old in the same run: the new rules hold the
+// allowance in every second and retryPercent in every 60 s window, and the
+// old rules broke them.
 func TestFleetBudgetSimulation(t *testing.T) {
+	partitionsDefault := toy
+	partitionsDefault.partitions = 1
+	perProcess := toy
+	perProcess.partitions, perProcess.counted = 1, false
+	old := toy
+	old.uid, old.generation, old.allowance, old.floor, old.percent = "uid-old", 5, 40, 40, 40
+	recreated := toy
+	recreated.uid = "uid-new"
+	scenarios := []simScenario{
+		{name: "steady: 20 pods", figures: toy, initial: 20, length: 180 * time.Second, tail: 19},
+		// Per-process budgets: each pod allows the whole 20/s, so the fleet
+		// makes 400/s under either rules; what fleet budgets exist for.
+		{name: "per-process budgets: 20 pods, 20/s each", figures: perProcess, initial: 20, length: 120 * time.Second, tail: 380,
+			perProcess: true},
+		{name: "a greedy cold start: 1 pod, 10% of 100/s", figures: simFigures{uid: "u", generation: 1, percent: 10, window: time.Minute,
+			tokens: 10, partitions: 1}, initial: 1, startNow: true, greedy: true, length: 180 * time.Second, tail: 9.5, oldBreaks: "window"},
+		{name: "20 pods restarting together, 10 tokens over 20 partitions", figures: simFigures{uid: "u", generation: 1, percent: 10,
+			window: time.Minute, tokens: 10, partitions: 20}, initial: 20, startNow: true, length: 90 * time.Second, oldBreaks: "window"},
+		{name: "the controller down at 30 s, the last count 4, the fleet grown to 20 at 40 s (partitions 1)", figures: partitionsDefault,
+			initial: 4, added: 16, addAt: 40 * time.Second, stopAt: 30 * time.Second, length: 240 * time.Second, tail: 19, oldBreaks: "second"},
+		{name: "a count of 0, the controller down at 10 s, then 20 pods (partitions 1)", figures: partitionsDefault,
+			added: 20, addAt: 20 * time.Second, stopAt: 10 * time.Second, length: 180 * time.Second, oldBreaks: "second"},
+		{name: "scale-up 2 → 20, every payload reaching each pod up to the delivery bound late (partitions 20)", figures: toy,
+			initial: 2, added: 18, addAt: 60 * time.Second, lag: policyconfig.ConsumerCountDelivery - 100*time.Millisecond,
+			length: 200 * time.Second, tail: 19},
+		{name: "scale-up 2 → 20, the 2 old pods reading a mounted volume 30–60 s late (partitions 20)", figures: toy, initial: 2,
+			added: 18, addAt: 60 * time.Second, lag: 200 * time.Millisecond, oldLag: time.Minute, oldMounted: true,
+			length: 200 * time.Second, tail: 17.5, oldBreaks: "second"},
+		{name: "10 pods, 9 relabelled out of the selector at 60 s (partitions 1)", figures: partitionsDefault, initial: 10,
+			relabel: 9, relabelAt: 60 * time.Second, lag: time.Second, length: 180 * time.Second, tail: 19, oldBreaks: "second"},
+		{name: "a budget of 40/s at generation 5 recreated at 60 s as 20/s, generation 1", figures: old, recreated: &recreated,
+			recreateAt: 60 * time.Second, initial: 20, lag: time.Second, length: 180 * time.Second, tail: 19, oldBreaks: "second"},
+		{name: "8 pods: 20/8 rounds down to 2 each", figures: toy, initial: 8, length: 120 * time.Second, tail: 15.5},
+		{name: "30 pods, above the allowance per second", figures: toy, initial: 30, length: 120 * time.Second},
+	}
 	var table strings.Builder
-	fmt.Fprintf(&table, "%-58s %6s %7s %9s %10s %14s %7s\n", "scenario", "max/s", "mean/s", "offered/s",
-		"mean/s>=60s", "offered/s>=60s", "zero-s")
-	row := func(name string, r simResult) {
-		zero := 0
-		for _, v := range r.retries {
-			if v == 0 {
-				zero++
+	fmt.Fprintf(&table, "%-100s %5s %6s %7s %7s %6s %6s\n", "scenario (seed 0)", "rules", "max/s", "mean/s", "tail/s", "sec>A", "win>%")
+	for _, sc := range scenarios {
+		for seed := range uint64(3) {
+			res := simulate(sc, seed)
+			name := fmt.Sprintf("%s, seed %d", sc.name, seed)
+			newSeconds, newWindows := violations(sc, res[ruleNew])
+			oldSeconds, oldWindows := violations(sc, res[ruleOld])
+			if sc.perProcess {
+				newSeconds, newWindows = nil, nil
 			}
-		}
-		fmt.Fprintf(&table, "%-58s %6d %7.1f %9.1f %10.1f %14.1f %7d\n", name, r.max(), mean(r.retries), mean(r.offered),
-			mean(r.retries[60:]), mean(r.offered[60:]), zero)
-	}
-	bounded := func(name string, r simResult) {
-		t.Helper()
-		for s, v := range r.retries {
-			if v > simTolerance {
-				t.Errorf("%s: %d retries in second %d, above %d", name, v, s, simTolerance)
+			for _, v := range append(newSeconds, newWindows...) {
+				t.Errorf("%s, new rules: %s", name, v)
 			}
-		}
-		if mean(r.retries) < simFleetAllowance/2 {
-			t.Errorf("%s: a mean of %.1f retries/s: the fleet budget starves the fleet", name, mean(r.retries))
-		}
-	}
-
-	steady := simScenario{name: "steady", initial: simPods, length: 180 * time.Second}
-	res := simulate(steady, 1, fleetBudget, perProcessBudget)
-	row("(a) 20 pods, fleet budget", res[0])
-	row("(b) the same 20 pods, per-process budgets (same run)", res[1])
-	bounded("(a)", res[0])
-	if m := mean(res[1].retries[60:]); m < 380 {
-		t.Errorf("(b) per-process budgets: a mean of %.1f retries/s once all run, want about 400", m)
-	}
-	if res[1].max() <= simTolerance {
-		t.Errorf("(b) per-process budgets never exceeded the fleet bound: %d", res[1].max())
-	}
-	if m := mean(res[0].retries[60:]); m < simFleetAllowance*0.95 {
-		t.Errorf("(a) steady: a mean of %.1f retries/s, want about 20", m)
-	}
-
-	for _, sc := range []simScenario{
-		{name: "(c) scale-up 2 → 20 consumers", initial: 2, added: 18, addAt: 60 * time.Second, length: 200 * time.Second},
-		{name: "(d) controller stopped at 60 s, 20 pods", initial: simPods, stopAt: 60 * time.Second, length: 240 * time.Second},
-		{name: "(e) controller stopped at 30 s, scale-up 2 → 20 at 60 s", initial: 2, added: 18, addAt: 60 * time.Second,
-			stopAt: 30 * time.Second, length: 240 * time.Second},
-	} {
-		for seed := range uint64(5) {
-			r := simulate(sc, seed, fleetBudget)[0]
-			bounded(fmt.Sprintf("%s, seed %d", sc.name, seed), r)
-			if seed == 0 {
-				row(sc.name, r)
+			tail := meanOf(res[ruleNew].retries[len(res[ruleNew].retries)-30:])
+			if tail < sc.tail {
+				t.Errorf("%s, new rules: a mean of %.1f retries/s over the last 30 s, want at least %.1f: the budget starves the fleet", name, tail, sc.tail)
 			}
-		}
-	}
-	// Fleets whose count does not divide the allowance: 8 pods hold 2 a
-	// second each (16 in all, the fraction lost, never exceeded); 30 pods,
-	// more than the allowance's retries a second, hold none (one retry
-	// each would make 30 in a second). Both only ever stay under the bound.
-	for _, sc := range []struct {
-		simScenario
-		starves bool
-	}{
-		{simScenario{name: "(f) 8 pods: 20/8 rounds down to 2 each", initial: 8, length: 120 * time.Second}, false},
-		{simScenario{name: "(g) 30 pods, above the allowance per second", initial: 30, length: 120 * time.Second}, true},
-	} {
-		for seed := range uint64(5) {
-			r := simulate(sc.simScenario, seed, fleetBudget)[0]
-			for s, v := range r.retries {
-				if v > simTolerance {
-					t.Errorf("%s, seed %d: %d retries in second %d, above %d", sc.name, seed, v, s, simTolerance)
+			switch sc.oldBreaks {
+			case "second":
+				if len(oldSeconds) == 0 {
+					t.Errorf("%s: the old rules never passed the allowance; the scenario shows nothing", name)
+				}
+			case "window":
+				if len(oldWindows) == 0 {
+					t.Errorf("%s: the old rules never passed retryPercent; the scenario shows nothing", name)
 				}
 			}
-			if m := mean(r.retries[60:]); sc.starves != (m == 0) {
-				t.Errorf("%s, seed %d: a mean of %.1f retries/s once counted", sc.name, seed, m)
-			}
 			if seed == 0 {
-				row(sc.name, r)
+				for rule, label := range []string{"new", "old"} {
+					r := res[rule]
+					s, w := violations(sc, r)
+					fmt.Fprintf(&table, "%-100s %5s %6d %7.1f %7.1f %6d %6d\n", sc.name, label, r.max(), meanOf(r.retries),
+						meanOf(r.retries[len(r.retries)-30:]), len(s), len(w))
+				}
 			}
 		}
 	}
-	t.Logf("retries/s per scenario (virtual seconds; offered = primaries + retries per second):\n%s", table.String())
+	t.Logf("retries/s per scenario (virtual seconds; sec>A: seconds above the allowance; win>%%: 60 s windows above retryPercent):\n%s", table.String())
 }

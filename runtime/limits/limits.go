@@ -54,6 +54,9 @@ const (
 	MaxBudgetMinRetriesPerSecond = int32(10000)
 	MaxBudgetPartitions          = int32(1000)
 	MaxBudgetRetriesPerSecond    = int32(100000)
+	// MaxUIDLength bounds an object's UID as a payload carries it: the API
+	// server assigns 36-byte UUIDs.
+	MaxUIDLength = 128
 )
 
 // Name shapes the CRD's patterns and the API server enforce.

@@ -2,10 +2,13 @@ package policyconfig_test
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -108,6 +111,16 @@ func TestParseRejectsFleetBudgets(t *testing.T) {
 			delete(consumers(m), "count")
 		}, "budget.consumers.Count"},
 		"consumers that are not an object": {func(m map[string]any) { budget(m)["consumers"] = 20 }, "payload"},
+		"a UID beyond the bound":           {func(m map[string]any) { budget(m)["uid"] = strings.Repeat("u", limits.MaxUIDLength+1) }, "budget.uid"},
+		"members that are not base64":      {func(m map[string]any) { consumers(m)["members"] = "not base64!" }, "budget.consumers.members"},
+		"members of a partial fingerprint": {func(m map[string]any) { consumers(m)["members"] = "AAAAAAAAAAAA" }, "budget.consumers.members"},
+		"more members than the count":      {func(m map[string]any) { consumers(m)["count"] = 19 }, "budget.consumers.members"},
+		"members named twice": {func(m map[string]any) {
+			consumers(m)["members"], consumers(m)["count"] = "AAAAAAAAAAEAAAAAAAAAAQ==", 2
+		}, "budget.consumers.members"},
+		"members out of order": {func(m map[string]any) {
+			consumers(m)["members"], consumers(m)["count"] = "AAAAAAAAAAIAAAAAAAAAAQ==", 2
+		}, "budget.consumers.members"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			raw, err := policyconfig.Marshal(fixtures.Fleet())
@@ -132,6 +145,50 @@ func TestParseRejectsFleetBudgets(t *testing.T) {
 	}
 }
 
+// A count names exactly the pods it counted, by their UIDs' fingerprints,
+// in a form whose size follows the pods (8 bytes each, base64), whatever
+// their UIDs: 2,000 pods take 21,336 bytes.
+func TestMembersNameExactlyTheCountedPods(t *testing.T) {
+	pods := fixtures.FleetPods()
+	c := &policyconfig.Consumers{Count: int32(len(pods)), ObservedAt: fixtures.ObservedAt, Members: policyconfig.EncodeMembers(pods)}
+	for _, uid := range pods {
+		if !c.Includes(uid) {
+			t.Fatalf("the count does not name %s", uid)
+		}
+	}
+	for _, uid := range []string{"", "00000000-0000-4000-8000-000000000020", pods[0] + " "} {
+		if c.Includes(uid) {
+			t.Fatalf("the count names %q, which it did not count", uid)
+		}
+	}
+	if again := policyconfig.EncodeMembers(append(slices.Clone(pods), pods[3], pods[0])); again != c.Members {
+		t.Fatal("a pod listed twice is named once, in one order")
+	}
+	if (*policyconfig.Consumers)(nil).Includes(pods[0]) || (&policyconfig.Consumers{Members: "!"}).Includes(pods[0]) {
+		t.Fatal("no count, or a count whose members do not decode, names no one")
+	}
+	many := make([]string, 2000)
+	for i := range many {
+		many[i] = fmt.Sprintf("8b0a6d0e-%04d-4c51-9a8e-1f2b3c4d5e6f", i)
+	}
+	if n := len(policyconfig.EncodeMembers(many)); n != 21_336 {
+		t.Fatalf("2,000 pods take %d bytes", n)
+	}
+	huge := make([]string, policyconfig.MaxConsumerMembers+5)
+	for i := range huge {
+		huge[i] = fmt.Sprint(i)
+	}
+	capped := &policyconfig.Consumers{Count: int32(len(huge)), ObservedAt: fixtures.ObservedAt, Members: policyconfig.EncodeMembers(huge)}
+	if n := len(capped.Members); n != base64.StdEncoding.EncodedLen(8*policyconfig.MaxConsumerMembers) {
+		t.Fatalf("a fleet above the bound: %d bytes, want %d", n, base64.StdEncoding.EncodedLen(8*policyconfig.MaxConsumerMembers))
+	}
+	p := fixtures.Fleet()
+	p.Budget.Consumers = capped
+	if _, err := policyconfig.Marshal(p); err != nil {
+		t.Fatalf("a fleet above the bound is published, its list capped: %v", err)
+	}
+}
+
 // Marshal refuses what Parse would refuse: the controller never publishes a
 // count the pods would throw away.
 func TestMarshalRefusesAZeroObservedAt(t *testing.T) {
@@ -146,12 +203,12 @@ func TestMarshalRefusesAZeroObservedAt(t *testing.T) {
 // within the contract's bounds (an independent statement of them), and what
 // it accepts reads back unchanged.
 func FuzzFleetBudget(f *testing.F) {
-	f.Add(true, int32(20), int32(0), true, int32(20), fixtures.ObservedAt.UnixNano())
-	f.Add(true, int32(0), int32(0), true, int32(0), int64(1))
-	f.Add(false, int32(0), int32(5), true, int32(-1), int64(0))
-	f.Add(true, int32(100001), int32(0), false, int32(0), int64(0))
-	f.Add(true, int32(3), int32(4), true, int32(1_000_001), int64(-1))
-	f.Fuzz(func(t *testing.T, hasMax bool, maxRPS, floor int32, hasConsumers bool, count int32, observedAt int64) {
+	f.Add(true, int32(20), int32(0), true, int32(20), fixtures.ObservedAt.UnixNano(), fixtures.Fleet().Budget.Consumers.Members)
+	f.Add(true, int32(0), int32(0), true, int32(0), int64(1), "")
+	f.Add(false, int32(0), int32(5), true, int32(-1), int64(0), "")
+	f.Add(true, int32(100001), int32(0), false, int32(0), int64(0), "")
+	f.Add(true, int32(3), int32(4), true, int32(1_000_001), int64(-1), "")
+	f.Fuzz(func(t *testing.T, hasMax bool, maxRPS, floor int32, hasConsumers bool, count int32, observedAt int64, members string) {
 		p := fixtures.Fleet()
 		p.Budget.MinRetriesPerSecond = floor
 		p.Budget.MaxRetriesPerSecond, p.Budget.Consumers = nil, nil
@@ -163,11 +220,11 @@ func FuzzFleetBudget(f *testing.F) {
 			at = time.Unix(0, observedAt).UTC()
 		}
 		if hasConsumers {
-			p.Budget.Consumers = &policyconfig.Consumers{Count: count, ObservedAt: at}
+			p.Budget.Consumers = &policyconfig.Consumers{Count: count, ObservedAt: at, Members: members}
 		}
 		valid := floor >= 0 && floor <= limits.MaxBudgetMinRetriesPerSecond &&
 			(!hasMax || (maxRPS >= 0 && maxRPS <= limits.MaxBudgetRetriesPerSecond && floor <= maxRPS)) &&
-			(!hasConsumers || (count >= 0 && count <= 1_000_000 && !at.IsZero()))
+			(!hasConsumers || (count >= 0 && count <= 1_000_000 && !at.IsZero() && membersValid(members, count)))
 		raw, err := json.Marshal(p)
 		if err != nil {
 			t.Fatal(err)
@@ -184,4 +241,20 @@ func FuzzFleetBudget(f *testing.F) {
 			t.Fatalf("read back\n%+v\nwant\n%+v", got.Budget, p.Budget)
 		}
 	})
+}
+
+// membersValid states the members' rule independently of the parser:
+// standard base64 of whole 8-byte fingerprints, ascending without repeats,
+// no more of them than the count.
+func membersValid(members string, count int32) bool {
+	raw, err := base64.StdEncoding.DecodeString(members)
+	if err != nil || len(raw)%8 != 0 || len(raw)/8 > int(count) || len(raw)/8 > policyconfig.MaxConsumerMembers {
+		return false
+	}
+	for i := 8; i < len(raw); i += 8 {
+		if bytes.Compare(raw[i-8:i], raw[i:i+8]) >= 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -119,7 +119,11 @@ type FallbackChannel struct {
 
 // Budget is the RetryBudget the policy draws on, resolved by the controller.
 type Budget struct {
-	Name                string   `json:"name"`
+	Name string `json:"name"`
+	// UID is the RetryBudget's metadata.uid: a budget deleted and created
+	// again under the same name is a new budget, whose generation starts
+	// again at 1. Absent only in payloads of controllers that predate it.
+	UID                 string   `json:"uid,omitempty"`
 	Generation          int64    `json:"generation"`
 	RetryPercent        int32    `json:"retryPercent"`
 	Window              Duration `json:"window"`
@@ -133,50 +137,6 @@ type Budget struct {
 	// budget; absent when the budget selects no consumers.
 	Consumers *Consumers `json:"consumers,omitempty"`
 }
-
-// Consumers is the controller's live count of the pods that share a budget.
-type Consumers struct {
-	// Count is the number of pods that matched the budget's
-	// consumers.podSelector at ObservedAt, terminating ones included.
-	Count int32 `json:"count"`
-	// ObservedAt is when the controller counted, on its wall clock.
-	ObservedAt time.Time `json:"observedAt"`
-}
-
-// MaxConsumerCount bounds a published consumer count: several times the
-// pods a whole cluster can hold (Kubernetes is tested to 150,000), so only a
-// forged or corrupted count reaches it. A count may be 0: no pod matched
-// when the controller counted, so any pod that reads it started after.
-const MaxConsumerCount = int32(1_000_000)
-
-// The lease on a published consumer count.
-const (
-	// ConsumerCountRefresh is how often the controller recounts and
-	// republishes, with a new ObservedAt, even when nothing changed.
-	ConsumerCountRefresh = 15 * time.Second
-	// ConsumerCountStaleAfter is how old a count may be before a pod stops
-	// trusting it and takes the conservative share (the allowance over
-	// partitions): four refreshes missed.
-	ConsumerCountStaleAfter = 4 * ConsumerCountRefresh
-	// ConsumerCountClockSkew is the skew allowed between the controller's
-	// and a pod's wall clocks when a pod decides whether a count was taken
-	// after it started (and so includes it).
-	ConsumerCountClockSkew = time.Second
-)
-
-// A pod takes no share until a count taken after it started covers it, and
-// a pod's metadata does not show when its process starts: seconds to
-// minutes after its object is created. So while one of a budget's pods is
-// young, the controller renews the count more often than
-// ConsumerCountRefresh.
-const (
-	// YoungConsumerRefresh is how often a count is renewed while one of the
-	// counted pods is young.
-	YoungConsumerRefresh = 2 * time.Second
-	// YoungConsumerWindow is how long after its creation a pod is young; one
-	// that starts later waits for the regular renewal.
-	YoungConsumerWindow = time.Minute
-)
 
 // Key is "namespace/name", the budget's identity within a pod.
 func (b *Budget) Key(namespace string) string { return namespace + "/" + b.Name }

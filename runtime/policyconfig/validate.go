@@ -272,14 +272,8 @@ func validateBudget(b *Budget) error {
 			return bad("budget.minRetriesPerSecond", "%d is above maxRetriesPerSecond %d", b.MinRetriesPerSecond, *m)
 		}
 	}
-	if c := b.Consumers; c != nil {
-		switch {
-		case c.Count < 0 || c.Count > MaxConsumerCount:
-			return bad("budget.consumers.count", "%d is outside 0–%d", c.Count, MaxConsumerCount)
-		case c.ObservedAt.IsZero():
-			// A count without its time cannot be judged fresh or stale.
-			return bad("budget.consumers.observedAt", "required")
-		}
+	if err := validateBudgetIdentity(b); err != nil {
+		return err
 	}
 	return nil
 }

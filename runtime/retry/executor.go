@@ -86,7 +86,9 @@ func WithDeadLetters(s DeadLetterSink) Option { return func(e *Executor) { e.dea
 func WithMetrics(m *Metrics) Option { return func(e *Executor) { e.metrics = m } }
 
 // WithBudgets shares a budget registry (one per process is right). Without
-// it the executor makes its own, on the executor's clock.
+// it the executor makes its own, on the executor's clock, told the Source's
+// delivery bound (budget.WithDelivery); a shared registry is told by its
+// creator.
 func WithBudgets(r *budget.Registry) Option { return func(e *Executor) { e.budgets = r } }
 
 // New returns an Executor reading policies from src.
@@ -96,7 +98,15 @@ func New(src Source, opts ...Option) *Executor {
 		o(e)
 	}
 	if e.budgets == nil {
-		e.budgets = budget.NewRegistry(e.clock) // after the options, so WithClock reaches it
+		// After the options, so WithClock reaches it. A Source that states
+		// how late it may deliver a payload (a mounted volume) tells the
+		// registry, which then takes no share of a counted budget when that
+		// is later than the count's delivery bound (docs/runtime.md).
+		var opts []budget.RegistryOption
+		if d, ok := src.(interface{ DeliveryBound() time.Duration }); ok {
+			opts = append(opts, budget.WithDelivery(d.DeliveryBound()))
+		}
+		e.budgets = budget.NewRegistry(e.clock, opts...)
 	}
 	if _, real := e.clock.(clock.Real); real {
 		e.realBase = time.Now()

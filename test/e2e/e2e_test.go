@@ -283,9 +283,10 @@ var _ = Describe("Retryguard installed from its chart", Ordered, Label("e2e"), f
 		record("policy delete to ConfigMap gone (GC)", time.Since(start))
 	}, NodeTimeout(time.Minute))
 
-	It("holds a fleet budget across real pods: 4 pods share 8 retries/s at the vendor, where per-pod budgets let each take 8", func(ctx SpecContext) {
+	It("holds a fleet budget across real pods: 4 pods share 8 retries/s at the vendor, where per-pod budgets let each take 8; "+
+		"a pod started while the controller is stopped retries nothing until a count names it", func(ctx SpecContext) {
 		fleetBudgetSpec(ctx, vendorSvc)
-	}, NodeTimeout(5*time.Minute))
+	}, NodeTimeout(10*time.Minute))
 
 	It("fails over when the leader pod is killed: another replica reconciles within the lease duration, admission keeps answering", func(ctx SpecContext) {
 		Expect(admissionRefusal(ctx)).To(MatchError(ContainSubstring("ERR_BUDGET_ABOVE_PLATFORM_CAP")))

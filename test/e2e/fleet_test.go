@@ -47,11 +47,13 @@ const (
 )
 
 // BudgetView mirrors smsapp's /policy budget: the consumer count the pod's
-// payload carries and the share's denominator the runtime computes from it.
+// payload carries, whether it names the pod, and the share's denominator the
+// runtime enforces.
 type BudgetView struct {
 	Name        string     `json:"name"`
 	Consumers   *int32     `json:"consumers"`
 	ObservedAt  *time.Time `json:"observedAt"`
+	Named       bool       `json:"named"`
 	Denominator int64      `json:"denominator"`
 }
 
@@ -259,6 +261,11 @@ func fleetBudgetSpec(ctx context.Context, vendorSvc *corev1.Service) {
 	record("fleet budget: pods created to every pod's share covered", time.Since(start))
 
 	fleet := driveFleet(ctx, svcURL(vendorSvc), pods, "fleet", "shared by 4 pods")
+	lateJoinerSpec(ctx, vendorSvc, dep, pods)
+	Eventually(func(g Gomega) {
+		pods = fleetPods(ctx, g)
+		g.Expect(pods).To(HaveLen(fleetReplicas))
+	}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
 
 	// Per-pod budgets: the same budget without consumers, over one
 	// partition, so each pod enforces the whole allowance.
@@ -288,4 +295,86 @@ func fleetBudgetSpec(ctx context.Context, vendorSvc *corev1.Service) {
 	// allowance: the bound above is the fleet budget's doing.
 	Expect(perPod.max()).To(BeNumerically(">", fleetAllowance+1), "per pod: %s", perPod)
 	Expect(perPod.mean()).To(BeNumerically(">", 2*fleetAllowance), "per pod: %s", perPod)
+}
+
+// lateJoinerSpec: a pod that starts while the controller is stopped is named
+// by no count, so it grants no retry (its share is zero, however the last
+// count ages), until the controller is back and a count names it; then it
+// takes its share of the allowance. The fleet is back at fleetReplicas pods
+// when it returns.
+func lateJoinerSpec(ctx context.Context, vendorSvc *corev1.Service, dep *appsv1.Deployment, pods map[string]string) {
+	GinkgoHelper()
+	restore := stopManager(ctx)
+	scaleFleet(ctx, dep, fleetReplicas+1)
+	var late, lateURL string
+	Eventually(func(g Gomega) {
+		all := fleetPods(ctx, g)
+		g.Expect(all).To(HaveLen(fleetReplicas + 1))
+		for name, url := range all {
+			if _, old := pods[name]; !old {
+				late, lateURL = name, url
+			}
+		}
+	}).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Succeed())
+	var v FleetPolicyView
+	Expect(call(ctx, "GET", lateURL+"/policy", nil, &v)).To(Succeed())
+	Expect(v.Budget).NotTo(BeNil())
+	Expect(v.Budget.Named).To(BeFalse(), "%s, started with the controller stopped: %+v", late, v.Budget)
+	Expect(v.Budget.Denominator).To(BeZero(), "%s: %+v", late, v.Budget)
+	alone := driveFleet(ctx, svcURL(vendorSvc), map[string]string{late: lateURL}, "late", "a pod started with the controller stopped")
+	Expect(alone.perSecond).NotTo(BeEmpty())
+	Expect(alone.max()).To(BeZero(), "a pod no count names retried: %s", alone)
+
+	restore()
+	all := map[string]string{}
+	Eventually(func(g Gomega) { all = fleetPods(ctx, g); g.Expect(all).To(HaveLen(fleetReplicas + 1)) }).WithContext(ctx).Should(Succeed())
+	start := time.Now()
+	awaitShares(ctx, all, ptr.To[int32](fleetReplicas+1), fleetReplicas+1)
+	record("fleet budget: controller back to a late pod's share", time.Since(start))
+	named := driveFleet(ctx, svcURL(vendorSvc), map[string]string{late: lateURL}, "named", "the late pod, once a count names it")
+	Expect(named.max()).To(BeNumerically(">=", 1), "the late pod, named: %s", named)
+	Expect(named.max()).To(BeNumerically("<=", fleetAllowance/(fleetReplicas+1)+1), "the late pod, named: %s", named)
+	scaleFleet(ctx, dep, fleetReplicas)
+}
+
+// stopManager scales the manager to no replicas and waits until none runs;
+// the function it returns scales it back and waits until it is Ready.
+func stopManager(ctx context.Context) func() {
+	GinkgoHelper()
+	mgr := managerDeployment(ctx)
+	replicas := ptr.Deref(mgr.Spec.Replicas, 1)
+	scale := func(n int32) {
+		GinkgoHelper()
+		Eventually(func() error {
+			d := managerDeployment(ctx)
+			before := d.DeepCopy()
+			d.Spec.Replicas = ptr.To(n)
+			return k8s.Patch(ctx, d, client.MergeFrom(before))
+		}).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
+	}
+	scale(0)
+	Eventually(func(g Gomega) { g.Expect(managerPodNames(ctx, g)).To(BeEmpty()) }).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Succeed())
+	logf("the manager is stopped (%d replicas before)", replicas)
+	return func() {
+		GinkgoHelper()
+		scale(replicas)
+		Eventually(func(g Gomega) {
+			d := managerDeployment(ctx)
+			g.Expect(d.Status.ReadyReplicas).To(Equal(replicas))
+		}).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Succeed())
+	}
+}
+
+// scaleFleet sets the fleet Deployment's replicas.
+func scaleFleet(ctx context.Context, dep *appsv1.Deployment, n int32) {
+	GinkgoHelper()
+	Eventually(func() error {
+		var d appsv1.Deployment
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(dep), &d); err != nil {
+			return err
+		}
+		before := d.DeepCopy()
+		d.Spec.Replicas = ptr.To(n)
+		return k8s.Patch(ctx, &d, client.MergeFrom(before))
+	}).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
 }

@@ -84,6 +84,9 @@ func smsapp(name, watch, vendorURL string) (*appsv1.Deployment, *corev1.Service)
 			{Name: "WATCH", Value: watch},
 			{Name: "VENDOR_URL", Value: vendorURL},
 			{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+			// The pod's identity, which a fleet budget's count must name.
+			{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+			{Name: "POD_UID", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}}},
 		},
 		Ports:          []corev1.ContainerPort{{ContainerPort: 8080}},
 		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}}, PeriodSeconds: 1},

@@ -18,6 +18,7 @@ import (
 	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/graph"
 	"github.com/retryguard/retryguard/runtime/backoff"
 	"github.com/retryguard/retryguard/runtime/budget"
+	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
 // Input is what an explanation reads: the policy, the policies and budgets
@@ -226,13 +227,13 @@ func writeBudget(w io.Writer, in Input) {
 		fmt.Fprintf(w, "  shared by the pods matching %s: %d counted (status.consumers)\n",
 			metav1.FormatLabelSelector(s.Consumers.PodSelector), counted)
 		if counted > 0 {
-			fmt.Fprintf(w, "  each counted pod holds %s; the %d%% ratio needs no split\n",
-				shareText(budget.ShareOver(cfg, counted)), s.RetryPercent)
-		} else {
-			fmt.Fprintln(w, "  no pod counted: a pod that draws on it anyway is one the selector misses, and holds the share over partitions")
+			fmt.Fprintf(w, "  each pod the count names (by its POD_UID) holds %s, %s after it reads the count; the %d%% ratio needs no split\n",
+				shareText(budget.ShareOver(cfg, counted)), policyconfig.ConsumerCountDelivery, s.RetryPercent)
 		}
-		fmt.Fprintf(w, "  a pod the count does not include yet holds nothing until it does; with the count stale (controller down) each pod holds %s\n",
-			shareText(budget.ShareOver(cfg, max(parts, counted))))
+		fmt.Fprintln(w, "  a pod no count names holds nothing, whatever the count's age: a pod without POD_UID, one the selector misses, "+
+			"one started while the controller is down, one that reads its policy from a mounted volume")
+		fmt.Fprintf(w, "  with the count stale (controller down, %s) each pod it named holds %s\n",
+			policyconfig.ConsumerCountStaleAfter, shareText(budget.ShareOver(cfg, max(parts, counted))))
 	}
 	names := make([]string, len(b.Users))
 	for i, u := range b.Users {
@@ -243,14 +244,14 @@ func writeBudget(w io.Writer, in Input) {
 }
 
 // shareText is one pod's share of a budget's absolute figures, rounded as
-// the runtime rounds them: tokens up (they grant only within the ratio),
-// the floor and the per-second cap down (they grant whatever the ratio).
+// the runtime rounds them: every one down, so that the pods together never
+// hold more than the budget declares.
 func shareText(sh budget.Share) string {
-	out := fmt.Sprintf("%d token(s) (rounded up) and a floor of %d retries/s (rounded down)", sh.Tokens, sh.MinRetriesPerSecond)
+	out := fmt.Sprintf("%d token(s) and a floor of %d retries/s", sh.Tokens, sh.MinRetriesPerSecond)
 	if sh.Limited {
-		out += fmt.Sprintf(", at most %d retries/s (rounded down)", sh.MilliRetriesPerSecond/1000)
+		out += fmt.Sprintf(", at most %d retries/s", sh.MilliRetriesPerSecond/1000)
 	}
-	return out
+	return out + " (each rounded down)"
 }
 
 func readyLine(b *v1.RetryBudget) string {

@@ -70,10 +70,11 @@ func main() {
 type BudgetView struct {
 	Name string `json:"name"`
 	// Consumers and ObservedAt are the payload's consumer count, when it
-	// carries one.
+	// carries one, and Named whether it names this pod (by $POD_UID).
 	Consumers  *int32     `json:"consumers,omitempty"`
 	ObservedAt *time.Time `json:"observedAt,omitempty"`
-	// Denominator is budget.Denominator for this process now.
+	Named      bool       `json:"named"`
+	// Denominator is the D the runtime's budget enforces now (0: no share).
 	Denominator int64 `json:"denominator"`
 }
 
@@ -103,10 +104,9 @@ func run(ctx context.Context) error {
 		return err
 	}
 	vendorURL := strings.TrimSuffix(os.Getenv("VENDOR_URL"), "/")
-	// The process start a consumer count must follow to give this pod a
-	// share: the registry's, shared with /policy's view of it.
-	started := time.Now()
-	ex := retry.New(src, retry.WithBudgets(budget.NewRegistry(nil, budget.WithStart(started))))
+	// The executor's budget registry knows this pod by $POD_UID (the
+	// downward API's metadata.uid), which a count must name to give it a share.
+	ex := retry.New(src)
 	pools := &retry.Pools{}
 	client := &http.Client{Transport: &retry.RoundTripper{Executor: ex, Policy: policy, Pools: pools}}
 
@@ -124,9 +124,12 @@ func run(ctx context.Context) error {
 		if ok {
 			out["maxAttempts"], out["generation"] = p.Policy.MaxAttempts, p.Policy.Generation
 			if b := p.Budget; b != nil {
-				v := BudgetView{Name: b.Name, Denominator: budget.Denominator(budget.ConfigOf(b), started, time.Now())}
+				v := BudgetView{Name: b.Name}
+				if enforced, ok := ex.Budget(policy); ok {
+					v.Denominator = enforced.Denominator()
+				}
 				if c := b.Consumers; c != nil {
-					v.Consumers, v.ObservedAt = &c.Count, &c.ObservedAt
+					v.Consumers, v.ObservedAt, v.Named = &c.Count, &c.ObservedAt, c.Includes(os.Getenv(budget.PodUIDEnv))
 				}
 				out["budget"] = v
 			}

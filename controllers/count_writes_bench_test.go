@@ -1,0 +1,129 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/retryguard/retryguard/api/policygraph"
+	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
+	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/runtime/policyconfig"
+)
+
+// BenchmarkCountChangeWrites measures what one change of a fleet budget's
+// consumers costs: 50 policies on one budget, 200 pods rolling (a pod
+// created, then an old one deleted, every 250 ms: 80 count changes). It
+// counts the ConfigMap writes the controller makes, as one watcher of the
+// namespace's ConfigMaps sees them, which is what every pod's informer
+// receives. Run it once:
+//
+//	go test -run '^$' -bench BenchmarkCountChangeWrites -benchtime 1x ./controllers/
+//
+// writes/change: ConfigMap writes per count change; each is also a watch
+// event delivered to every pod that watches the namespace's policies.
+func BenchmarkCountChangeWrites(b *testing.B) {
+	const policies, pods, changes = 50, 200, 80
+	bctx, m, c, cfg := startControllers(b)
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const ns = "fleet"
+	if err := c.Create(bctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		b.Fatal(err)
+	}
+	if err := c.Create(bctx, fleetBudget(ns, "vendor", "sender", 200)); err != nil {
+		b.Fatal(err)
+	}
+	for i := range pods {
+		if err := c.Create(bctx, newPod(ns, fmt.Sprintf("sender-%03d", i), "sender")); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range policies {
+		name := fmt.Sprintf("p-%02d", i)
+		if err := c.Create(bctx, fixtures.Policy(ns, name, "connector", 3, fixtures.BudgetRef("vendor"), fixtures.Service(name))); err != nil {
+			b.Fatal(err)
+		}
+	}
+	waitFor(b, 60*time.Second, func() bool { return publishedCount(b, m, ns, "", 0) == policies })
+	time.Sleep(2 * time.Second) // the first counts settle
+
+	for b.Loop() {
+		w, err := cs.CoreV1().ConfigMaps(ns).Watch(bctx, metav1.ListOptions{LabelSelector: policyconfig.ManagedByLabel + "=" + policyconfig.ManagedByValue,
+			ResourceVersion: "0"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var events atomic.Int64
+		synced := make(chan struct{})
+		go func() {
+			initial := 0
+			for e := range w.ResultChan() {
+				if e.Type == watch.Added && initial < policies {
+					if initial++; initial == policies {
+						close(synced)
+					}
+					continue
+				}
+				if e.Type == watch.Modified || e.Type == watch.Added {
+					events.Add(1)
+				}
+			}
+		}()
+		<-synced
+		start := time.Now()
+		for i := range changes / 2 {
+			if err := c.Create(bctx, newPod(ns, fmt.Sprintf("sender-new-%03d", i), "sender")); err != nil {
+				b.Fatal(err)
+			}
+			time.Sleep(250 * time.Millisecond)
+			if err := c.Delete(bctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("sender-%03d", i)}}); err != nil {
+				b.Fatal(err)
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		quiesce(b)
+		elapsed := time.Since(start)
+		w.Stop()
+		// Lease renewals fall due during the roll too: count them apart.
+		renewals := float64(policies) * elapsed.Seconds() / policyconfig.ConsumerCountRefresh.Seconds()
+		b.ReportMetric(float64(events.Load()), "writes")
+		b.ReportMetric(float64(events.Load())/changes, "writes/change")
+		b.ReportMetric(renewals, "lease-renewals-at-most")
+		b.ReportMetric(float64(events.Load())*pods/changes, "pod-events/change")
+	}
+}
+
+// startControllers starts a test API server and the controllers as main.go
+// runs them (no client throttle: server-side fairness), and returns a
+// context that ends with the benchmark, the manager, a client and the
+// server's config.
+func startControllers(b *testing.B) (context.Context, ctrl.Manager, client.Client, *rest.Config) {
+	ctrl.SetLogger(logr.Discard())
+	env, cfg := devenv.StartEnvironment(b, false)
+	cfg.QPS, cfg.Burst = -1, 0
+	bctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	m, _, err := devenv.StartManaged(bctx, env, cfg, policygraph.DefaultLimits(), devenv.Features{Controllers: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return bctx, m, c, cfg
+}
