@@ -37,24 +37,44 @@ const (
 )
 
 // outcomes counts records produced through a client: each is emitted once
-// and then, in its produce callback, delivered or dropped. It is safe for
-// concurrent use.
+// and then settled once, as delivered or dropped, by its produce callback or
+// by abandon, whichever comes first. A record that franz-go has sent to a
+// broker cannot be failed until the broker answers, and a broker that went
+// away never does, so a bounded Close gives up on the records still pending
+// and counts them as dropped: "dropped" means "not known to be delivered".
+// It is safe for concurrent use.
 type outcomes struct {
 	emitted, delivered, dropped atomic.Uint64
-	pending                     sync.WaitGroup
+
+	mu      sync.Mutex
+	pending map[*settlement]struct{}
+	idle    chan struct{} // closed when pending becomes empty, if someone waits
 }
 
+// settlement is one record's outcome, counted once.
+type settlement struct{ done atomic.Bool }
+
 // produce sends r with ctx and counts its outcome; done, if not nil, gets
-// the outcome too. It blocks only while the client's buffer is full.
+// the outcome too, unless the record was abandoned first. It blocks only
+// while the client's buffer is full.
 func (o *outcomes) produce(ctx context.Context, client *kgo.Client, r *kgo.Record, done func(error)) {
-	o.pending.Add(1)
 	client.Produce(ctx, r, o.promise(done))
 }
 
-// promise counts one pending record's outcome, then passes it to done.
+// promise registers one pending record and returns the callback that
+// settles it, then passes its outcome to done.
 func (o *outcomes) promise(done func(error)) func(*kgo.Record, error) {
+	s := &settlement{}
+	o.mu.Lock()
+	if o.pending == nil {
+		o.pending = map[*settlement]struct{}{}
+	}
+	o.pending[s] = struct{}{}
+	o.mu.Unlock()
 	return func(_ *kgo.Record, err error) {
-		defer o.pending.Done()
+		if !o.settle(s) {
+			return // abandoned: already counted as dropped
+		}
 		if err != nil {
 			o.dropped.Add(1)
 		} else {
@@ -64,6 +84,55 @@ func (o *outcomes) promise(done func(error)) func(*kgo.Record, error) {
 			done(err)
 		}
 	}
+}
+
+// settle removes s from the pending records; it reports false when s was
+// settled already.
+func (o *outcomes) settle(s *settlement) bool {
+	if !s.done.CompareAndSwap(false, true) {
+		return false
+	}
+	o.mu.Lock()
+	delete(o.pending, s)
+	if len(o.pending) == 0 && o.idle != nil {
+		close(o.idle)
+		o.idle = nil
+	}
+	o.mu.Unlock()
+	return true
+}
+
+// wait returns once no record is pending, or when ctx ends; then it settles
+// every record still pending as dropped, and returns how many that was.
+func (o *outcomes) wait(ctx context.Context) int {
+	o.mu.Lock()
+	idle := make(chan struct{})
+	if len(o.pending) == 0 {
+		close(idle)
+	} else {
+		o.idle = idle
+	}
+	o.mu.Unlock()
+	select {
+	case <-idle:
+		return 0
+	case <-ctx.Done():
+	}
+	o.mu.Lock()
+	left := make([]*settlement, 0, len(o.pending))
+	for s := range o.pending {
+		left = append(left, s)
+	}
+	o.idle = nil
+	o.mu.Unlock()
+	abandoned := 0
+	for _, s := range left {
+		if o.settle(s) {
+			o.dropped.Add(1)
+			abandoned++
+		}
+	}
+	return abandoned
 }
 
 // EventSink is a non-blocking retry.EventSink: Emit enqueues into a bounded
@@ -123,8 +192,11 @@ func (s *EventSink) Delivered() uint64 { return s.counts.delivered.Load() }
 func (s *EventSink) Dropped() uint64 { return s.counts.dropped.Load() }
 
 // Run produces buffered events until Close, then flushes for at most
-// FlushTimeout; the events still unsent then are failed, and counted as
-// dropped. Cancelling ctx fails the events not yet sent.
+// FlushTimeout. The events still unacknowledged then are given up on and
+// counted as dropped (a late acknowledgement changes no count), so Close
+// never waits longer than FlushTimeout, even for a broker that went away
+// with a request in flight. Cancelling ctx fails the events not yet sent
+// and ends Close's wait at once.
 func (s *EventSink) Run(ctx context.Context) {
 	defer close(s.done)
 	produceCtx, cancel := context.WithCancel(ctx)
@@ -149,11 +221,14 @@ func (s *EventSink) Run(ctx context.Context) {
 	flushCtx, stop := context.WithTimeout(ctx, timeout)
 	defer stop()
 	_ = s.client.Flush(flushCtx)
-	// Fail what Kafka has not taken, and wait for every callback, so that the
-	// counters add up when Close returns. A request already sent is failed
-	// only once the client gives up on it (its request timeout).
+	// Fail what Kafka has not taken; what it took and has not answered is
+	// waited for until the same deadline.
 	cancel()
-	s.counts.pending.Wait()
+	if n := s.counts.wait(flushCtx); n > 0 && s.onDrop != nil {
+		for range n {
+			s.onDrop()
+		}
+	}
 }
 
 // Close stops accepting events, and returns once Run has flushed the rest.
@@ -205,14 +280,14 @@ func (d *DeadLetters) Write(ctx context.Context, l retry.DeadLetter) error {
 		return errors.New("kafka: dead-letter sink closed")
 	}
 	d.counts.emitted.Add(1)
-	d.counts.pending.Add(1)
+	promise := d.counts.promise(func(err error) {
+		cancel()
+		result <- err
+	})
 	d.mu.RUnlock()
 	// Produce blocks while the client's buffer is full; the caller waits for
 	// that no longer than for the acknowledgement.
-	go d.Client.Produce(recordCtx, &kgo.Record{Topic: d.Topic, Key: []byte(l.Key), Value: value}, d.counts.promise(func(err error) {
-		cancel()
-		result <- err
-	}))
+	go d.Client.Produce(recordCtx, &kgo.Record{Topic: d.Topic, Key: []byte(l.Key), Value: value}, promise)
 	select {
 	case err := <-result:
 		return err
@@ -232,11 +307,17 @@ func (d *DeadLetters) Delivered() uint64 { return d.counts.delivered.Load() }
 func (d *DeadLetters) Dropped() uint64 { return d.counts.dropped.Load() }
 
 // Close refuses further writes and returns once every letter in flight is
-// delivered or dropped (within Timeout, or the client's request timeout for
-// a request already sent). It does not close the client.
+// delivered or dropped, waiting at most Timeout: the letters still
+// unacknowledged then are counted as dropped. It does not close the client.
 func (d *DeadLetters) Close() {
 	d.mu.Lock()
 	d.closed = true
 	d.mu.Unlock()
-	d.counts.pending.Wait()
+	timeout := d.Timeout
+	if timeout <= 0 {
+		timeout = DefaultDeadLetterTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	d.counts.wait(ctx)
 }

@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -131,5 +132,81 @@ func TestEventCountersAddUpWhenTheBufferOverflows(t *testing.T) {
 	within(t, "Close", sink.Close)
 	if sink.Emitted() != 10 || sink.Delivered() != 4 || sink.Dropped() != 6 {
 		t.Fatalf("emitted %d, delivered %d, dropped %d", sink.Emitted(), sink.Delivered(), sink.Dropped())
+	}
+}
+
+// The broker is killed mid-run with events in flight (their produce request
+// sent and never answered). Close still returns within its FlushTimeout,
+// counting what it gave up on as dropped, so that emitted = delivered +
+// dropped once it has returned; a callback that comes later changes
+// nothing. On the old sink, Close waited for every callback, and a request
+// sent to a broker that went away never gets one: it was still blocked 40 s
+// later.
+func TestCloseIsBoundedWhenTheBrokerDiesMidRun(t *testing.T) {
+	c, client := cluster(t)
+	sink := NewEventSink(client, 1024)
+	sink.FlushTimeout = 500 * time.Millisecond
+	go sink.Run(context.Background())
+	for i := range 20 {
+		sink.Emit(retry.Event{Operation: uint64(i), Topic: topic, To: retry.Attempting})
+	}
+	waitFor(t, "the first events delivered", func() bool { return sink.Delivered() == 20 })
+	held := make(chan struct{})
+	var once sync.Once
+	c.ControlKey(kmsg.Produce.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		once.Do(func() { close(held) })
+		c.SleepControl(func() { select {} }) // the broker never answers
+		return nil, nil, false
+	})
+	for i := range 20 {
+		sink.Emit(retry.Event{Operation: uint64(100 + i), Topic: topic, To: retry.Attempting})
+	}
+	<-held
+	go c.Close() // the broker goes away with the request in flight
+	start := time.Now()
+	within(t, "Close", sink.Close)
+	if took := time.Since(start); took > sink.FlushTimeout+2*time.Second {
+		t.Fatalf("Close took %v, over its %v FlushTimeout", took, sink.FlushTimeout)
+	}
+	e, d, x := sink.Emitted(), sink.Delivered(), sink.Dropped()
+	if e != 40 || d+x != e || d < 20 {
+		t.Fatalf("after Close: emitted %d, delivered %d, dropped %d", e, d, x)
+	}
+}
+
+// Cancelling Run's context ends the wait too: Close returns without waiting
+// out its FlushTimeout, and the sum holds.
+func TestCloseAfterRunsContextEndsDoesNotWait(t *testing.T) {
+	c, client := cluster(t)
+	c.ControlKey(kmsg.Produce.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		c.SleepControl(func() { select {} })
+		return nil, nil, false
+	})
+	sink := NewEventSink(client, 64)
+	sink.FlushTimeout = time.Hour
+	ctx, cancel := context.WithCancel(context.Background())
+	go sink.Run(ctx)
+	for i := range 10 {
+		sink.Emit(retry.Event{Operation: uint64(i), Topic: topic, To: retry.Attempting})
+	}
+	time.Sleep(100 * time.Millisecond) // let the request go out
+	cancel()
+	within(t, "Close after Run's context ended", sink.Close)
+	if sink.Emitted() != 10 || sink.Delivered()+sink.Dropped() != 10 {
+		t.Fatalf("emitted %d, delivered %d, dropped %d", sink.Emitted(), sink.Delivered(), sink.Dropped())
+	}
+}
+
+// waitFor polls cond until it holds, or fails the test after watchdog.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(watchdog)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, watchdog)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
