@@ -1,0 +1,301 @@
+package deadletter
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/retryguard/retryguard/runtime/retry"
+)
+
+// The journal as an outbox (docs/deadletter-journal.md): a letter is written
+// to the local journal first, and a forwarder ships it on (to Kafka, by
+// runtime/events/kafka.Forwarder) with Forward. Forward marks what it
+// shipped in a small file beside the journal, <path>.forwarded, and compacts
+// the journal once enough of it is forwarded, so that the file does not grow
+// while the queue takes its letters.
+//
+// Delivery is at least once. The mark is written after the queue
+// acknowledged the letters, so a crash between the two ships them again; it
+// names the file it belongs to (its inode), and a mark that names another
+// file, or cannot be read, counts for nothing: everything in the journal is
+// shipped again. A lost or stale mark therefore costs duplicates, never a
+// letter, and consumers deduplicate on Identity, the record key.
+
+// CompactBytes is how many bytes of forwarded letters the journal keeps
+// before Forward compacts it: it then copies the letters not yet forwarded
+// into a new file that replaces the journal.
+const CompactBytes = 1 << 20
+
+// compactBytes is CompactBytes; tests lower it.
+var compactBytes int64 = CompactBytes
+
+// outbox is a journal's forwarded mark. Its fields are used under mu, by
+// one Forward at a time.
+type outbox struct {
+	mu   sync.Mutex
+	file uint64 // the fileID of the journal file off is in
+	off  int64  // the letters before off are forwarded
+}
+
+// mark is the content of <path>.forwarded.
+type mark struct {
+	File   uint64 `json:"file"`
+	Offset int64  `json:"offset"`
+}
+
+func markPath(path string) string { return path + ".forwarded" }
+
+// load reads the forwarded mark of the journal j has just opened, and
+// removes what a compaction cut short by a crash left.
+func (o *outbox) load(j *Journal) error {
+	_ = os.Remove(j.path + ".compacting") // j holds the lock: no compaction runs
+	fi, err := j.f.Stat()
+	if err != nil {
+		return err
+	}
+	o.file, o.off = fileID(fi), int64(len(fileHeader))
+	data, err := os.ReadFile(markPath(j.path))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var m mark
+	if json.Unmarshal(data, &m) == nil && m.File == o.file && m.Offset > o.off && m.Offset <= j.end {
+		o.off = m.Offset
+	}
+	return nil
+}
+
+// save makes the mark durable. It need not sync the directory: a rename
+// lost in a crash leaves the older mark, which only ships letters again.
+func (o *outbox) save(path string, file uint64, off int64) error {
+	data, err := json.Marshal(mark{File: file, Offset: off})
+	if err != nil {
+		return err
+	}
+	tmp := markPath(path) + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = syncFile(f)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, markPath(path))
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("deadletter: saving the forwarded mark of %s: %w", path, err)
+	}
+	return nil
+}
+
+// Forward passes the oldest letters not yet forwarded, at most max of
+// them, to send, and once send returns nil marks them forwarded, durably.
+// It returns how many letters send took: 0 when none is waiting. When send
+// fails, nothing is marked, and the next Forward passes the same letters
+// again. Records in a damaged region are skipped: Damage reports them.
+// Forward is safe for concurrent use with Write; one Forward runs at a
+// time.
+func (j *Journal) Forward(max int, send func([]retry.DeadLetter) error) (int, error) {
+	o := &j.outbox
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	f, end, err := j.durable()
+	if err != nil {
+		return 0, err
+	}
+	letters, next, err := readRange(f, o.off, end, max)
+	if err != nil || next == o.off {
+		return 0, err
+	}
+	if len(letters) > 0 {
+		if err := send(letters); err != nil {
+			return 0, err
+		}
+	}
+	if err := o.save(j.path, o.file, next); err != nil {
+		return len(letters), err
+	}
+	o.off = next
+	return len(letters), j.compact()
+}
+
+// Unforwarded counts the letters not yet forwarded.
+func (j *Journal) Unforwarded() (int, error) {
+	o := &j.outbox
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	f, end, err := j.durable()
+	if err != nil {
+		return 0, err
+	}
+	letters, _, err := readRange(f, o.off, end, -1)
+	return len(letters), err
+}
+
+// durable returns the journal's file and the end of its acknowledged
+// frames, which never change once written.
+func (j *Journal) durable() (*os.File, int64, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.f == nil {
+		return nil, 0, errors.New("deadletter: journal closed")
+	}
+	return j.f, j.end, nil
+}
+
+// readRange reads up to max intact records (all of them when max < 0)
+// from the frames between from and end, which end at a frame boundary, and
+// returns where it stopped.
+func readRange(r io.ReaderAt, from, end int64, max int) ([]retry.DeadLetter, int64, error) {
+	var out []retry.DeadLetter
+	each := func(l retry.DeadLetter) { out = append(out, l) }
+	off := from
+	for off < end && (max < 0 || len(out) < max) {
+		n, st, err := frameAt(r, off, end, each)
+		if err != nil {
+			return nil, from, err
+		}
+		if st == frameIntact {
+			off += n
+			continue
+		}
+		next, err := nextMarker(r, off+1, end)
+		if err != nil {
+			return nil, from, err
+		}
+		if next < 0 {
+			next = end
+		}
+		off = next
+	}
+	return out, off, nil
+}
+
+// compact replaces the journal with a new file that holds only the letters
+// not yet forwarded, once at least compactBytes of forwarded letters lead
+// it and no more unforwarded bytes follow (so that the copy is never larger
+// than what it frees). A damaged journal is not compacted: its damage is
+// evidence (see "Damaged regions stay on disk"). Writers wait only while
+// the last few letters are copied and the new file is synced and renamed.
+// o.mu is held.
+func (j *Journal) compact() error {
+	o := &j.outbox
+	header := int64(len(fileHeader))
+	j.mu.Lock()
+	f, end, damaged := j.f, j.end, j.damage != nil
+	j.mu.Unlock()
+	forwarded := o.off - header
+	if f == nil || damaged || forwarded < compactBytes || end-o.off > forwarded {
+		return nil
+	}
+	tmp := j.path + ".compacting"
+	out, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	keep := false
+	defer func() {
+		if !keep {
+			_ = out.Close()
+			_ = os.Remove(tmp)
+		}
+	}()
+	if err := lockFile(out); err != nil {
+		return err
+	}
+	fi, err := out.Stat()
+	if err != nil {
+		return err
+	}
+	// The frames before end are durable and never change: copy them while
+	// writers go on appending after them.
+	if _, err := out.WriteAt(fileHeader[:], 0); err != nil {
+		return err
+	}
+	if err := copyRange(out, header, f, o.off, end); err != nil {
+		return err
+	}
+
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.paused = true
+	defer j.resume()
+	for j.committing {
+		j.idle.Wait()
+	}
+	if j.f != f { // closed meanwhile
+		return nil
+	}
+	last := j.end
+	if err := copyRange(out, header+end-o.off, f, end, last); err != nil {
+		return err
+	}
+	if err := syncFile(out); err != nil {
+		return err
+	}
+	// The mark for the new file goes first: should the rename not happen,
+	// it names a file that is not the journal, and counts for nothing.
+	if err := o.save(j.path, fileID(fi), header); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, j.path); err != nil {
+		return err
+	}
+	// Letters written from now on go to the new file: its name must be
+	// durable before any of them is acknowledged.
+	if err := syncDir(j.path); err != nil {
+		return err
+	}
+	keep = true
+	old := j.f
+	j.f, j.end, j.dirty = out, header+last-o.off, false
+	o.file, o.off = fileID(fi), header
+	_ = old.Close()
+	return nil
+}
+
+// resume ends compaction's pause: the first writer queued meanwhile takes
+// the lead. j.mu is held.
+func (j *Journal) resume() {
+	j.paused = false
+	if !j.committing && len(j.queue) > 0 {
+		j.committing = true
+		j.queue[0].done <- commitResult{lead: true}
+	}
+}
+
+// copyRange copies src's bytes from..to to dst at at.
+func copyRange(dst *os.File, at int64, src *os.File, from, to int64) error {
+	if to <= from {
+		return nil
+	}
+	_, err := io.Copy(io.NewOffsetWriter(dst, at), io.NewSectionReader(src, from, to-from))
+	return err
+}
+
+// Identity is a dead letter's operation identity: the record key the
+// forwarder gives it, on which a queue's consumers deduplicate, and the
+// name a reconciliation mark gives it. It is the namespace, the policy and
+// the idempotency key, which every attempt of the operation carried (seed
+// 000, INV-RTY-05); a letter without a key is named by its operation number
+// and time instead.
+func Identity(l retry.DeadLetter) string {
+	if l.Key != "" {
+		return l.Namespace + "/" + l.Policy + "/" + l.Key
+	}
+	return fmt.Sprintf("%s/%s/#%d@%s", l.Namespace, l.Policy, l.Operation, l.At.UTC().Format(time.RFC3339Nano))
+}
