@@ -1,12 +1,10 @@
 package deadletter
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -69,17 +67,8 @@ func TestASecondOpenInAnotherProcessIsRefusedUntilItDies(t *testing.T) {
 		select {} // until killed
 	}
 	path := filepath.Join(t.TempDir(), "dead.journal")
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestASecondOpenInAnotherProcessIsRefusedUntilItDies$")
-	cmd.Env = append(os.Environ(), "DEADLETTER_HOLDER="+path)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, lines := startChild(t, "TestASecondOpenInAnotherProcessIsRefusedUntilItDies", "DEADLETTER_HOLDER="+path)
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	lines := bufio.NewScanner(out)
 	if !lines.Scan() || lines.Text() != "holding" {
 		t.Fatalf("the holder: %q", lines.Text())
 	}

@@ -1,6 +1,7 @@
 package deadletter
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,11 +21,13 @@ import (
 // while the queue takes its letters.
 //
 // Delivery is at least once. The mark is written after the queue
-// acknowledged the letters, so a crash between the two ships them again; it
-// names the file it belongs to (its inode), and a mark that names another
-// file, or cannot be read, counts for nothing: everything in the journal is
-// shipped again. A lost or stale mark therefore costs duplicates, never a
-// letter, and consumers deduplicate on Identity, the record key.
+// acknowledged the letters, so a crash between the two ships them again. It
+// names the file it belongs to (its inode) and the last frame it covers
+// (where it starts, and its body's CRC); a mark whose file or frame is not
+// there, or that cannot be read, counts for nothing, and everything in the
+// journal is shipped again. A lost or stale mark therefore costs
+// duplicates, never a letter, and consumers deduplicate on Identity, the
+// record key.
 
 // CompactBytes is how many bytes of forwarded letters the journal keeps
 // before Forward compacts it: it then copies the letters not yet forwarded
@@ -37,15 +40,18 @@ var compactBytes int64 = CompactBytes
 // outbox is a journal's forwarded mark. Its fields are used under mu, by
 // one Forward at a time.
 type outbox struct {
-	mu   sync.Mutex
-	file uint64 // the fileID of the journal file off is in
-	off  int64  // the letters before off are forwarded
+	mu sync.Mutex
+	mark
 }
 
-// mark is the content of <path>.forwarded.
+// mark is a forwarded mark, the content of <path>.forwarded.
 type mark struct {
-	File   uint64 `json:"file"`
-	Offset int64  `json:"offset"`
+	File   uint64 `json:"file"`   // the fileID of the journal file Offset is in
+	Offset int64  `json:"offset"` // the letters before it are forwarded
+	// Last is where the last intact frame before Offset starts, and CRC its
+	// body's CRC-32C: the frame that must be there for the mark to count.
+	Last int64  `json:"last"`
+	CRC  uint32 `json:"crc"`
 }
 
 func markPath(path string) string { return path + ".forwarded" }
@@ -58,7 +64,7 @@ func (o *outbox) load(j *Journal) error {
 	if err != nil {
 		return err
 	}
-	o.file, o.off = fileID(fi), int64(len(fileHeader))
+	o.mark = mark{File: fileID(fi), Offset: int64(len(fileHeader))}
 	data, err := os.ReadFile(markPath(j.path))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -67,16 +73,32 @@ func (o *outbox) load(j *Journal) error {
 		return err
 	}
 	var m mark
-	if json.Unmarshal(data, &m) == nil && m.File == o.file && m.Offset > o.off && m.Offset <= j.end {
-		o.off = m.Offset
+	if json.Unmarshal(data, &m) != nil || m.File != o.File || m.Offset <= o.Offset || m.Offset > j.end || m.Last >= m.Offset {
+		return nil
+	}
+	if crc, n, ok := frameCRC(j.f, m.Last, j.end); ok && crc == m.CRC && m.Last+n <= m.Offset {
+		o.mark = m
 	}
 	return nil
 }
 
+// frameCRC returns the body CRC and the length of the intact frame at off.
+func frameCRC(r io.ReaderAt, off, end int64) (uint32, int64, bool) {
+	n, st, err := frameAt(r, off, end, nil)
+	if err != nil || st != frameIntact {
+		return 0, 0, false
+	}
+	var h [frameHeader]byte
+	if _, err := r.ReadAt(h[:], off); err != nil {
+		return 0, 0, false
+	}
+	return binary.BigEndian.Uint32(h[8:12]), n, true
+}
+
 // save makes the mark durable. It need not sync the directory: a rename
 // lost in a crash leaves the older mark, which only ships letters again.
-func (o *outbox) save(path string, file uint64, off int64) error {
-	data, err := json.Marshal(mark{File: file, Offset: off})
+func (o *outbox) save(path string, m mark) error {
+	data, err := json.Marshal(m)
 	if err != nil {
 		return err
 	}
@@ -117,8 +139,8 @@ func (j *Journal) Forward(max int, send func([]retry.DeadLetter) error) (int, er
 	if err != nil {
 		return 0, err
 	}
-	letters, next, err := readRange(f, o.off, end, max)
-	if err != nil || next == o.off {
+	letters, next, last, err := readRange(f, o.Offset, end, max)
+	if err != nil || next == o.Offset {
 		return 0, err
 	}
 	if len(letters) > 0 {
@@ -126,10 +148,19 @@ func (j *Journal) Forward(max int, send func([]retry.DeadLetter) error) (int, er
 			return 0, err
 		}
 	}
-	if err := o.save(j.path, o.file, next); err != nil {
+	m := o.mark
+	m.Offset = next
+	if last >= 0 {
+		crc, _, ok := frameCRC(f, last, end)
+		if !ok {
+			return len(letters), fmt.Errorf("deadletter: the frame at %d of %s changed while it was forwarded", last, j.path)
+		}
+		m.Last, m.CRC = last, crc
+	}
+	if err := o.save(j.path, m); err != nil {
 		return len(letters), err
 	}
-	o.off = next
+	o.mark = m
 	return len(letters), j.compact()
 }
 
@@ -142,7 +173,7 @@ func (j *Journal) Unforwarded() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	letters, _, err := readRange(f, o.off, end, -1)
+	letters, _, _, err := readRange(f, o.Offset, end, -1)
 	return len(letters), err
 }
 
@@ -159,30 +190,31 @@ func (j *Journal) durable() (*os.File, int64, error) {
 
 // readRange reads up to max intact records (all of them when max < 0)
 // from the frames between from and end, which end at a frame boundary, and
-// returns where it stopped.
-func readRange(r io.ReaderAt, from, end int64, max int) ([]retry.DeadLetter, int64, error) {
+// returns where it stopped and where the last of them starts (-1: none).
+func readRange(r io.ReaderAt, from, end int64, max int) ([]retry.DeadLetter, int64, int64, error) {
 	var out []retry.DeadLetter
 	each := func(l retry.DeadLetter) { out = append(out, l) }
-	off := from
+	off, last := from, int64(-1)
 	for off < end && (max < 0 || len(out) < max) {
 		n, st, err := frameAt(r, off, end, each)
 		if err != nil {
-			return nil, from, err
+			return nil, from, -1, err
 		}
 		if st == frameIntact {
+			last = off
 			off += n
 			continue
 		}
 		next, err := nextMarker(r, off+1, end)
 		if err != nil {
-			return nil, from, err
+			return nil, from, -1, err
 		}
 		if next < 0 {
 			next = end
 		}
 		off = next
 	}
-	return out, off, nil
+	return out, off, last, nil
 }
 
 // compact replaces the journal with a new file that holds only the letters
@@ -198,8 +230,8 @@ func (j *Journal) compact() error {
 	j.mu.Lock()
 	f, end, damaged := j.f, j.end, j.damage != nil
 	j.mu.Unlock()
-	forwarded := o.off - header
-	if f == nil || damaged || forwarded < compactBytes || end-o.off > forwarded {
+	forwarded := o.Offset - header
+	if f == nil || damaged || forwarded < compactBytes || end-o.Offset > forwarded {
 		return nil
 	}
 	tmp := j.path + ".compacting"
@@ -226,7 +258,7 @@ func (j *Journal) compact() error {
 	if _, err := out.WriteAt(fileHeader[:], 0); err != nil {
 		return err
 	}
-	if err := copyRange(out, header, f, o.off, end); err != nil {
+	if err := copyRange(out, header, f, o.Offset, end); err != nil {
 		return err
 	}
 
@@ -241,7 +273,7 @@ func (j *Journal) compact() error {
 		return nil
 	}
 	last := j.end
-	if err := copyRange(out, header+end-o.off, f, end, last); err != nil {
+	if err := copyRange(out, header+end-o.Offset, f, end, last); err != nil {
 		return err
 	}
 	if err := syncFile(out); err != nil {
@@ -249,7 +281,8 @@ func (j *Journal) compact() error {
 	}
 	// The mark for the new file goes first: should the rename not happen,
 	// it names a file that is not the journal, and counts for nothing.
-	if err := o.save(j.path, fileID(fi), header); err != nil {
+	fresh := mark{File: fileID(fi), Offset: header}
+	if err := o.save(j.path, fresh); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, j.path); err != nil {
@@ -262,8 +295,8 @@ func (j *Journal) compact() error {
 	}
 	keep = true
 	old := j.f
-	j.f, j.end, j.dirty = out, header+last-o.off, false
-	o.file, o.off = fileID(fi), header
+	j.f, j.end, j.dirty = out, header+last-o.Offset, false
+	o.mark = fresh
 	_ = old.Close()
 	return nil
 }
