@@ -37,8 +37,9 @@ const CompactBytes = 1 << 20
 // compactBytes is CompactBytes; tests lower it.
 var compactBytes int64 = CompactBytes
 
-// outbox is a journal's forwarded mark. Its fields are used under mu, by
-// one Forward at a time.
+// outbox is a journal's forwarded mark. One Forward at a time holds mu;
+// the mark changes under both mu and the journal's mu, so that either
+// suffices to read it.
 type outbox struct {
 	mu sync.Mutex
 	mark
@@ -160,21 +161,30 @@ func (j *Journal) Forward(max int, send func([]retry.DeadLetter) error) (int, er
 	if err := o.save(j.path, m); err != nil {
 		return len(letters), err
 	}
+	j.mu.Lock()
 	o.mark = m
+	j.mu.Unlock()
 	return len(letters), j.compact()
 }
 
-// Unforwarded counts the letters not yet forwarded.
+// Unforwarded counts the letters not yet forwarded. It does not wait for
+// a Forward under way: the letters that Forward is sending count.
 func (j *Journal) Unforwarded() (int, error) {
-	o := &j.outbox
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	f, end, err := j.durable()
-	if err != nil {
-		return 0, err
+	for {
+		j.mu.Lock()
+		f, from, end := j.f, j.outbox.Offset, j.end
+		j.mu.Unlock()
+		if f == nil {
+			return 0, errors.New("deadletter: journal closed")
+		}
+		letters, _, _, err := readRange(f, from, end, -1)
+		j.mu.Lock()
+		replaced := j.f != f && j.f != nil
+		j.mu.Unlock()
+		if err == nil || !replaced {
+			return len(letters), err // else compaction closed f meanwhile: read the new file
+		}
 	}
-	letters, _, _, err := readRange(f, o.Offset, end, -1)
-	return len(letters), err
 }
 
 // durable returns the journal's file and the end of its acknowledged

@@ -1,19 +1,22 @@
 // Package kafka publishes Retryguard's lifecycle events and dead letters to
-// Kafka with franz-go. Events go to each policy's events.topic as JSON,
-// keyed by operation, so one operation's transitions land on one partition
-// in order.
+// Kafka with franz-go, never on the caller's path.
 //
-// Both sinks count what they are given (emitted), what Kafka acknowledged
-// (delivered) and what was lost on the way (dropped): a full buffer, a
-// record the client failed, a record that timed out. Each produced record's
-// outcome is counted by its produce callback, so once Close has returned,
-// emitted = delivered + dropped.
+// Events go to each policy's events.topic as JSON, keyed by operation, so
+// one operation's transitions land on one partition in order. EventSink
+// counts what it is given (emitted), what Kafka acknowledged (delivered)
+// and what was lost on the way (dropped): a full buffer, a record the
+// client failed, a record still unacknowledged when Close's FlushTimeout
+// ran out. Once Close has returned, emitted = delivered + dropped.
+//
+// Dead letters are not produced by the operation that ended: it writes
+// them to the local journal (runtime/deadletter), its outbox, and a
+// Forwarder ships them from there, at least once, keyed by the letter's
+// operation identity (docs/deadletter-journal.md).
 package kafka
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -31,9 +34,17 @@ const (
 	// DefaultFlushTimeout bounds how long EventSink.Close waits for Kafka to
 	// take the buffered events; what is left then is dropped.
 	DefaultFlushTimeout = 10 * time.Second
-	// DefaultDeadLetterTimeout bounds how long a dead letter may take to be
-	// acknowledged; a caller's earlier deadline ends its wait sooner.
-	DefaultDeadLetterTimeout = 10 * time.Second
+	// DefaultCloseTimeout bounds how long Forwarder.Close goes on shipping
+	// the letters left in the journal; the rest stay there.
+	DefaultCloseTimeout = 10 * time.Second
+	// DefaultForwardBatch is the most letters the forwarder ships at once.
+	DefaultForwardBatch = 256
+	// DefaultForwardInterval is how often the forwarder looks for new
+	// letters when it has found none.
+	DefaultForwardInterval = 20 * time.Millisecond
+	// MaxForwardBackoff is the longest the forwarder waits before trying
+	// again after Kafka failed a batch.
+	MaxForwardBackoff = 2 * time.Second
 )
 
 // outcomes counts records produced through a client: each is emitted once
@@ -236,88 +247,4 @@ func (s *EventSink) Run(ctx context.Context) {
 func (s *EventSink) Close() {
 	close(s.C)
 	<-s.done
-}
-
-// DeadLetters is a retry.DeadLetterSink on a Kafka topic: Write returns once
-// the letter is acknowledged by all in-sync replicas (the client's default).
-// Its zero value with Client and Topic set is ready; it is safe for
-// concurrent use.
-type DeadLetters struct {
-	Client *kgo.Client
-	Topic  string
-	// Timeout bounds how long a letter may take to be acknowledged
-	// (DefaultDeadLetterTimeout); Kafka fails it, unsent, after that.
-	Timeout time.Duration
-
-	counts outcomes
-	mu     sync.RWMutex // Close against Write's start
-	closed bool
-}
-
-var _ retry.DeadLetterSink = (*DeadLetters)(nil)
-
-// Write produces one dead letter, and waits for Kafka to acknowledge it for
-// at most Timeout, and never past ctx's end. When ctx ends first, Write
-// returns ctx's error but the letter stays in flight until Timeout: a
-// letter of an operation that ran out of time is exactly the kind worth
-// keeping, and it is counted as delivered or dropped when Kafka decides.
-func (d *DeadLetters) Write(ctx context.Context, l retry.DeadLetter) error {
-	value, err := json.Marshal(l)
-	if err != nil {
-		return err
-	}
-	timeout := d.Timeout
-	if timeout <= 0 {
-		timeout = DefaultDeadLetterTimeout
-	}
-	// The record lives for Timeout whatever the caller's deadline.
-	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-	result := make(chan error, 1)
-	d.mu.RLock()
-	if d.closed {
-		d.mu.RUnlock()
-		cancel()
-		return errors.New("kafka: dead-letter sink closed")
-	}
-	d.counts.emitted.Add(1)
-	promise := d.counts.promise(func(err error) {
-		cancel()
-		result <- err
-	})
-	d.mu.RUnlock()
-	// Produce blocks while the client's buffer is full; the caller waits for
-	// that no longer than for the acknowledgement.
-	go d.Client.Produce(recordCtx, &kgo.Record{Topic: d.Topic, Key: []byte(l.Key), Value: value}, promise)
-	select {
-	case err := <-result:
-		return err
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
-}
-
-// Emitted counts the letters given to Write.
-func (d *DeadLetters) Emitted() uint64 { return d.counts.emitted.Load() }
-
-// Delivered counts the letters Kafka acknowledged, including those whose
-// Write had already returned at the caller's deadline.
-func (d *DeadLetters) Delivered() uint64 { return d.counts.delivered.Load() }
-
-// Dropped counts the letters that never reached Kafka.
-func (d *DeadLetters) Dropped() uint64 { return d.counts.dropped.Load() }
-
-// Close refuses further writes and returns once every letter in flight is
-// delivered or dropped, waiting at most Timeout: the letters still
-// unacknowledged then are counted as dropped. It does not close the client.
-func (d *DeadLetters) Close() {
-	d.mu.Lock()
-	d.closed = true
-	d.mu.Unlock()
-	timeout := d.Timeout
-	if timeout <= 0 {
-		timeout = DefaultDeadLetterTimeout
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	d.counts.wait(ctx)
 }

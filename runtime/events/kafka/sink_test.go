@@ -2,7 +2,6 @@ package kafka
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -49,59 +48,6 @@ func within(t *testing.T, what string, f func()) {
 	case <-done:
 	case <-time.After(watchdog):
 		t.Fatalf("%s still blocked after %s", what, watchdog)
-	}
-}
-
-var deadLetter = retry.DeadLetter{Operation: 7, Policy: "sms-2fa-dispatch", Key: "SMS-2FA-7", State: retry.UnknownOutcome, Code: "ERR_UNKNOWN_OUTCOME"}
-
-// A broker that does not answer holds Write only until the caller's
-// deadline, not for the sink's own (here very long) timeout, whether the
-// letter is in flight or waiting for room in the client's buffer (of one
-// record here); the letters are still delivered when the broker answers,
-// and counted so.
-func TestDeadLetterWriteHonoursTheCallersDeadline(t *testing.T) {
-	c, client := cluster(t, kgo.MaxBufferedRecords(1))
-	release := make(chan struct{})
-	c.ControlKey(kmsg.Produce.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
-		c.SleepControl(func() { <-release })
-		return nil, nil, false
-	})
-	d := &DeadLetters{Client: client, Topic: dlq, Timeout: time.Hour}
-	for i := range 2 {
-		var err error
-		within(t, "Write with a 200 ms deadline", func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-			defer cancel()
-			err = d.Write(ctx, deadLetter)
-		})
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("Write %d: %v", i+1, err)
-		}
-	}
-	close(release)
-	within(t, "Close", d.Close)
-	if d.Emitted() != 2 || d.Delivered() != 2 || d.Dropped() != 0 {
-		t.Fatalf("emitted %d, delivered %d, dropped %d", d.Emitted(), d.Delivered(), d.Dropped())
-	}
-}
-
-// With the broker down, Write gives up after the sink's timeout (or sooner,
-// the caller's), and every letter that never reached Kafka is dropped.
-func TestDeadLettersToADownBrokerAreDropped(t *testing.T) {
-	d := &DeadLetters{Client: downCluster(t), Topic: dlq, Timeout: 300 * time.Millisecond}
-	within(t, "Write to a down broker", func() {
-		if err := d.Write(context.Background(), deadLetter); err == nil {
-			t.Error("a letter to a down broker was acknowledged")
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel()
-		if err := d.Write(ctx, deadLetter); !errors.Is(err, context.Canceled) {
-			t.Errorf("Write with a cancelled context: %v", err)
-		}
-	})
-	within(t, "Close", d.Close)
-	if d.Emitted() != 2 || d.Delivered() != 0 || d.Dropped() != 2 {
-		t.Fatalf("emitted %d, delivered %d, dropped %d", d.Emitted(), d.Delivered(), d.Dropped())
 	}
 }
 
