@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -282,4 +283,49 @@ func forwarderChild(t *testing.T, path string) {
 		}()
 	}
 	select {}
+}
+
+// BenchmarkForwarder ships b.N letters, written to the journal beforehand,
+// to an in-process broker (kfake) on loopback, and reports letters/s: each
+// batch waits for Kafka's acknowledgement of every record and for the
+// forwarded mark's fsync (docs/benchmarks.md).
+func BenchmarkForwarder(b *testing.B) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, dlq))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	client, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer client.Close()
+	journal, err := deadletter.Open(filepath.Join(b.TempDir(), "dead.journal"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer journal.Close()
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range 16 {
+		wg.Go(func() {
+			for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+				if err := journal.Write(context.Background(), letterOf(int(i))); err != nil {
+					b.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	f := &Forwarder{Journal: journal, Client: client, Topic: dlq, CloseTimeout: time.Hour}
+	b.ReportAllocs()
+	b.ResetTimer()
+	if err := f.Close(); err != nil { // Close drains the journal
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	if f.Forwarded() != uint64(b.N) {
+		b.Fatalf("%d of %d letters forwarded", f.Forwarded(), b.N)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "letters/s")
 }
