@@ -1,7 +1,8 @@
 // Package deadletter stores operations that did not complete
 // (BUDGET_EXHAUSTED, TERMINAL_EXHAUSTED, UNKNOWN_OUTCOME) for
-// reconciliation. The default is a durable append-only journal on local
-// disk; runtime/events/kafka offers a topic instead.
+// reconciliation, in a durable append-only journal on local disk: the
+// outbox that runtime/events/kafka's Forwarder ships to a topic (see
+// outbox.go and docs/deadletter-journal.md).
 //
 // # On-disk format
 //
@@ -24,11 +25,11 @@
 //
 // Open cuts only a torn tail: a prefix of one frame at the end of the file,
 // recognisable by an intact header whose frame would end past the end of the
-// file (or fewer bytes than a header that begin like a marker), or bytes
-// after the last intact frame that are all zero. That is what a crash
-// during a write leaves (zeroes when the file's new size reached the disk
-// before its data), and such bytes were never fsynced, so never
-// acknowledged. Any other damage stays on disk, as evidence, and new frames
+// file (or fewer bytes than a header that begin like a marker), or such a
+// prefix, possibly empty, followed by zeroes to the end of the file. That is
+// what a crash during a write leaves (the zeroes when the file's new size
+// reached the disk before its data), and such bytes were never fsynced, so
+// never acknowledged. Any other damage stays on disk, as evidence, and new frames
 // are appended after it.
 //
 // # One writer
