@@ -30,6 +30,7 @@ Usage:
   kubectl retryguard graph   [-n NAMESPACE | -A] [-o text|dot]
   kubectl retryguard explain rp/NAME [-n NAMESPACE]
   kubectl retryguard lint    -f PATH [-f PATH ...]
+  kubectl retryguard deadletters list|export|reconcile (-f JOURNAL | --brokers HOST:PORT --topic TOPIC)
 
 Commands:
   graph    The layer forest (parentRef chains, across namespaces) with each
@@ -41,6 +42,10 @@ Commands:
   lint     Admit manifests offline with the same single-object and
            cross-object rules as the API server and the admission webhook.
            Exits 1 when anything would be refused. No cluster needed.
+  deadletters
+           List, export (JSON lines) and reconcile the dead letters of a
+           journal file or of the forwarder's Kafka topic, for example the
+           UNKNOWN_OUTCOME ones (docs/deadletter-journal.md).
 
 Examples:
   # Where do 27 calls per operation come from, across the teams' namespaces?
@@ -74,6 +79,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runGraph(ctx, rest, stdout, stderr)
 	case "explain":
 		return runExplain(ctx, rest, stdout, stderr)
+	case "deadletters":
+		return runDeadletters(ctx, rest, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "unknown command %q\n\n%s", cmd, usage)
 		return exitUsage

@@ -11,7 +11,10 @@ require (
 	github.com/prometheus/client_golang v1.24.0
 	github.com/retryguard/retryguard v0.0.0-00010101000000-000000000000
 	github.com/retryguard/retryguard/runtime v0.0.0
+	github.com/retryguard/retryguard/runtime/events/kafka v0.0.0
 	github.com/retryguard/retryguard/runtime/watch/informer v0.0.0-00010101000000-000000000000
+	github.com/twmb/franz-go v1.22.3
+	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	gonum.org/v1/plot v0.17.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
@@ -52,14 +55,17 @@ require (
 	github.com/google/gnostic-models v0.7.1 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
+	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.3-0.20250322232337-35a7c28c31ee // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
 	github.com/prometheus/client_model v0.6.2 // indirect
 	github.com/prometheus/common v0.70.0 // indirect
 	github.com/prometheus/procfs v0.21.1 // indirect
 	github.com/spf13/pflag v1.0.10 // indirect
+	github.com/twmb/franz-go/pkg/kmsg v1.15.1 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
@@ -87,5 +93,6 @@ require (
 // The runtime modules are developed in this repository.
 replace (
 	github.com/retryguard/retryguard/runtime => ../../runtime
+	github.com/retryguard/retryguard/runtime/events/kafka => ../../runtime/events/kafka
 	github.com/retryguard/retryguard/runtime/watch/informer => ../../runtime/watch/informer
 )

@@ -1,7 +1,6 @@
 package deadletter
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -254,16 +253,7 @@ func TestKilledWhileWritingRoundAfterRound(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "dead.journal")
 	acked := map[uint64]bool{}
 	for round := range 5 {
-		cmd := exec.Command(os.Args[0], "-test.run", "^TestKilledWhileWritingRoundAfterRound$")
-		cmd.Env = append(os.Environ(), "DEADLETTER_WRITER="+path, fmt.Sprintf("DEADLETTER_FROM=%d", round*100_000))
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		lines := bufio.NewScanner(out)
+		cmd, lines := startChild(t, "TestKilledWhileWritingRoundAfterRound", "DEADLETTER_WRITER="+path, fmt.Sprintf("DEADLETTER_FROM=%d", round*100_000))
 		seen := 0
 		for lines.Scan() {
 			op, ok := strings.CutPrefix(lines.Text(), "acked ")

@@ -2,6 +2,7 @@ package deadletter
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -143,4 +144,56 @@ func subsequence(want []uint64, got []retry.DeadLetter) bool {
 		}
 	}
 	return i == len(want)
+}
+
+// FuzzTornZeroTail cuts a journal of up to 15 records anywhere after its
+// header and appends up to 64 KiB of zeroes: what a power cut leaves when a
+// file's new size reached the disk before its data. The records before the
+// cut are read with no error; Open cuts the tail, reports no damage, and
+// takes a new record after them.
+func FuzzTornZeroTail(f *testing.F) {
+	f.Add(uint8(5), uint32(0), uint16(100))
+	f.Add(uint8(5), uint32(37), uint16(1))
+	f.Add(uint8(1), uint32(15), uint16(4096))
+	f.Add(uint8(15), uint32(9999), uint16(0))
+	fsync := syncFile
+	syncFile = func(*os.File) error { return nil }
+	f.Cleanup(func() { syncFile = fsync })
+	scratch := scratchDir(f)
+	f.Fuzz(func(t *testing.T, records uint8, at uint32, zeroes uint16) {
+		n := int(records%15) + 1
+		c := cleanJournal(t, n)
+		cut := len(fileHeader) + int(at%uint32(len(c.data)-len(fileHeader)+1))
+		var want []uint64
+		for i := range n {
+			if c.ends[i] <= cut {
+				want = append(want, uint64(i))
+			}
+		}
+		file := append(append([]byte(nil), c.data[:cut]...), make([]byte, int(zeroes)%(64<<10+1))...)
+		path := filepath.Join(scratch, "dead.journal")
+		if err := os.WriteFile(path, file, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		got, err := ReadAll(path)
+		if fmt.Sprint(operations(got)) != fmt.Sprint(want) || err != nil {
+			t.Fatalf("cut at %d of %d, %d zeroes: ReadAll %v, %v; want %v", cut, len(c.data), zeroes, operations(got), err, want)
+		}
+		j, err := Open(path)
+		if err != nil {
+			t.Fatalf("cut at %d, %d zeroes: %v", cut, zeroes, err)
+		}
+		if err := j.Damage(); err != nil {
+			t.Fatalf("cut at %d, %d zeroes: reported as damage: %v", cut, zeroes, err)
+		}
+		const next = 1 << 20
+		if err := j.Write(context.Background(), letter(next)); err != nil {
+			t.Fatal(err)
+		}
+		_ = j.Close()
+		again, err := ReadAll(path)
+		if fmt.Sprint(operations(again)) != fmt.Sprint(append(want, next)) || err != nil {
+			t.Fatalf("cut at %d, %d zeroes: after Open and one append %v, %v", cut, zeroes, operations(again), err)
+		}
+	})
 }

@@ -1,7 +1,8 @@
 // Package deadletter stores operations that did not complete
 // (BUDGET_EXHAUSTED, TERMINAL_EXHAUSTED, UNKNOWN_OUTCOME) for
-// reconciliation. The default is a durable append-only journal on local
-// disk; runtime/events/kafka offers a topic instead.
+// reconciliation, in a durable append-only journal on local disk: the
+// outbox that runtime/events/kafka's Forwarder ships to a topic (see
+// outbox.go and docs/deadletter-journal.md).
 //
 // # On-disk format
 //
@@ -24,10 +25,19 @@
 //
 // Open cuts only a torn tail: a prefix of one frame at the end of the file,
 // recognisable by an intact header whose frame would end past the end of the
-// file (or fewer bytes than a header that begin like a marker). That is
-// what a crash during a write leaves, and such a frame was never
-// acknowledged. Any other damage stays on disk, as evidence, and new frames
+// file (or fewer bytes than a header that begin like a marker), or such a
+// prefix, possibly empty, followed by zeroes to the end of the file. That is
+// what a crash during a write leaves (the zeroes when the file's new size
+// reached the disk before its data), and such bytes were never fsynced, so
+// never acknowledged. Any other damage stays on disk, as evidence, and new frames
 // are appended after it.
+//
+// # One writer
+//
+// Open takes an exclusive flock(2) on the file, held until Close or the
+// process's death; a second Open of the same journal, in this process or
+// another, fails with ErrLocked. ReadAll takes no lock: it reads only, and
+// sees every acknowledged record.
 //
 // Format 1 (before format 2 existed) had no file header and no marker: each
 // frame was a 4-byte length, the body's CRC-32C and the body. ReadAll reads
@@ -105,16 +115,45 @@ func (e *CorruptError) Error() string {
 	return b.String()
 }
 
-// Journal is an append-only dead-letter file. Write returns once the record
-// is fsynced. It is safe for concurrent use; one journal file must be open
-// in one process at a time.
+// ErrLocked is returned by Open when the journal is already open for
+// writing, in this process or another.
+var ErrLocked = errors.New("deadletter: the journal is open in another writer (in this process or another); one journal has one writer")
+
+// Journal is an append-only dead-letter file with one writer (Open locks
+// it). Write returns once the record is fsynced; concurrent Writes share
+// one write and one fsync (group commit). It is safe for concurrent use.
 type Journal struct {
-	mu     sync.Mutex
-	f      *os.File
-	path   string
-	end    int64 // where the next frame goes: everything before it is durable
-	dirty  bool  // a failed write may have left bytes after end
+	mu   sync.Mutex
+	idle sync.Cond // signalled when committing ends
+	f    *os.File
+	path string
+	end  int64 // where the next frame goes: everything before it is durable
+	// dirty says that a failed write may have left bytes after end.
+	dirty  bool
 	damage *CorruptError
+
+	// Group commit: the writers queued for the next write and fsync. One of
+	// them at a time, the leader, commits the whole queue, then hands the
+	// lead to the first writer queued meanwhile.
+	queue      []*pendingWrite
+	committing bool // a leader is writing (outside mu)
+	paused     bool // compaction holds the file: queue, but commit nothing
+	closing    bool
+	batch      []byte // the leader's buffer
+
+	outbox outbox
+}
+
+// pendingWrite is one queued Write's frame and where its outcome goes.
+type pendingWrite struct {
+	frame []byte
+	done  chan commitResult
+}
+
+// commitResult is a queued Write's outcome, or the lead.
+type commitResult struct {
+	err  error
+	lead bool
 }
 
 var _ retry.DeadLetterSink = (*Journal)(nil)
@@ -124,9 +163,17 @@ var _ retry.DeadLetterSink = (*Journal)(nil)
 // and ReadAll. Open refuses a file it cannot append to safely: another
 // format version, no journal header, or a format 1 journal damaged before
 // its end.
+//
+// Open takes the journal's lock first: a second Open of the same file, in
+// this process or another, fails with an error that wraps ErrLocked.
 func Open(path string) (*Journal, error) {
-	for range 2 { // the second time, after a conversion, the file is in the current format
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	// Twice at most after a conversion or a compaction that replaced the
+	// file between its open and its lock.
+	for range 3 {
+		f, err := openLocked(path)
+		if errors.Is(err, errReplaced) {
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -138,9 +185,44 @@ func Open(path string) (*Journal, error) {
 			}
 			return nil, err
 		}
+		j.idle.L = &j.mu
+		if err := j.outbox.load(j); err != nil {
+			_ = f.Close()
+			return nil, err
+		}
 		return j, nil
 	}
-	return nil, fmt.Errorf("deadletter: %s changed while it was being converted", path)
+	return nil, fmt.Errorf("deadletter: %s changed while it was being opened", path)
+}
+
+// errReplaced says that the file at the path was replaced between its open
+// and its lock: the lock is on a file no longer there.
+var errReplaced = errors.New("deadletter: replaced")
+
+// openLocked opens path and locks it, and checks that the file locked is
+// still the one at path.
+func openLocked(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := lockFile(f); err != nil {
+		_ = f.Close()
+		if errors.Is(err, ErrLocked) {
+			return nil, fmt.Errorf("deadletter: cannot open %s: %w", path, err)
+		}
+		return nil, fmt.Errorf("deadletter: locking %s: %w", path, err)
+	}
+	locked, err := f.Stat()
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	if now, err := os.Stat(path); err != nil || !os.SameFile(locked, now) {
+		_ = f.Close()
+		return nil, errReplaced
+	}
+	return f, nil
 }
 
 // errConverted says that the file was converted to the current format and
@@ -293,55 +375,113 @@ func encodeFrame(l retry.DeadLetter) ([]byte, error) {
 // bounded, and a letter dropped because its operation's deadline has passed
 // would be lost, so Write completes whatever the state of ctx.
 //
-// When a write or fsync fails (ENOSPC, EFBIG, EIO), the partial frame is cut
-// before Write returns; if even that fails, every later Write first retries
-// the cut and refuses to append until it succeeds, so a half-written frame
-// never sits in front of acknowledged ones.
+// Concurrent Writes are committed together: one write and one fsync for
+// every letter queued while the previous fsync ran, and each Write returns
+// once its own record is durable.
+//
+// When a write or fsync fails (ENOSPC, EFBIG, EIO), the partial frames are
+// cut before Write returns, and every Write of that commit gets the error;
+// if even the cut fails, every later commit first retries the cut and
+// refuses to append until it succeeds, so a half-written frame never sits in
+// front of acknowledged ones.
 func (j *Journal) Write(_ context.Context, l retry.DeadLetter) error {
 	frame, err := encodeFrame(l)
 	if err != nil {
 		return err
 	}
+	w := &pendingWrite{frame: frame, done: make(chan commitResult, 1)}
 	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.f == nil {
+	if j.f == nil || j.closing {
+		j.mu.Unlock()
 		return errors.New("deadletter: journal closed")
 	}
-	if j.dirty {
-		if err := j.rollback(); err != nil {
-			return fmt.Errorf("deadletter: refusing to append until a failed write is cut from the journal: %w", err)
+	j.queue = append(j.queue, w)
+	if j.committing || j.paused {
+		j.mu.Unlock()
+		r := <-w.done
+		if !r.lead {
+			return r.err
+		}
+		j.mu.Lock() // the lead: commit the queue, w's frame with it
+	}
+	j.committing = true
+	batch := j.queue
+	j.queue = nil
+	f, end, dirty := j.f, j.end, j.dirty
+	j.mu.Unlock()
+
+	end, dirty, err = j.commit(f, end, dirty, batch)
+
+	j.mu.Lock()
+	j.end, j.dirty = end, dirty
+	j.handOff()
+	j.mu.Unlock()
+	for _, other := range batch {
+		if other != w {
+			other.done <- commitResult{err: err}
 		}
 	}
-	if _, err = j.f.WriteAt(frame, j.end); err == nil {
-		err = syncFile(j.f)
+	return err
+}
+
+// handOff ends a commit: it passes the lead to the first writer queued
+// meanwhile, or, when none is (or compaction waits for the file), marks the
+// journal idle. j.mu is held.
+func (j *Journal) handOff() {
+	if len(j.queue) > 0 && !j.paused {
+		j.queue[0].done <- commitResult{lead: true}
+		return
+	}
+	j.committing = false
+	j.idle.Broadcast()
+}
+
+// commit writes the frames of batch at end with one write and one fsync,
+// and returns the new end. Only the leader calls it, without j.mu: nothing
+// else writes to the file or moves end meanwhile.
+func (j *Journal) commit(f *os.File, end int64, dirty bool, batch []*pendingWrite) (int64, bool, error) {
+	if dirty {
+		if err := rollback(f, end); err != nil {
+			return end, true, fmt.Errorf("deadletter: refusing to append until a failed write is cut from the journal: %w", err)
+		}
+	}
+	buf := j.batch[:0]
+	for _, w := range batch {
+		buf = append(buf, w.frame...)
+	}
+	if cap(buf) <= 1<<20 {
+		j.batch = buf // keep a buffer of ordinary size for the next commit
+	}
+	_, err := f.WriteAt(buf, end)
+	if err == nil {
+		err = syncFile(f)
 	}
 	if err != nil {
-		j.dirty = true
-		if rerr := j.rollback(); rerr != nil {
-			return errors.Join(err, fmt.Errorf("deadletter: cutting the failed write: %w", rerr))
+		if rerr := rollback(f, end); rerr != nil {
+			return end, true, errors.Join(err, fmt.Errorf("deadletter: cutting the failed write: %w", rerr))
 		}
-		return err
+		return end, false, err
 	}
-	j.end += int64(len(frame))
-	return nil
+	return end + int64(len(buf)), false, nil
 }
 
 // rollback cuts everything after the last acknowledged frame.
-func (j *Journal) rollback() error {
-	if err := j.f.Truncate(j.end); err != nil {
+func rollback(f *os.File, end int64) error {
+	if err := f.Truncate(end); err != nil {
 		return err
 	}
-	if err := syncFile(j.f); err != nil {
-		return err
-	}
-	j.dirty = false
-	return nil
+	return syncFile(f)
 }
 
-// Close closes the file.
+// Close waits for the Writes already queued to be committed, refuses any
+// later one, closes the file and releases its lock.
 func (j *Journal) Close() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	j.closing = true
+	for j.committing || len(j.queue) > 0 {
+		j.idle.Wait()
+	}
 	if j.f == nil {
 		return nil
 	}
@@ -484,10 +624,44 @@ func scanFrames(r io.ReaderAt, start, size int64, each func(retry.DeadLetter)) (
 		// The frame that starts the damage runs past the end of the file,
 		// and no intact frame follows: a write cut short.
 		out.torn = bad
+	case zeroTail(r, bad, size):
+		// The file's new size reached the disk before its data, which was
+		// never fsynced: at most a prefix of a frame, then zeroes.
+		out.torn = bad
 	default:
 		out.damage = append(out.damage, Region{Offset: bad, Length: size - bad})
 	}
 	return out, nil
+}
+
+// zeroTail reports whether the bytes from start to size are zeroes after
+// at most a prefix of one frame cut short: what a crash leaves when a
+// file's new size reached the disk before all of its data. A frame's own
+// bytes cannot end in a zero (a JSON body ends with '}' and holds no NUL),
+// so the zeroes are the data that never arrived, and the frame before them
+// is torn.
+func zeroTail(r io.ReaderAt, start, size int64) bool {
+	buf := make([]byte, min(64<<10, size-start))
+	z := size // where the trailing zeroes start
+scan:
+	for z > start {
+		n := min(int64(len(buf)), z-start)
+		if _, err := r.ReadAt(buf[:n], z-n); err != nil && !errors.Is(err, io.EOF) {
+			return false
+		}
+		for i := n - 1; i >= 0; i-- {
+			if buf[i] != 0 {
+				z -= n - 1 - i
+				break scan
+			}
+		}
+		z -= n
+	}
+	if z == size {
+		return false // no zeroes: not this kind of tail
+	}
+	_, st, err := frameAt(r, start, z, nil)
+	return err == nil && st == frameTorn
 }
 
 type frameState int

@@ -1,6 +1,7 @@
 package deadletter
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -98,4 +99,21 @@ func splitLines(s string) []string {
 		}
 	}
 	return out
+}
+
+// startChild runs the test named test of this test binary in a child
+// process, with env added, and returns it with a scanner of its standard
+// output.
+func startChild(t *testing.T, test string, env ...string) (*exec.Cmd, *bufio.Scanner) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run", "^"+test+"$")
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, bufio.NewScanner(out)
 }

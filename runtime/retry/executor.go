@@ -442,14 +442,23 @@ func (r *run) remaining(ctx context.Context, now time.Time) time.Duration {
 }
 
 // letterContext bounds a dead letter's write by the operation's remaining
-// deadline. It does not end when the caller cancels: an operation the
-// caller gave up on still owes its record to reconciliation.
+// deadline, the sooner of the policy's and the caller's, so that no sink
+// holds the caller past its own deadline (docs/deadletter-journal.md). The
+// time left is read before the cancellation is stripped, since
+// WithoutCancel drops the deadline too. It does not end when the caller
+// cancels: an operation the caller gave up on still owes its record to
+// reconciliation.
 func (r *run) letterContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx = context.WithoutCancel(ctx)
-	if left := r.remaining(ctx, r.e.clock.Now()); left != time.Duration(math.MaxInt64) {
-		return context.WithTimeout(ctx, left)
+	now := r.e.clock.Now()
+	left := r.remaining(ctx, now)
+	lctx := context.WithoutCancel(ctx)
+	if d, ok := ctx.Deadline(); ok && d.Sub(now) <= left {
+		return context.WithDeadline(lctx, d) // the caller's own deadline, to the nanosecond
 	}
-	return ctx, func() {}
+	if left != time.Duration(math.MaxInt64) {
+		return context.WithTimeout(lctx, left)
+	}
+	return lctx, func() {}
 }
 
 // finish ends the operation in d's state, dead-lettering it when the state

@@ -76,6 +76,7 @@ type config struct {
 	out, samples          string
 	kubeconfig, namespace string
 	journal, broken       string
+	queueOutage           time.Duration
 	cpuProfile            string
 	quick                 bool
 }
@@ -149,7 +150,8 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.samples, "samples", "config/samples", "the manifests holding the sample policy")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "read the policy from this cluster's published ConfigMaps (make dev-cluster) instead")
 	fs.StringVar(&c.namespace, "namespace", "default", "the namespace the policy is published in")
-	fs.StringVar(&c.journal, "journal", "", "the dead-letter journal's path (default: a fresh file on tmpfs when there is one)")
+	fs.StringVar(&c.journal, "journal", "", "the dead-letter journal's path (default: a fresh file in the temporary directory, on disk)")
+	fs.DurationVar(&c.queueOutage, "queue-outage", -1, "how long the fallback queue's broker is down, from a third of the fault (default: a quarter of the fault; 0: never)")
 	fs.StringVar(&c.broken, "break", "", `"budget" lifts the limits of Option C's budget (100%, 1,000 tokens) after the watcher, to show the drill failing`)
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the drill's own CPU profile here")
 	if err := fs.Parse(args); err != nil {
@@ -224,7 +226,8 @@ func run(cfg config) (*report, error) {
 	ctx, cancel := context.WithTimeout(ctx, horizon+2*time.Minute)
 	defer cancel()
 
-	tmp, err := os.MkdirTemp(tmpfs(), "retryguard-drill-")
+	// On disk, not tmpfs: the journal's fsyncs are real (docs/drill.md).
+	tmp, err := os.MkdirTemp("", "retryguard-drill-")
 	if err != nil {
 		return nil, err
 	}
@@ -261,6 +264,10 @@ func run(cfg config) (*report, error) {
 		return nil, err
 	}
 	defer journal.Close()
+	q, err := startQueue(filepath.Join(tmp, "broker"), journal)
+	if err != nil {
+		return nil, err
+	}
 	reg := prometheus.NewRegistry()
 	ex := retry.New(source, retry.WithDeadLetters(journal), retry.WithMetrics(retry.NewMetrics(reg)))
 	rt := &retry.RoundTripper{Executor: ex, Policy: samplePolicy, Pools: &retry.Pools{New: transport}}
@@ -286,6 +293,11 @@ func run(cfg config) (*report, error) {
 	// Start a little ahead, so that every listener is up and every
 	// connection open when the first operation is due.
 	start := time.Now().Add(time.Second)
+	outage := cfg.queueOutage
+	if outage < 0 {
+		outage = cfg.fault / 4
+	}
+	q.breakAt(start, cfg.fault/3, outage)
 	labels := map[string]string{"A": "A: 5 attempts, 500 ms constant, no budget",
 		"B": "B: exponential without jitter, 3 attempts, no budget", "C": "C: Retryguard (full jitter + 10% budget)"}
 	total := int(horizon.Seconds() * float64(cfg.rps))
@@ -332,17 +344,26 @@ func run(cfg config) (*report, error) {
 		return nil, fmt.Errorf("interrupted: %w", context.Cause(ctx))
 	}
 	lg.flush(lg.seconds())
-	if err := journal.Close(); err != nil {
-		return nil, err
+	want := map[string]bool{} // Option C's dead letters, by key
+	for _, o := range opts {
+		for op, r := range o.result {
+			if o.Name == "C" && (r == failed || r == budgetDenied) {
+				want[key(op)] = true
+			}
+		}
 	}
-	letters, err := deadletter.ReadAll(journalPath)
+	var queued map[string]bool
+	rep.Queue, queued, err = q.drain(want, journalPath)
 	if err != nil {
+		log.Printf("the fallback queue: %v", err) // the letters it missed are lost, and judged so
+	}
+	if err := journal.Close(); err != nil {
 		return nil, err
 	}
 	rep.Machine.LoadAvgEnd = loadavg()
 	var primaries [][]int
 	for _, o := range opts {
-		or := summarize(o, sc, cfg, lg, letters)
+		or := summarize(o, sc, cfg, lg, queued)
 		rep.Options = append(rep.Options, or)
 		primaries = append(primaries, or.Series.Primary)
 	}
@@ -380,15 +401,6 @@ func describe(src policySource, p *policyconfig.Payload, journal string) policyR
 		r.Pool = p.Policy.ConnectionPool.MaxConnections
 	}
 	return r
-}
-
-// tmpfs is where scratch files go: /dev/shm when there is one, so that the
-// dead-letter journal's fsync per record measures the policy, not the disk.
-func tmpfs() string {
-	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
-		return "/dev/shm"
-	}
-	return os.TempDir()
 }
 
 func loadavg() string {
@@ -484,9 +496,10 @@ func budgetTokens(reg *prometheus.Registry) float64 {
 }
 
 // summarize builds an option's series, summary and verdict. Every offered
-// operation is accounted for exactly: Option C's failures must each be in
-// the dead-letter journal; Options A and B have none, so theirs are lost.
-func summarize(o *option, sc scenario, cfg config, lg *logger, letters []retry.DeadLetter) optionReport {
+// operation is accounted for exactly: Option C's failures must each have
+// reached the fallback queue (queued, by key); Options A and B have none,
+// so theirs are lost.
+func summarize(o *option, sc scenario, cfg config, lg *logger, queued map[string]bool) optionReport {
 	n := lg.seconds()
 	var s series
 	for k := range n {
@@ -509,11 +522,9 @@ func summarize(o *option, sc scenario, cfg config, lg *logger, letters []retry.D
 		s.BudgetTokens = append([]float64(nil), lg.tokens...)
 		lg.mu.Unlock()
 	}
-	journaled := map[string]bool{}
-	if o.Name == "C" {
-		for _, l := range letters {
-			journaled[l.Key] = true
-		}
+	journaled := queued
+	if o.Name != "C" {
+		journaled = nil
 	}
 	var sum summary
 	for op, r := range o.result {
@@ -573,4 +584,9 @@ func printSummary(rep *report) {
 		log.Printf("%s: %d offered, %d dispatched, %d dead-lettered, %d lost", o.Name, o.Summary.Offered,
 			o.Summary.Dispatched, o.Summary.DeadLettered, o.Summary.Lost)
 	}
+	qr := rep.Queue
+	log.Printf("fallback queue %s (%s): broker killed at %.1f s, back at %.1f s; %d letters forwarded from the journal on %s, "+
+		"%d records read back, %d of C's dead letters delivered; %d left in the journal (%d bytes), %d failed batches shipped again",
+		qr.Topic, qr.Broker, qr.BrokerKilledAt, qr.BrokerBackAt, qr.Forwarded, qr.JournalFS, qr.Records, qr.Delivered,
+		qr.LeftInJournal, qr.JournalBytes, qr.Failures)
 }

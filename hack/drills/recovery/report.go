@@ -24,6 +24,7 @@ type report struct {
 	Machine   machineReport   `json:"machine"`
 	Options   []optionReport  `json:"options"`
 	Generator generatorReport `json:"generator"`
+	Queue     queueReport     `json:"queue"`
 	// OffSchedule says how the machine kept the load from arriving as
 	// scheduled ("" when it did not).
 	OffSchedule string `json:"offSchedule"`
@@ -103,7 +104,8 @@ type summary struct {
 	Offered      int `json:"offered"`
 	Dispatched   int `json:"dispatched"`
 	DeadLettered int `json:"deadLettered"`
-	// Lost: operations neither dispatched nor in the dead-letter journal.
+	// DeadLettered: operations that failed and whose dead letter reached the
+	// fallback queue. Lost: operations neither dispatched nor in the queue.
 	Lost int `json:"lost"`
 	// PeakOutbound is the busiest 1 s bucket; PeakWindow the busiest sliding
 	// 1 s window at the vendor.
@@ -161,7 +163,7 @@ func judge(s summary, banLimit, retryShare int) verdict {
 		v.Failures = append(v.Failures, fmt.Sprintf("outbound/primary %.2f in second %d, above %.2f", s.MaxBucketRatio, s.MaxRatioSecond, maxRatio))
 	}
 	if s.Lost > 0 {
-		v.Failures = append(v.Failures, fmt.Sprintf("%d of %d operations lost: neither dispatched nor in the dead-letter journal", s.Lost, s.Offered))
+		v.Failures = append(v.Failures, fmt.Sprintf("%d of %d operations lost: neither dispatched nor delivered to the fallback queue", s.Lost, s.Offered))
 	}
 	v.Pass = len(v.Failures) == 0
 	v.TimingOnly = !v.Pass && timed == len(v.Failures)

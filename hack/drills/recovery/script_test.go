@@ -81,6 +81,12 @@ func TestQuickDrill(t *testing.T) {
 	if s := c.Summary; s.Lost != 0 || s.Dispatched+s.DeadLettered != s.Offered || s.DeadLettered == 0 {
 		t.Errorf("C: %+v", s)
 	}
+	// Every failure's letter went to the journal on disk, the outbox, and
+	// reached the queue, with the queue's broker killed and back mid-fault.
+	if q := rep.Queue; q.Delivered != c.Summary.DeadLettered || q.LeftInJournal != 0 || q.Forwarded < uint64(q.Delivered) ||
+		q.BrokerKilledAt <= 0 || q.BrokerBackAt <= q.BrokerKilledAt || q.JournalFS == "" || strings.HasPrefix(rep.Policy.Journal, "/dev/shm") {
+		t.Errorf("the fallback queue: %+v, journal %s", q, rep.Policy.Journal)
+	}
 	if c.Summary.MaxBucketRatio > maxRatio || c.Summary.AmplificationDuringFault > maxRatio {
 		t.Errorf("C: outbound/primary %.3f (worst second %.3f)", c.Summary.AmplificationDuringFault, c.Summary.MaxBucketRatio)
 	}

@@ -1,19 +1,22 @@
 // Package kafka publishes Retryguard's lifecycle events and dead letters to
-// Kafka with franz-go. Events go to each policy's events.topic as JSON,
-// keyed by operation, so one operation's transitions land on one partition
-// in order.
+// Kafka with franz-go, never on the caller's path.
 //
-// Both sinks count what they are given (emitted), what Kafka acknowledged
-// (delivered) and what was lost on the way (dropped): a full buffer, a
-// record the client failed, a record that timed out. Each produced record's
-// outcome is counted by its produce callback, so once Close has returned,
-// emitted = delivered + dropped.
+// Events go to each policy's events.topic as JSON, keyed by operation, so
+// one operation's transitions land on one partition in order. EventSink
+// counts what it is given (emitted), what Kafka acknowledged (delivered)
+// and what was lost on the way (dropped): a full buffer, a record the
+// client failed, a record still unacknowledged when Close's FlushTimeout
+// ran out. Once Close has returned, emitted = delivered + dropped.
+//
+// Dead letters are not produced by the operation that ended: it writes
+// them to the local journal (runtime/deadletter), its outbox, and a
+// Forwarder ships them from there, at least once, keyed by the letter's
+// operation identity (docs/deadletter-journal.md).
 package kafka
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -31,30 +34,58 @@ const (
 	// DefaultFlushTimeout bounds how long EventSink.Close waits for Kafka to
 	// take the buffered events; what is left then is dropped.
 	DefaultFlushTimeout = 10 * time.Second
-	// DefaultDeadLetterTimeout bounds how long a dead letter may take to be
-	// acknowledged; a caller's earlier deadline ends its wait sooner.
-	DefaultDeadLetterTimeout = 10 * time.Second
+	// DefaultCloseTimeout bounds how long Forwarder.Close goes on shipping
+	// the letters left in the journal; the rest stay there.
+	DefaultCloseTimeout = 10 * time.Second
+	// DefaultForwardBatch is the most letters the forwarder ships at once.
+	DefaultForwardBatch = 256
+	// DefaultForwardInterval is how often the forwarder looks for new
+	// letters when it has found none.
+	DefaultForwardInterval = 20 * time.Millisecond
+	// MaxForwardBackoff is the longest the forwarder waits before trying
+	// again after Kafka failed a batch.
+	MaxForwardBackoff = 2 * time.Second
 )
 
 // outcomes counts records produced through a client: each is emitted once
-// and then, in its produce callback, delivered or dropped. It is safe for
-// concurrent use.
+// and then settled once, as delivered or dropped, by its produce callback or
+// by abandon, whichever comes first. A record that franz-go has sent to a
+// broker cannot be failed until the broker answers, and a broker that went
+// away never does, so a bounded Close gives up on the records still pending
+// and counts them as dropped: "dropped" means "not known to be delivered".
+// It is safe for concurrent use.
 type outcomes struct {
 	emitted, delivered, dropped atomic.Uint64
-	pending                     sync.WaitGroup
+
+	mu      sync.Mutex
+	pending map[*settlement]struct{}
+	idle    chan struct{} // closed when pending becomes empty, if someone waits
 }
 
+// settlement is one record's outcome, counted once.
+type settlement struct{ done atomic.Bool }
+
 // produce sends r with ctx and counts its outcome; done, if not nil, gets
-// the outcome too. It blocks only while the client's buffer is full.
+// the outcome too, unless the record was abandoned first. It blocks only
+// while the client's buffer is full.
 func (o *outcomes) produce(ctx context.Context, client *kgo.Client, r *kgo.Record, done func(error)) {
-	o.pending.Add(1)
 	client.Produce(ctx, r, o.promise(done))
 }
 
-// promise counts one pending record's outcome, then passes it to done.
+// promise registers one pending record and returns the callback that
+// settles it, then passes its outcome to done.
 func (o *outcomes) promise(done func(error)) func(*kgo.Record, error) {
+	s := &settlement{}
+	o.mu.Lock()
+	if o.pending == nil {
+		o.pending = map[*settlement]struct{}{}
+	}
+	o.pending[s] = struct{}{}
+	o.mu.Unlock()
 	return func(_ *kgo.Record, err error) {
-		defer o.pending.Done()
+		if !o.settle(s) {
+			return // abandoned: already counted as dropped
+		}
 		if err != nil {
 			o.dropped.Add(1)
 		} else {
@@ -64,6 +95,55 @@ func (o *outcomes) promise(done func(error)) func(*kgo.Record, error) {
 			done(err)
 		}
 	}
+}
+
+// settle removes s from the pending records; it reports false when s was
+// settled already.
+func (o *outcomes) settle(s *settlement) bool {
+	if !s.done.CompareAndSwap(false, true) {
+		return false
+	}
+	o.mu.Lock()
+	delete(o.pending, s)
+	if len(o.pending) == 0 && o.idle != nil {
+		close(o.idle)
+		o.idle = nil
+	}
+	o.mu.Unlock()
+	return true
+}
+
+// wait returns once no record is pending, or when ctx ends; then it settles
+// every record still pending as dropped, and returns how many that was.
+func (o *outcomes) wait(ctx context.Context) int {
+	o.mu.Lock()
+	idle := make(chan struct{})
+	if len(o.pending) == 0 {
+		close(idle)
+	} else {
+		o.idle = idle
+	}
+	o.mu.Unlock()
+	select {
+	case <-idle:
+		return 0
+	case <-ctx.Done():
+	}
+	o.mu.Lock()
+	left := make([]*settlement, 0, len(o.pending))
+	for s := range o.pending {
+		left = append(left, s)
+	}
+	o.idle = nil
+	o.mu.Unlock()
+	abandoned := 0
+	for _, s := range left {
+		if o.settle(s) {
+			o.dropped.Add(1)
+			abandoned++
+		}
+	}
+	return abandoned
 }
 
 // EventSink is a non-blocking retry.EventSink: Emit enqueues into a bounded
@@ -123,8 +203,11 @@ func (s *EventSink) Delivered() uint64 { return s.counts.delivered.Load() }
 func (s *EventSink) Dropped() uint64 { return s.counts.dropped.Load() }
 
 // Run produces buffered events until Close, then flushes for at most
-// FlushTimeout; the events still unsent then are failed, and counted as
-// dropped. Cancelling ctx fails the events not yet sent.
+// FlushTimeout. The events still unacknowledged then are given up on and
+// counted as dropped (a late acknowledgement changes no count), so Close
+// never waits longer than FlushTimeout, even for a broker that went away
+// with a request in flight. Cancelling ctx fails the events not yet sent
+// and ends Close's wait at once.
 func (s *EventSink) Run(ctx context.Context) {
 	defer close(s.done)
 	produceCtx, cancel := context.WithCancel(ctx)
@@ -149,11 +232,14 @@ func (s *EventSink) Run(ctx context.Context) {
 	flushCtx, stop := context.WithTimeout(ctx, timeout)
 	defer stop()
 	_ = s.client.Flush(flushCtx)
-	// Fail what Kafka has not taken, and wait for every callback, so that the
-	// counters add up when Close returns. A request already sent is failed
-	// only once the client gives up on it (its request timeout).
+	// Fail what Kafka has not taken; what it took and has not answered is
+	// waited for until the same deadline.
 	cancel()
-	s.counts.pending.Wait()
+	if n := s.counts.wait(flushCtx); n > 0 && s.onDrop != nil {
+		for range n {
+			s.onDrop()
+		}
+	}
 }
 
 // Close stops accepting events, and returns once Run has flushed the rest.
@@ -161,82 +247,4 @@ func (s *EventSink) Run(ctx context.Context) {
 func (s *EventSink) Close() {
 	close(s.C)
 	<-s.done
-}
-
-// DeadLetters is a retry.DeadLetterSink on a Kafka topic: Write returns once
-// the letter is acknowledged by all in-sync replicas (the client's default).
-// Its zero value with Client and Topic set is ready; it is safe for
-// concurrent use.
-type DeadLetters struct {
-	Client *kgo.Client
-	Topic  string
-	// Timeout bounds how long a letter may take to be acknowledged
-	// (DefaultDeadLetterTimeout); Kafka fails it, unsent, after that.
-	Timeout time.Duration
-
-	counts outcomes
-	mu     sync.RWMutex // Close against Write's start
-	closed bool
-}
-
-var _ retry.DeadLetterSink = (*DeadLetters)(nil)
-
-// Write produces one dead letter, and waits for Kafka to acknowledge it for
-// at most Timeout, and never past ctx's end. When ctx ends first, Write
-// returns ctx's error but the letter stays in flight until Timeout: a
-// letter of an operation that ran out of time is exactly the kind worth
-// keeping, and it is counted as delivered or dropped when Kafka decides.
-func (d *DeadLetters) Write(ctx context.Context, l retry.DeadLetter) error {
-	value, err := json.Marshal(l)
-	if err != nil {
-		return err
-	}
-	timeout := d.Timeout
-	if timeout <= 0 {
-		timeout = DefaultDeadLetterTimeout
-	}
-	// The record lives for Timeout whatever the caller's deadline.
-	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-	result := make(chan error, 1)
-	d.mu.RLock()
-	if d.closed {
-		d.mu.RUnlock()
-		cancel()
-		return errors.New("kafka: dead-letter sink closed")
-	}
-	d.counts.emitted.Add(1)
-	d.counts.pending.Add(1)
-	d.mu.RUnlock()
-	// Produce blocks while the client's buffer is full; the caller waits for
-	// that no longer than for the acknowledgement.
-	go d.Client.Produce(recordCtx, &kgo.Record{Topic: d.Topic, Key: []byte(l.Key), Value: value}, d.counts.promise(func(err error) {
-		cancel()
-		result <- err
-	}))
-	select {
-	case err := <-result:
-		return err
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
-}
-
-// Emitted counts the letters given to Write.
-func (d *DeadLetters) Emitted() uint64 { return d.counts.emitted.Load() }
-
-// Delivered counts the letters Kafka acknowledged, including those whose
-// Write had already returned at the caller's deadline.
-func (d *DeadLetters) Delivered() uint64 { return d.counts.delivered.Load() }
-
-// Dropped counts the letters that never reached Kafka.
-func (d *DeadLetters) Dropped() uint64 { return d.counts.dropped.Load() }
-
-// Close refuses further writes and returns once every letter in flight is
-// delivered or dropped (within Timeout, or the client's request timeout for
-// a request already sent). It does not close the client.
-func (d *DeadLetters) Close() {
-	d.mu.Lock()
-	d.closed = true
-	d.mu.Unlock()
-	d.counts.pending.Wait()
 }

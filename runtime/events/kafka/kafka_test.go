@@ -48,9 +48,11 @@ func TestEventsArriveInOrder(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go sink.Run(ctx)
+	journal := openJournal(t)
+	forwarder := &Forwarder{Journal: journal, Client: producer, Topic: dlq}
+	go forwarder.Run(ctx)
 	emitted := &tee{next: sink, byOp: map[uint64][]retry.State{}}
-	ex := retry.New(watch.NewStatic(policy()), retry.WithEventSink(emitted),
-		retry.WithDeadLetters(&DeadLetters{Client: producer, Topic: dlq}))
+	ex := retry.New(watch.NewStatic(policy()), retry.WithEventSink(emitted), retry.WithDeadLetters(journal))
 	const ops = 40
 	for i := range ops {
 		calls := 0
@@ -63,6 +65,9 @@ func TestEventsArriveInOrder(t *testing.T) {
 		})
 	}
 	sink.Close()
+	if err := forwarder.Close(); err != nil {
+		t.Fatal(err)
+	}
 	if sink.Dropped() != 0 || sink.Emitted() == 0 || sink.Delivered() != sink.Emitted() {
 		t.Fatalf("emitted %d, delivered %d, dropped %d", sink.Emitted(), sink.Delivered(), sink.Dropped())
 	}

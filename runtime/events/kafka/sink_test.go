@@ -2,7 +2,7 @@ package kafka
 
 import (
 	"context"
-	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,59 +51,6 @@ func within(t *testing.T, what string, f func()) {
 	}
 }
 
-var deadLetter = retry.DeadLetter{Operation: 7, Policy: "sms-2fa-dispatch", Key: "SMS-2FA-7", State: retry.UnknownOutcome, Code: "ERR_UNKNOWN_OUTCOME"}
-
-// A broker that does not answer holds Write only until the caller's
-// deadline, not for the sink's own (here very long) timeout, whether the
-// letter is in flight or waiting for room in the client's buffer (of one
-// record here); the letters are still delivered when the broker answers,
-// and counted so.
-func TestDeadLetterWriteHonoursTheCallersDeadline(t *testing.T) {
-	c, client := cluster(t, kgo.MaxBufferedRecords(1))
-	release := make(chan struct{})
-	c.ControlKey(kmsg.Produce.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
-		c.SleepControl(func() { <-release })
-		return nil, nil, false
-	})
-	d := &DeadLetters{Client: client, Topic: dlq, Timeout: time.Hour}
-	for i := range 2 {
-		var err error
-		within(t, "Write with a 200 ms deadline", func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-			defer cancel()
-			err = d.Write(ctx, deadLetter)
-		})
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("Write %d: %v", i+1, err)
-		}
-	}
-	close(release)
-	within(t, "Close", d.Close)
-	if d.Emitted() != 2 || d.Delivered() != 2 || d.Dropped() != 0 {
-		t.Fatalf("emitted %d, delivered %d, dropped %d", d.Emitted(), d.Delivered(), d.Dropped())
-	}
-}
-
-// With the broker down, Write gives up after the sink's timeout (or sooner,
-// the caller's), and every letter that never reached Kafka is dropped.
-func TestDeadLettersToADownBrokerAreDropped(t *testing.T) {
-	d := &DeadLetters{Client: downCluster(t), Topic: dlq, Timeout: 300 * time.Millisecond}
-	within(t, "Write to a down broker", func() {
-		if err := d.Write(context.Background(), deadLetter); err == nil {
-			t.Error("a letter to a down broker was acknowledged")
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel()
-		if err := d.Write(ctx, deadLetter); !errors.Is(err, context.Canceled) {
-			t.Errorf("Write with a cancelled context: %v", err)
-		}
-	})
-	within(t, "Close", d.Close)
-	if d.Emitted() != 2 || d.Delivered() != 0 || d.Dropped() != 2 {
-		t.Fatalf("emitted %d, delivered %d, dropped %d", d.Emitted(), d.Delivered(), d.Dropped())
-	}
-}
-
 // Events the Kafka client could not deliver are counted as dropped, and
 // Close is bounded: after it, emitted = delivered + dropped.
 func TestEventsLostInTheClientAreDropped(t *testing.T) {
@@ -131,5 +78,81 @@ func TestEventCountersAddUpWhenTheBufferOverflows(t *testing.T) {
 	within(t, "Close", sink.Close)
 	if sink.Emitted() != 10 || sink.Delivered() != 4 || sink.Dropped() != 6 {
 		t.Fatalf("emitted %d, delivered %d, dropped %d", sink.Emitted(), sink.Delivered(), sink.Dropped())
+	}
+}
+
+// The broker is killed mid-run with events in flight (their produce request
+// sent and never answered). Close still returns within its FlushTimeout,
+// counting what it gave up on as dropped, so that emitted = delivered +
+// dropped once it has returned; a callback that comes later changes
+// nothing. On the old sink, Close waited for every callback, and a request
+// sent to a broker that went away never gets one: it was still blocked 40 s
+// later.
+func TestCloseIsBoundedWhenTheBrokerDiesMidRun(t *testing.T) {
+	c, client := cluster(t)
+	sink := NewEventSink(client, 1024)
+	sink.FlushTimeout = 500 * time.Millisecond
+	go sink.Run(context.Background())
+	for i := range 20 {
+		sink.Emit(retry.Event{Operation: uint64(i), Topic: topic, To: retry.Attempting})
+	}
+	waitFor(t, "the first events delivered", func() bool { return sink.Delivered() == 20 })
+	held := make(chan struct{})
+	var once sync.Once
+	c.ControlKey(kmsg.Produce.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		once.Do(func() { close(held) })
+		c.SleepControl(func() { select {} }) // the broker never answers
+		return nil, nil, false
+	})
+	for i := range 20 {
+		sink.Emit(retry.Event{Operation: uint64(100 + i), Topic: topic, To: retry.Attempting})
+	}
+	<-held
+	go c.Close() // the broker goes away with the request in flight
+	start := time.Now()
+	within(t, "Close", sink.Close)
+	if took := time.Since(start); took > sink.FlushTimeout+2*time.Second {
+		t.Fatalf("Close took %v, over its %v FlushTimeout", took, sink.FlushTimeout)
+	}
+	e, d, x := sink.Emitted(), sink.Delivered(), sink.Dropped()
+	if e != 40 || d+x != e || d < 20 {
+		t.Fatalf("after Close: emitted %d, delivered %d, dropped %d", e, d, x)
+	}
+}
+
+// Cancelling Run's context ends the wait too: Close returns without waiting
+// out its FlushTimeout, and the sum holds.
+func TestCloseAfterRunsContextEndsDoesNotWait(t *testing.T) {
+	c, client := cluster(t)
+	c.ControlKey(kmsg.Produce.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		c.SleepControl(func() { select {} })
+		return nil, nil, false
+	})
+	sink := NewEventSink(client, 64)
+	sink.FlushTimeout = time.Hour
+	ctx, cancel := context.WithCancel(context.Background())
+	go sink.Run(ctx)
+	for i := range 10 {
+		sink.Emit(retry.Event{Operation: uint64(i), Topic: topic, To: retry.Attempting})
+	}
+	time.Sleep(100 * time.Millisecond) // let the request go out
+	cancel()
+	within(t, "Close after Run's context ended", sink.Close)
+	if sink.Emitted() != 10 || sink.Delivered()+sink.Dropped() != 10 {
+		t.Fatalf("emitted %d, delivered %d, dropped %d", sink.Emitted(), sink.Delivered(), sink.Dropped())
+	}
+}
+
+// waitFor polls cond until it holds, or fails the test after watchdog.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(watchdog)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, watchdog)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
