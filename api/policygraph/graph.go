@@ -156,7 +156,9 @@ type Analysis struct {
 	Ancestors Chain
 	// Self is the policy analysed, as it would be stored.
 	Self Layer
-	// Descendants is the path below Self with the largest attempt product.
+	// Descendants is the path below Self with the largest attempt product,
+	// each layer at its declared attempts (Hidden 1): a descendant's hidden
+	// layers are charged to the descendant (Charged), so they are not read.
 	Descendants Chain
 	// MissingParent names the first parentRef that does not exist yet:
 	// its name, or namespace/name when it is in another namespace.
@@ -187,7 +189,16 @@ func (a Analysis) LeafAttempts() int64 {
 	return append(append(Chain{}, a.Ancestors...), a.Self).Product()
 }
 
-// Worst is the chain through this policy with the largest attempt product.
+// Worst is the chain through this policy with the largest attempt product,
+// as the policy's own verdict holds it: the ancestors and Self with their
+// hidden layers, the descendants at their declared attempts. Blame stays
+// with the layer that caused it (docs/hidden-layers.md, whose verdict): a
+// hidden layer (layer.hiddenAttempts, a VirtualService) multiplies every
+// call below it, so it counts in the verdict of its own policy and of the
+// policies below, never in a caller's, which may be another team's in
+// another namespace. The layer whose hidden attempts tip a chain over the
+// limit is the lowest one that completes it, and only it and those below
+// turn not Ready and NoRetry.
 func (a Analysis) Worst() Chain {
 	c := append(append(Chain{}, a.Ancestors...), a.Self)
 	return append(c, a.Descendants...)
@@ -337,10 +348,8 @@ func worstDescendants(ctx context.Context, lk Lookup, consent *consent, parent *
 			return nil, false, err
 		}
 		tooDeep = tooDeep || deep
-		layer, err := LayerIn(ctx, lk, c)
-		if err != nil {
-			return nil, false, err
-		}
+		layer := LayerOf(c)
+		layer.Hidden = 1 // charged to c, in c's own verdict
 		chain := append(Chain{layer}, below...)
 		if pr := chain.Product(); best == nil || pr > bestProduct {
 			best, bestProduct = chain, pr

@@ -98,9 +98,14 @@ func TestValidateRetryPolicy(t *testing.T) {
 			incoming: pol("connector", "connector", 3, parent("job"), fixtures.Hidden(1)),
 			limits:   &limit9, leaf: 9,
 		},
-		"a hidden layer in a stored child counts against its parent's update": {
+		"a hidden layer in a stored child is charged to the child, not to its parent's update": {
 			stored:   []v1.RetryPolicy{pol("connector", "connector", 1, parent("job"), fixtures.Hidden(3))},
 			incoming: pol("job", "job", 3),
+			leaf:     3,
+		},
+		"the child is refused for its own hidden layer under a parent of 3": {
+			stored:   []v1.RetryPolicy{pol("job", "job", 3)},
+			incoming: pol("connector", "connector", 1, parent("job"), fixtures.Hidden(3)),
 			want:     []string{"spec.maxAttempts ERR_LAYER_AMPLIFICATION"},
 			message:  "job(3) × connector(1×3 hidden) = 9 > 3",
 		},
