@@ -50,7 +50,8 @@ func DefaultLimits() Limits {
 // Lookup reads RetryPolicies and the labels of namespaces. Get returns nil,
 // nil for a policy that does not exist. Each list answers one indexed
 // question, so the cost of a rule follows what it asks about, not the
-// cluster's size.
+// cluster's size. The policies it returns are read-only: they may be the
+// cache's own.
 type Lookup interface {
 	// Get reads one policy.
 	Get(ctx context.Context, key types.NamespacedName) (*v1.RetryPolicy, error)
