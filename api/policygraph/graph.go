@@ -327,6 +327,12 @@ func worstDescendants(ctx context.Context, lk Lookup, consent *consent, parent *
 	bestProduct := int64(1)
 	tooDeep := false
 	for i := range children {
+		// A review whose caller gave up (the API server's timeout) or whose
+		// budget ran out stops here: a flood of reviews of a parent with
+		// thousands of children costs no more than their deadlines.
+		if err := ctx.Err(); err != nil {
+			return nil, false, err
+		}
 		c := &children[i]
 		key := keyOf(c)
 		if onPath[key] {

@@ -3,6 +3,7 @@ package policygraph_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"strings"
@@ -121,5 +122,20 @@ func TestDetectedLayersAreChargedToTheirOwnPolicy(t *testing.T) {
 				t.Errorf("against a limit of 3, exceeded %v: %v", tc.exceeded, v.Errors)
 			}
 		})
+	}
+}
+
+// A review whose context ends stops walking the children: the work of one
+// review is bounded by its deadline, however many children a root has.
+func TestAnalyzeStopsWhenTheReviewEnds(t *testing.T) {
+	root := pol("root", "root", 1)
+	stored := []v1.RetryPolicy{root}
+	for i := range 100 {
+		stored = append(stored, pol(fmt.Sprintf("child-%d", i), "child", 1, parent("root")))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := policygraph.Analyze(ctx, policygraph.NewStaticLookup(stored...), &root); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Analyze under an ended review: %v, want context.Canceled", err)
 	}
 }
