@@ -66,7 +66,7 @@ func main() {
 // run parses args, builds the manager and runs it until ctx ends.
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
-	var metricsAddr, probeAddr, certDir, kubeconfig string
+	var metricsAddr, probeAddr, certDir, clientCAName, kubeconfig string
 	var leaderElect, enableWebhooks, secureMetrics, enableHTTP2 bool
 	var concurrency, webhookPort int
 	var resync time.Duration
@@ -82,6 +82,8 @@ func run(ctx context.Context, args []string) error {
 	fs.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles at a time.")
 	fs.StringVar(&certDir, "webhook-cert-dir", DefaultWebhookCertDir, "Directory with the webhook serving tls.crt and tls.key; reloaded when they change.")
 	fs.IntVar(&webhookPort, "webhook-port", DefaultWebhookPort, "Port the admission webhooks listen on.")
+	fs.StringVar(&clientCAName, "webhook-client-ca-name", "",
+		"File in --webhook-cert-dir with the CA of the API server's webhook client certificate; when set, only callers presenting a certificate it signed are answered.")
 	fs.BoolVar(&enableWebhooks, "enable-webhooks", true, "Serve the validating admission webhooks.")
 	fs.IntVar(&concurrency, "max-concurrent-reconciles", 4, "RetryPolicy reconciles run at once.")
 	fs.DurationVar(&resync, "resync-period", controllers.DefaultResyncPeriod,
@@ -119,7 +121,7 @@ func run(ctx context.Context, args []string) error {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
 	// Refusals are counted by code in retryguard_admission_denied_total.
-	var webhookServer webhook.Server = webhook.NewServer(webhook.Options{Port: webhookPort, CertDir: certDir, TLSOpts: tlsOpts})
+	var webhookServer webhook.Server = webhook.NewServer(webhooks.ServerOptions(webhookPort, certDir, clientCAName, tlsOpts))
 	certsReady := make(chan struct{})
 	if rotation.Enabled {
 		// The server cannot start before its certificate exists: it starts

@@ -83,8 +83,10 @@ func (f *VirtualServiceFinder) Serve(gvk *schema.GroupVersionKind) { f.served.St
 // Served is the VirtualService version read, nil when none.
 func (f *VirtualServiceFinder) Served() *schema.GroupVersionKind { return f.served.Load() }
 
-// list reads the VirtualServices of a namespace; none while none is served.
-func (f *VirtualServiceFinder) list(ctx context.Context, namespace string) ([]unstructured.Unstructured, error) {
+// list reads the VirtualServices of every namespace; none while none is
+// served. The items are the cache's own (no deep copy): RoutingOf only
+// reads them.
+func (f *VirtualServiceFinder) list(ctx context.Context) ([]unstructured.Unstructured, error) {
 	if f == nil {
 		return nil, nil
 	}
@@ -99,28 +101,41 @@ func (f *VirtualServiceFinder) list(ctx context.Context, namespace string) ([]un
 	defer cancel()
 	var list unstructured.UnstructuredList
 	list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-	if err := f.Reader.List(ctx, &list, client.InNamespace(namespace)); err != nil {
+	if err := f.Reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		if meta.IsNoMatchError(err) {
 			return nil, nil // uninstalled between the check and the list; the CRD watch catches up
 		}
-		return nil, fmt.Errorf("listing VirtualServices in %s: %w", namespace, err)
+		return nil, fmt.Errorf("listing VirtualServices: %w", err)
 	}
 	return list.Items, nil
 }
 
-// DetectedLayers is the worst VirtualService of p's namespace that
-// routes p's target.service, when it retries. A call passes one client
-// sidecar, which applies one route of one VirtualService, so VirtualServices
-// do not multiply with each other: the worst one is the hidden layer.
+// virtualServiceSource names a VirtualService in status.hiddenLayers:
+// VirtualService/<name> in the policy's namespace, VirtualService/<ns>/<name>
+// from another.
+func virtualServiceSource(vs *unstructured.Unstructured, policyNamespace string) string {
+	if vs.GetNamespace() == policyNamespace {
+		return VirtualServiceSourcePrefix + vs.GetName()
+	}
+	return VirtualServiceSourcePrefix + vs.GetNamespace() + "/" + vs.GetName()
+}
+
+// DetectedLayers is the worst VirtualService, of any namespace, that
+// routes p's target.service for the sidecars of p's namespace, when it
+// retries: one in p's namespace, or one elsewhere that names the service
+// by a host resolving to it and is exported to p's namespace (RoutingOf).
+// A call passes one client sidecar, which applies one route of one
+// VirtualService, so VirtualServices do not multiply with each other: the
+// worst one is the hidden layer.
 func (f *VirtualServiceFinder) DetectedLayers(ctx context.Context, p *v1.RetryPolicy) ([]v1.HiddenLayer, error) {
-	items, err := f.list(ctx, p.Namespace)
+	items, err := f.list(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var worst *v1.HiddenLayer
 	for i := range items {
 		r := RoutingOf(items[i].Object, p.Spec.Target.Service, p.Namespace)
-		layer := v1.HiddenLayer{Source: VirtualServiceSourcePrefix + items[i].GetName(), Attempts: r.Attempts}
+		layer := v1.HiddenLayer{Source: virtualServiceSource(&items[i], p.Namespace), Attempts: r.Attempts}
 		if r.Attempts > 1 && (worst == nil || layer.Attempts > worst.Attempts ||
 			layer.Attempts == worst.Attempts && layer.Source < worst.Source) {
 			worst = &layer
@@ -132,11 +147,12 @@ func (f *VirtualServiceFinder) DetectedLayers(ctx context.Context, p *v1.RetryPo
 	return []v1.HiddenLayer{*worst}, nil
 }
 
-// policiesRouted maps a VirtualService to the policies of its namespace
-// whose target.service it routes. On an update controller-runtime maps the
-// old and the new object both, so a VirtualService that stops routing a
-// service re-checks that service's policies too. It lists the namespace's
-// policies: VirtualServices change seldom, and routing is decided by
+// policiesRouted maps a VirtualService to the policies whose target.service
+// it routes for their namespace's sidecars: those of the namespaces it is
+// exported to (every namespace when exportTo is unset or "*"). On an update
+// controller-runtime maps the old and the new object both, so a
+// VirtualService that stops routing a service re-checks that service's
+// policies too. VirtualServices change seldom, and routing is decided by
 // RoutingOf alone.
 func (f *VirtualServiceFinder) policiesRouted(r client.Reader) handler.MapFunc {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
@@ -144,20 +160,46 @@ func (f *VirtualServiceFinder) policiesRouted(r client.Reader) handler.MapFunc {
 		if !ok {
 			return nil
 		}
-		var list v1.RetryPolicyList
-		if err := r.List(ctx, &list, client.InNamespace(u.GetNamespace())); err != nil {
-			log.FromContext(ctx).Error(err, "listing the policies a VirtualService may route", "virtualService", u.GetName())
-			return nil
+		var lists []v1.RetryPolicyList
+		for _, ns := range exportedNamespaces(u) {
+			var list v1.RetryPolicyList
+			if err := r.List(ctx, &list, client.InNamespace(ns)); err != nil {
+				log.FromContext(ctx).Error(err, "listing the policies a VirtualService may route", "virtualService", client.ObjectKeyFromObject(u))
+				return nil
+			}
+			lists = append(lists, list)
 		}
 		var out []reconcile.Request
-		for i := range list.Items {
-			p := &list.Items[i]
-			if RoutingOf(u.Object, p.Spec.Target.Service, p.Namespace).Routes {
-				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(p)})
+		for _, list := range lists {
+			for i := range list.Items {
+				p := &list.Items[i]
+				if RoutingOf(u.Object, p.Spec.Target.Service, p.Namespace).Routes {
+					out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(p)})
+				}
 			}
 		}
 		return out
 	}
+}
+
+// exportedNamespaces lists the namespaces whose sidecars may see u, for
+// client.InNamespace: "" (every namespace) when it is exported everywhere.
+func exportedNamespaces(u *unstructured.Unstructured) []string {
+	spec, _ := u.Object["spec"].(map[string]any)
+	exportTo := stringsAt(spec, "exportTo")
+	if len(exportTo) == 0 || containsAny(exportTo, "*") {
+		return []string{""}
+	}
+	out := make([]string, 0, len(exportTo))
+	for _, ns := range exportTo {
+		if ns == "." {
+			ns = u.GetNamespace()
+		}
+		if !slices.Contains(out, ns) {
+			out = append(out, ns)
+		}
+	}
+	return out
 }
 
 // detectingLookup is a policygraph.Lookup that detects VirtualServices.

@@ -70,8 +70,12 @@ type VirtualServiceRouting struct {
 //   - gateways: a VirtualService bound only to gateways other than "mesh"
 //     does not reach the sidecars; an http[].match[].gateways list
 //     overrides it for that match, as in Istio.
-//   - exportTo: a VirtualService not exported to its own namespace ("." or
-//     "*" or the namespace's name) is invisible to that namespace's sidecars.
+//   - exportTo: a VirtualService applies to the sidecars of namespace only
+//     when it is exported there: unset or "*" (every namespace), the
+//     namespace's name, or "." when the VirtualService is in namespace. So a
+//     VirtualService in another namespace (the service owner's, say) counts
+//     when it names the service by a host that resolves to it, such as its
+//     FQDN, and is exported to the policy's namespace.
 func RoutingOf(obj map[string]any, service, namespace string) VirtualServiceRouting {
 	none := VirtualServiceRouting{Attempts: 1}
 	spec, ok := obj["spec"].(map[string]any)
@@ -84,8 +88,7 @@ func RoutingOf(obj map[string]any, service, namespace string) VirtualServiceRout
 			vsNamespace = ns
 		}
 	}
-	if exportTo := stringsAt(spec, "exportTo"); len(exportTo) > 0 &&
-		!containsAny(exportTo, ".", "*", namespace) {
+	if !exportedTo(stringsAt(spec, "exportTo"), vsNamespace, namespace) {
 		return none
 	}
 	target := hostName{service: strings.ToLower(service), namespace: strings.ToLower(namespace)}
@@ -111,6 +114,16 @@ func RoutingOf(obj map[string]any, service, namespace string) VirtualServiceRout
 		out.Attempts = max(out.Attempts, routeAttempts(route))
 	}
 	return out
+}
+
+// exportedTo says whether a VirtualService of vsNamespace with this
+// exportTo list applies to the sidecars of namespace. Unset is Istio's
+// default, every namespace.
+func exportedTo(exportTo []string, vsNamespace, namespace string) bool {
+	if len(exportTo) == 0 || containsAny(exportTo, "*", namespace) {
+		return true
+	}
+	return vsNamespace == namespace && containsAny(exportTo, ".")
 }
 
 // routeAttempts is what one HTTP route makes per call, the first included.

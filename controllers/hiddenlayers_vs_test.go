@@ -25,6 +25,7 @@ func vs(t testing.TB, doc string) map[string]any {
 
 func TestRoutingOf(t *testing.T) {
 	const meta = "metadata: {name: x, namespace: shop}\n"
+	const other = "metadata: {name: x, namespace: team-b}\n"
 	for _, tc := range []struct {
 		name     string
 		doc      string
@@ -89,6 +90,14 @@ func TestRoutingOf(t *testing.T) {
 		{"exported to its own namespace", meta + "spec: {hosts: [payments], exportTo: ['.'], http: [{}]}", "payments", true, 3},
 		{"exported elsewhere only: the namespace's sidecars do not see it", meta + "spec: {hosts: [payments], exportTo: [other], http: [{}]}",
 			"payments", false, 1},
+		{"from another namespace, by FQDN, exported everywhere by default", other + "spec: {hosts: [payments.shop.svc.cluster.local], http: [{retries: {attempts: 5}}]}",
+			"payments", true, 6},
+		{"from another namespace, by svc.ns", other + "spec: {hosts: [payments.shop], http: [{}]}", "payments", true, 3},
+		{"from another namespace, exported to the policy's", other + "spec: {hosts: [payments.shop.svc.cluster.local], exportTo: [shop], http: [{}]}",
+			"payments", true, 3},
+		{"from another namespace, exported to its own only ('.'): invisible here",
+			other + "spec: {hosts: [payments.shop.svc.cluster.local], exportTo: ['.'], http: [{}]}", "payments", false, 1},
+		{"from another namespace, a short name resolves there, not here", other + "spec: {hosts: [payments], http: [{}]}", "payments", false, 1},
 		{"huge attempts saturate", meta + "spec: {hosts: [payments], http: [{retries: {attempts: 99999999999}}]}",
 			"payments", true, math.MaxInt32},
 		{"negative attempts disable retries", meta + "spec: {hosts: [payments], http: [{retries: {attempts: -3}}]}",

@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
@@ -134,9 +135,62 @@ var _ = Describe("Hidden layers", Ordered, ContinueOnFailure, func() {
 			// carries the parent's VirtualService: 1×2 × 1×2 = 4 > 3.
 			expectHidden(ns, child.Name, 4, v1.HiddenLayer{Source: policygraph.HiddenAttemptsSource, Attempts: 2})
 			expectReason(ns, child.Name, v1.ReasonAmplificationExceeded)
-			expectReason(ns, job.Name, v1.ReasonAmplificationExceeded)
+			// The child's hidden attempts are charged to the child: the
+			// parent's own chain is job(1×2 hidden) × connector(1) = 2.
+			expectReason(ns, job.Name, v1.ReasonPublished)
 			Expect(client.IgnoreNotFound(k8s.Delete(ctx, vs))).To(Succeed())
 			expectReason(ns, child.Name, v1.ReasonPublished)
+		})
+
+		// The finding: a user of team-a adds a routing-only VirtualService (Istio's
+		// default retries) for team-a's connector, a child of team-b's
+		// workflow. The excess is team-a's: its connector turns not Ready
+		// and NoRetry; team-b's workflow keeps its retries.
+		It("charges a child's VirtualService to the child, never to its parent in another namespace", func() {
+			teamB, teamA := newNamespace(), newNamespace()
+			for _, ns := range []string{teamA, teamB} {
+				Expect(k8s.Create(ctx, fixtures.Budget(ns, fixtures.DefaultBudget, 10))).To(Succeed())
+			}
+			workflow := fixtures.Policy(teamB, "workflow", "workflow", 3, fixtures.Service("workflow"),
+				fixtures.Allowing(v1.NamespacesFromAll, nil))
+			connector := fixtures.Policy(teamA, "connector", "connector", 1, fixtures.ParentIn(teamB, "workflow"), fixtures.Service("connector"))
+			Expect(k8s.Create(ctx, workflow)).To(Succeed())
+			Expect(k8s.Create(ctx, connector)).To(Succeed())
+			expectReason(teamB, workflow.Name, v1.ReasonPublished)
+			expectReason(teamA, connector.Name, v1.ReasonPublished)
+
+			Expect(k8s.Create(ctx, virtualService(teamA, "routing", `spec: {hosts: [connector], http: [{route: [{destination: {host: connector}}]}]}`))).To(Succeed())
+			expectReason(teamA, connector.Name, v1.ReasonAmplificationExceeded)
+			expectHidden(teamA, connector.Name, 9, istio("routing", 3))
+			c, _ := readyOf(Default, teamA, connector.Name)
+			Expect(c.Message).To(ContainSubstring(teamA + "/connector(1×3 hidden) = 9 > 3"))
+			// A new generation of the parent is judged with the child's
+			// VirtualService in the cache: still Published and Enforced.
+			edit(workflow, func(p *v1.RetryPolicy) { p.Spec.Target.Operation = ptr.To("POST /v2/workflows") })
+			expectReason(teamB, workflow.Name, v1.ReasonPublished)
+			payload, _ := payloadOf(Default, teamB, workflow.Name)
+			Expect(payload.Enforcement.Mode).To(Equal(policyconfig.Enforced))
+		})
+
+		It("counts a VirtualService of another namespace that routes the policy's service by FQDN, as exported", func() {
+			teamA, teamB := newNamespace(), newNamespace()
+			Expect(k8s.Create(ctx, fixtures.Budget(teamA, fixtures.DefaultBudget, 10))).To(Succeed())
+			p := fixtures.Policy(teamA, "svc", "connector", 1, fixtures.Service("svc"))
+			Expect(k8s.Create(ctx, p)).To(Succeed())
+			expectReason(teamA, p.Name, v1.ReasonPublished)
+
+			fqdn := "svc." + teamA + ".svc.cluster.local"
+			vs := virtualService(teamB, "x", `spec: {hosts: [`+fqdn+`], http: [{retries: {attempts: 5}}]}`)
+			Expect(k8s.Create(ctx, vs)).To(Succeed())
+			expectHidden(teamA, p.Name, 6, v1.HiddenLayer{Source: controllers.VirtualServiceSourcePrefix + teamB + "/x", Attempts: 6})
+			expectReason(teamA, p.Name, v1.ReasonAmplificationExceeded)
+
+			By("exported to its own namespace only, it no longer applies to team-a's sidecars")
+			edit(vs, func(u *unstructured.Unstructured) {
+				Expect(unstructured.SetNestedStringSlice(u.Object, []string{"."}, "spec", "exportTo")).To(Succeed())
+			})
+			expectReason(teamA, p.Name, v1.ReasonPublished)
+			expectHidden(teamA, p.Name, 1)
 		})
 
 		It("stops reading VirtualServices when Istio's CRD is deleted", func() {

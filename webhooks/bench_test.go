@@ -277,3 +277,58 @@ func BenchmarkAdmissionLatencyAcrossNamespaces(b *testing.B) {
 		})
 	}
 }
+
+// floodChildren is how many children the flooded root has, as in the
+// finding that a flood of reviews of such a root pushed a legitimate update
+// towards the 5 s timeout.
+const floodChildren = 10_000
+
+// BenchmarkAdmissionUnderFlood times a legitimate review of a root with
+// 10,000 children while flooders callers send the same review in a loop,
+// with no flood as the peer in the same run. It reports p50 and p99 of the
+// legitimate review. Run it with -benchtime=200x.
+func BenchmarkAdmissionUnderFlood(b *testing.B) {
+	bc := startBenchCluster(b, false)
+	ctx := context.Background()
+	root := fixtures.Policy("bench", "root", "root", 1)
+	if err := bc.client.Create(ctx, root); err != nil {
+		b.Fatal(err)
+	}
+	bc.create(b, 0, floodChildren, func(i int) *v1.RetryPolicy {
+		return fixtures.Policy("bench", fmt.Sprintf("child-%d", i), "child", 1, fixtures.Parent("root"))
+	})
+	v := &webhooks.RetryPolicyValidator{Reader: bc.mgr.GetCache(), Limits: policygraph.DefaultLimits()}
+	for _, flooders := range []int{0, 96} {
+		b.Run(fmt.Sprintf("children=%d/flooders=%d", floodChildren, flooders), func(b *testing.B) {
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for range flooders {
+				wg.Go(func() {
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						_, _ = v.ValidateUpdate(ctx, root, root)
+					}
+				})
+			}
+			lat := make([]time.Duration, 0, b.N)
+			refused := 0 // past webhooks.ReviewBudget: refused, failing closed
+			for b.Loop() {
+				start := time.Now()
+				if _, err := v.ValidateUpdate(ctx, root, root); err != nil {
+					refused++
+				}
+				lat = append(lat, time.Since(start))
+			}
+			close(stop)
+			wg.Wait()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+			b.ReportMetric(float64(refused), "refused")
+		})
+	}
+}

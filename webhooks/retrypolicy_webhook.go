@@ -2,6 +2,7 @@ package webhooks
 
 import (
 	"context"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -42,7 +43,16 @@ func (v *RetryPolicyValidator) ValidateDelete(context.Context, *v1.RetryPolicy) 
 	return nil, nil
 }
 
+// ReviewBudget bounds the cross-object work of one review, below the
+// webhook's 5 s timeout: a review that has not finished by then is refused
+// (admission fails closed) instead of holding a core for a caller that has
+// given up. The API server's own timeout also ends it, through the
+// request's context.
+const ReviewBudget = 3 * time.Second
+
 func (v *RetryPolicyValidator) validate(ctx context.Context, p *v1.RetryPolicy) (admission.Warnings, error) {
+	ctx, cancel := context.WithTimeout(ctx, ReviewBudget)
+	defer cancel()
 	spec := field.NewPath("spec")
 	errs := v1.ValidateRetryPolicySpec(&p.Spec, spec)
 	verdict, err := policygraph.ValidateRetryPolicy(ctx, policyindex.CacheLookup{Reader: v.Reader}, p, v.Limits, spec)

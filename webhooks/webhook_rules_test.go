@@ -134,7 +134,7 @@ var _ = Describe("Shared failure domains", func() {
 		ns := newNamespace()
 		create(policyIn(ns, "sms-2fa", "connector", 3, onPool("pool-sms-auth"), critical))
 		err := k8s.Create(ctx, policyIn(ns, "marketing", "connector", 3, onPool("pool-sms-auth"), onBudget("marketing")))
-		refused(err, "spec.connectionPool.name", "ERR_SHARED_FAILURE_DOMAIN_LEAK", "sms-2fa (Critical, telephony-api)")
+		refused(err, "spec.connectionPool.name", "ERR_SHARED_FAILURE_DOMAIN_LEAK", "already used by 1 policy of another criticality")
 	})
 
 	It("accepts a pool shared by the same criticality and service", func() {

@@ -50,7 +50,8 @@ func DefaultLimits() Limits {
 // Lookup reads RetryPolicies and the labels of namespaces. Get returns nil,
 // nil for a policy that does not exist. Each list answers one indexed
 // question, so the cost of a rule follows what it asks about, not the
-// cluster's size.
+// cluster's size. The policies it returns are read-only: they may be the
+// cache's own.
 type Lookup interface {
 	// Get reads one policy.
 	Get(ctx context.Context, key types.NamespacedName) (*v1.RetryPolicy, error)
@@ -156,7 +157,9 @@ type Analysis struct {
 	Ancestors Chain
 	// Self is the policy analysed, as it would be stored.
 	Self Layer
-	// Descendants is the path below Self with the largest attempt product.
+	// Descendants is the path below Self with the largest attempt product,
+	// each layer at its declared attempts (Hidden 1): a descendant's hidden
+	// layers are charged to the descendant (Charged), so they are not read.
 	Descendants Chain
 	// MissingParent names the first parentRef that does not exist yet:
 	// its name, or namespace/name when it is in another namespace.
@@ -187,7 +190,16 @@ func (a Analysis) LeafAttempts() int64 {
 	return append(append(Chain{}, a.Ancestors...), a.Self).Product()
 }
 
-// Worst is the chain through this policy with the largest attempt product.
+// Worst is the chain through this policy with the largest attempt product,
+// as the policy's own verdict holds it: the ancestors and Self with their
+// hidden layers, the descendants at their declared attempts. Blame stays
+// with the layer that caused it (docs/hidden-layers.md, whose verdict): a
+// hidden layer (layer.hiddenAttempts, a VirtualService) multiplies every
+// call below it, so it counts in the verdict of its own policy and of the
+// policies below, never in a caller's, which may be another team's in
+// another namespace. The layer whose hidden attempts tip a chain over the
+// limit is the lowest one that completes it, and only it and those below
+// turn not Ready and NoRetry.
 func (a Analysis) Worst() Chain {
 	c := append(append(Chain{}, a.Ancestors...), a.Self)
 	return append(c, a.Descendants...)
@@ -315,6 +327,12 @@ func worstDescendants(ctx context.Context, lk Lookup, consent *consent, parent *
 	bestProduct := int64(1)
 	tooDeep := false
 	for i := range children {
+		// A review whose caller gave up (the API server's timeout) or whose
+		// budget ran out stops here: a flood of reviews of a parent with
+		// thousands of children costs no more than their deadlines.
+		if err := ctx.Err(); err != nil {
+			return nil, false, err
+		}
 		c := &children[i]
 		key := keyOf(c)
 		if onPath[key] {
@@ -337,10 +355,8 @@ func worstDescendants(ctx context.Context, lk Lookup, consent *consent, parent *
 			return nil, false, err
 		}
 		tooDeep = tooDeep || deep
-		layer, err := LayerIn(ctx, lk, c)
-		if err != nil {
-			return nil, false, err
-		}
+		layer := LayerOf(c)
+		layer.Hidden = 1 // charged to c, in c's own verdict
 		chain := append(Chain{layer}, below...)
 		if pr := chain.Product(); best == nil || pr > bestProduct {
 			best, bestProduct = chain, pr

@@ -3,6 +3,7 @@ package policygraph_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"strings"
@@ -74,52 +75,67 @@ func TestHiddenLayers(t *testing.T) {
 	}
 }
 
-// Detected layers multiply in everywhere along the chain: above the
-// policy, at it, and below it, and the message shows where.
-func TestDetectedLayersMultiplyAlongTheChain(t *testing.T) {
+// A detected layer multiplies every call below it, so it counts in the
+// verdict of its own policy and of the policies below, never in a caller's:
+// a child's VirtualService in team-a never refuses team-b's parent, and the
+// message shows the layer.
+func TestDetectedLayersAreChargedToTheirOwnPolicy(t *testing.T) {
 	ctx := context.Background()
-	limits := policygraph.Limits{MaxLeafAttempts: 9, MaxRetryPercent: 10}
 	istio := []v1.HiddenLayer{{Source: "VirtualService/x", Attempts: 3}}
-	job := pol("job", "job", 3, service("jobs"))
-	connector := pol("connector", "connector", 1, parent("job"), service("payments"))
-	store := policygraph.NewStaticLookup(job, connector)
+	workflow := polIn("team-b", "workflow", "workflow", 3, service("jobs"), fixtures.Allowing(v1.NamespacesFromAll, nil))
+	connector := polIn("team-a", "connector", "connector", 1, fixtures.ParentIn("team-b", "workflow"), service("payments"))
+	store := policygraph.NewStaticLookup(workflow, connector)
 
 	for name, tc := range map[string]struct {
 		service  string
 		policy   v1.RetryPolicy
 		leaf     int64
-		worst    string
+		charged  string
 		exceeded bool
 	}{
-		"at the policy": {service: "payments", policy: connector, leaf: 9, worst: "job(3) × connector(1×3 hidden) = 9"},
-		"above it":      {service: "jobs", policy: connector, leaf: 9, worst: "job(3×3 hidden) × connector(1) = 9"},
-		"below it, seen from the parent": {service: "payments", policy: job, leaf: 3,
-			worst: "job(3) × connector(1×3 hidden) = 9"},
-		"nowhere on the chain": {service: "ledger", policy: connector, leaf: 3, worst: "job(3) × connector(1) = 3"},
+		"at the child, seen from the child": {service: "payments", policy: connector, leaf: 9, exceeded: true,
+			charged: "team-b/workflow(3) × team-a/connector(1×3 hidden) = 9"},
+		"at the child, seen from the parent in another namespace": {service: "payments", policy: workflow, leaf: 3,
+			charged: "team-b/workflow(3) × team-a/connector(1) = 3"},
+		"at the parent, seen from the parent": {service: "jobs", policy: workflow, leaf: 9, exceeded: true,
+			charged: "team-b/workflow(3×3 hidden) × team-a/connector(1) = 9"},
+		"at the parent, seen from the child": {service: "jobs", policy: connector, leaf: 9, exceeded: true,
+			charged: "team-b/workflow(3×3 hidden) × team-a/connector(1) = 9"},
+		"nowhere on the chain": {service: "ledger", policy: connector, leaf: 3,
+			charged: "team-b/workflow(3) × team-a/connector(1) = 3"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			lk := detecting{StaticLookup: store, byService: map[string][]v1.HiddenLayer{tc.service: istio}}
-			v, err := policygraph.ValidateRetryPolicy(ctx, lk, &tc.policy, limits, nil)
+			v, err := policygraph.ValidateRetryPolicy(ctx, lk, &tc.policy, policygraph.DefaultLimits(), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got := v.Analysis.LeafAttempts(); got != tc.leaf {
 				t.Errorf("leaf attempts %d, want %d", got, tc.leaf)
 			}
-			if got := v.Analysis.Worst().String(); got != tc.worst {
-				t.Errorf("worst chain %q, want %q", got, tc.worst)
+			if got := v.Analysis.Worst().String(); got != tc.charged {
+				t.Errorf("worst chain %q, want %q", got, tc.charged)
 			}
-			if len(v.Errors) != 0 {
-				t.Errorf("9 is at the limit: %v", v.Errors)
-			}
-
-			tight := policygraph.Limits{MaxLeafAttempts: 3, MaxRetryPercent: 10}
-			v, _ = policygraph.ValidateRetryPolicy(ctx, lk, &tc.policy, tight, nil)
 			exceeded := len(v.Errors) == 1 && v1.CodeOf(v.Errors[0]) == codes.LayerAmplification &&
-				strings.Contains(v.Errors[0].Detail, "×3 hidden)")
-			if exceeded != (tc.service != "ledger") {
-				t.Errorf("against a limit of 3: %v", v.Errors)
+				strings.Contains(v.Errors[0].Detail, tc.charged)
+			if exceeded != tc.exceeded || (!tc.exceeded && len(v.Errors) != 0) {
+				t.Errorf("against a limit of 3, exceeded %v: %v", tc.exceeded, v.Errors)
 			}
 		})
+	}
+}
+
+// A review whose context ends stops walking the children: the work of one
+// review is bounded by its deadline, however many children a root has.
+func TestAnalyzeStopsWhenTheReviewEnds(t *testing.T) {
+	root := pol("root", "root", 1)
+	stored := []v1.RetryPolicy{root}
+	for i := range 100 {
+		stored = append(stored, pol(fmt.Sprintf("child-%d", i), "child", 1, parent("root")))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := policygraph.Analyze(ctx, policygraph.NewStaticLookup(stored...), &root); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Analyze under an ended review: %v, want context.Canceled", err)
 	}
 }

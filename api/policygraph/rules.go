@@ -120,10 +120,11 @@ func validateFailureDomains(ctx context.Context, lk Lookup, p *v1.RetryPolicy, f
 		}
 		if others := conflicting(users, p.Name, func(q *v1.RetryPolicy) bool {
 			return CriticalityOf(q) != crit || q.Spec.Target.Service != p.Spec.Target.Service
-		}); len(others) > 0 {
+		}); others > 0 {
 			errs = append(errs, v1.Invalid(fldPath.Child("connectionPool", "name"), pool.Name, codes.SharedFailureDomainLeak,
-				fmt.Sprintf("connectionPool %q is already used by %s; a pool may be shared only by policies with the same criticality (%s) and target.service (%s)",
-					pool.Name, strings.Join(others, ", "), crit, p.Spec.Target.Service)))
+				fmt.Sprintf("connectionPool %q is already used by %s of another criticality or target.service; "+
+					"a pool may be shared only by policies with the same criticality (%s) and target.service (%s)",
+					pool.Name, policiesCount(others), crit, p.Spec.Target.Service)))
 		}
 	}
 	if b := p.Spec.BudgetRef; b != nil {
@@ -131,29 +132,36 @@ func validateFailureDomains(ctx context.Context, lk Lookup, p *v1.RetryPolicy, f
 		if err != nil {
 			return nil, err
 		}
-		if others := conflicting(users, p.Name, func(*v1.RetryPolicy) bool { return true }); len(others) > 0 {
+		if others := conflicting(users, p.Name, func(*v1.RetryPolicy) bool { return true }); others > 0 {
 			errs = append(errs, v1.Invalid(fldPath.Child("budgetRef", "name"), b.Name, codes.SharedFailureDomainLeak,
-				fmt.Sprintf("RetryBudget %q is already drawn on by %s; Critical and Standard callers must not share a retry quota",
-					b.Name, strings.Join(others, ", "))))
+				fmt.Sprintf("RetryBudget %q is already drawn on by %s of criticality %s; Critical and Standard callers must not share a retry quota",
+					b.Name, policiesCount(others), ClashingCriticality(p))))
 		}
 	}
 	return errs, nil
 }
 
-// conflicting describes the users other than self that clash, at most three.
-func conflicting(users []v1.RetryPolicy, self string, clash func(*v1.RetryPolicy) bool) []string {
-	var out []string
+// conflicting counts the users other than self that clash. A refusal
+// names only what the request referenced (the pool, the budget), never
+// another policy: the requester may not be allowed to read them, and
+// admission must not tell an anonymous caller they exist (docs/security.md,
+// tenant boundaries).
+func conflicting(users []v1.RetryPolicy, self string, clash func(*v1.RetryPolicy) bool) int {
+	n := 0
 	for i := range users {
-		q := &users[i]
-		if q.Name != self && clash(q) {
-			out = append(out, fmt.Sprintf("%s (%s, %s)", q.Name, CriticalityOf(q), q.Spec.Target.Service))
+		if q := &users[i]; q.Name != self && clash(q) {
+			n++
 		}
 	}
-	slices.Sort(out)
-	if len(out) > 3 {
-		out = append(out[:3], fmt.Sprintf("and %d more", len(out)-3))
+	return n
+}
+
+// policiesCount is "1 policy" or "n policies".
+func policiesCount(n int) string {
+	if n == 1 {
+		return "1 policy"
 	}
-	return out
+	return fmt.Sprintf("%d policies", n)
 }
 
 // CriticalityOf is p's criticality, the default when unset.

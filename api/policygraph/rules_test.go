@@ -98,9 +98,14 @@ func TestValidateRetryPolicy(t *testing.T) {
 			incoming: pol("connector", "connector", 3, parent("job"), fixtures.Hidden(1)),
 			limits:   &limit9, leaf: 9,
 		},
-		"a hidden layer in a stored child counts against its parent's update": {
+		"a hidden layer in a stored child is charged to the child, not to its parent's update": {
 			stored:   []v1.RetryPolicy{pol("connector", "connector", 1, parent("job"), fixtures.Hidden(3))},
 			incoming: pol("job", "job", 3),
+			leaf:     3,
+		},
+		"the child is refused for its own hidden layer under a parent of 3": {
+			stored:   []v1.RetryPolicy{pol("job", "job", 3)},
+			incoming: pol("connector", "connector", 1, parent("job"), fixtures.Hidden(3)),
 			want:     []string{"spec.maxAttempts ERR_LAYER_AMPLIFICATION"},
 			message:  "job(3) × connector(1×3 hidden) = 9 > 3",
 		},
@@ -246,7 +251,7 @@ func TestValidateRetryPolicy(t *testing.T) {
 			stored:   []v1.RetryPolicy{pol("sms-2fa", "connector", 1, pool("pool-sms-auth"), critical)},
 			incoming: pol("marketing", "connector", 1, pool("pool-sms-auth"), budget("marketing")),
 			want:     []string{"spec.connectionPool.name ERR_SHARED_FAILURE_DOMAIN_LEAK"},
-			message:  "sms-2fa (Critical, telephony-api)",
+			message:  "already used by 1 policy of another criticality or target.service",
 		},
 		"a pool shared across services is refused": {
 			stored:   []v1.RetryPolicy{pol("sms", "connector", 1, pool("shared"))},
@@ -422,3 +427,36 @@ var (
 	parentIn = fixtures.ParentIn
 	allow    = fixtures.Allowing
 )
+
+// A refusal names only what the request referenced: the pool or the budget,
+// never the other policies that use it, which the requester may not be
+// allowed to read (an unauthenticated review once learned
+// "sms-2fa-dispatch (Critical, telephony-api)").
+func TestRefusalsNameOnlyWhatTheRequestReferenced(t *testing.T) {
+	ctx := context.Background()
+	for name, tc := range map[string]struct {
+		stored, incoming v1.RetryPolicy
+	}{
+		"pool": {
+			stored:   pol("sms-2fa-dispatch", "connector", 3, fixtures.Pool("pool-sms-auth"), fixtures.Critical, service("sms-gateway")),
+			incoming: pol("probe", "connector", 1, fixtures.Pool("pool-sms-auth"), fixtures.BudgetRef("probe")),
+		},
+		"budget": {
+			stored:   pol("sms-2fa-dispatch", "connector", 3, service("sms-gateway")),
+			incoming: pol("probe", "connector", 1, fixtures.Critical),
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			v, err := policygraph.ValidateRetryPolicy(ctx, policygraph.NewStaticLookup(tc.stored), &tc.incoming, policygraph.DefaultLimits(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(v.Errors) != 1 || v1.CodeOf(v.Errors[0]) != codes.SharedFailureDomainLeak {
+				t.Fatalf("errors %v, want one %s", v.Errors, codes.SharedFailureDomainLeak)
+			}
+			if d := v.Errors[0].Detail; strings.Contains(d, "sms-2fa-dispatch") || strings.Contains(d, "sms-gateway") || !strings.Contains(d, "1 policy") {
+				t.Errorf("the refusal names another policy, or not how many: %s", d)
+			}
+		})
+	}
+}

@@ -459,8 +459,8 @@ type RetryPolicyStatus struct {
 
 	// hiddenLayers are the layers that retry for this policy unseen by the
 	// runtime, each multiplied into leafAttempts: layer.hiddenAttempts, and
-	// the Istio VirtualServices in this namespace that route
-	// target.service.
+	// the Istio VirtualServices, of any namespace, that route target.service
+	// for this namespace's sidecars.
 	// +optional
 	// +listType=map
 	// +listMapKey=source
@@ -470,11 +470,12 @@ type RetryPolicyStatus struct {
 
 // HiddenLayer is a layer of attempts the runtime cannot see.
 type HiddenLayer struct {
-	// source names the hidden layer: "spec.layer.hiddenAttempts", or
-	// "VirtualService/<name>".
+	// source names the hidden layer: "spec.layer.hiddenAttempts",
+	// "VirtualService/<name>", or "VirtualService/<namespace>/<name>" for one
+	// in another namespace (15 + 63 + 1 + 253 characters at most).
 	// +required
 	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=316
+	// +kubebuilder:validation:MaxLength=332
 	Source string `json:"source,omitempty"`
 
 	// attempts the hidden layer makes for each call it is given, the first

@@ -225,7 +225,8 @@ func TestChartRendersWithoutCertManager(t *testing.T) {
 
 func TestChartOptionalObjects(t *testing.T) {
 	byKind := mustTemplate(t, "metrics.serviceMonitor.enabled=true", "metrics.prometheusRule.enabled=true",
-		"networkPolicy.enabled=true", "podDisruptionBudget.enabled=false", "validatingAdmissionPolicy.enabled=false")
+		"networkPolicy.enabled=true", "networkPolicy.webhookFrom[0].ipBlock.cidr=10.0.0.0/28",
+		"podDisruptionBudget.enabled=false", "validatingAdmissionPolicy.enabled=false")
 	for _, k := range []string{"ServiceMonitor", "PrometheusRule", "NetworkPolicy"} {
 		if len(byKind[k]) != 1 {
 			t.Errorf("%d %s", len(byKind[k]), k)
@@ -243,6 +244,49 @@ func TestChartOptionalObjects(t *testing.T) {
 	want := []string{"RetryguardPoliciesNotReady", "RetryguardPayloadsRejected", "RetryguardRetryBudgetDenying", "RetryguardAttemptsPerOperationAboveLimit"}
 	if !slices.Equal(alerts, want) {
 		t.Errorf("alerts %v, want %v", alerts, want)
+	}
+}
+
+// The NetworkPolicy opens the webhook port to the control plane's addresses
+// only, and cannot be turned on without them: the webhook fails closed, so
+// a policy that shut the API server out would refuse every write.
+func TestChartNetworkPolicyOpensTheWebhookToTheControlPlaneOnly(t *testing.T) {
+	if _, err := template(t, "networkPolicy.enabled=true"); err == nil || !strings.Contains(err.Error(), "networkPolicy.webhookFrom must name") {
+		t.Fatalf("enabled without webhookFrom: %v, want a refusal naming networkPolicy.webhookFrom", err)
+	}
+	byKind := mustTemplate(t, "networkPolicy.enabled=true", "networkPolicy.webhookFrom[0].ipBlock.cidr=10.0.0.0/28")
+	for _, rule := range byKind["NetworkPolicy"][0]["spec"].(object)["ingress"].([]any) {
+		r := rule.(object)
+		for _, p := range r["ports"].([]any) {
+			if p.(object)["port"] != "webhook" {
+				continue
+			}
+			from, _ := r["from"].([]any)
+			if len(from) != 1 || from[0].(object)["ipBlock"].(object)["cidr"] != "10.0.0.0/28" {
+				t.Fatalf("the webhook port is open to %v, want the control plane's 10.0.0.0/28 only", from)
+			}
+			return
+		}
+	}
+	t.Fatal("no rule for the webhook port")
+}
+
+// A client CA mounts beside the serving certificate and turns on client
+// certificate authentication.
+func TestChartWebhookClientCA(t *testing.T) {
+	byKind := mustTemplate(t, "webhook.clientCA.configMapName=apiserver-webhook-client-ca")
+	dep := byKind["Deployment"][0]
+	spec := dep["spec"].(object)["template"].(object)["spec"].(object)
+	args := fmt.Sprint(spec["containers"].([]any)[0].(object)["args"])
+	if !strings.Contains(args, "--webhook-client-ca-name=client-ca.crt") {
+		t.Errorf("args %s lack --webhook-client-ca-name", args)
+	}
+	vol := fmt.Sprint(spec["volumes"])
+	if !strings.Contains(vol, "apiserver-webhook-client-ca") || !strings.Contains(vol, "client-ca.crt") {
+		t.Errorf("volumes %s do not project the client CA", vol)
+	}
+	if plain := fmt.Sprint(mustTemplate(t)["Deployment"][0]); strings.Contains(plain, "client-ca") {
+		t.Error("a client CA without clientCA.configMapName")
 	}
 }
 

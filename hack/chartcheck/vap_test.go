@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -17,6 +18,10 @@ import (
 )
 
 var reservedCode = codes.PublishedConfigMapReserved.String()
+
+// budgetLabel marks the ConfigMap a RetryBudget's fleet count is published
+// in (retrybudget-<name>).
+const budgetLabel = "policy.retryguard.io/budget"
 
 // The chart's ValidatingAdmissionPolicy reserves the published ConfigMaps
 // for the operator's ServiceAccount, while the garbage collector and the
@@ -53,16 +58,40 @@ func TestChartAdmissionPolicyReservesPublishedConfigMaps(t *testing.T) {
 	nsUser, nsGroups := serviceAccountUser("kube-system", "namespace-controller")
 	nsController := as(t, impersonating(cfg, nsUser, nsGroups...))
 	managed := map[string]string{policyconfig.ManagedByLabel: policyconfig.ManagedByValue}
+	policyLabels := map[string]string{policyconfig.ManagedByLabel: policyconfig.ManagedByValue, policyconfig.PolicyLabel: "job"}
+	budgetLabels := map[string]string{policyconfig.ManagedByLabel: policyconfig.ManagedByValue, budgetLabel: "fleet"}
 
 	// The operator publishes and republishes (a patch: it writes with
 	// server-side apply, and its RBAC grants patch, not update).
-	byNameCM := configMap(policyconfig.ConfigMapName("job"), managed)
-	byLabelCM := configMap("labelled", managed)
+	byNameCM := configMap(policyconfig.ConfigMapName("job"), policyLabels)
+	byLabelCM := configMap("retrybudget-fleet", budgetLabels)
 	for _, cm := range []*corev1.ConfigMap{byNameCM, byLabelCM} {
 		allowed(t, "the operator creates "+cm.Name, operator.Create(ctx, cm))
 		before := cm.DeepCopy()
 		cm.Data = map[string]string{"k": "v2"}
 		allowed(t, "the operator patches "+cm.Name, operator.Patch(ctx, cm, client.MergeFrom(before)))
+	}
+	allowed(t, "alice writes her own ConfigMaps", alice.Create(ctx, configMap("settings", nil)))
+
+	// The operator writes nothing else, though its RBAC would let it: a
+	// stolen token cannot overwrite aws-auth or a tenant's ConfigMap.
+	awsAuth := configMap("aws-auth", nil)
+	awsAuth.Namespace = "kube-system"
+	outOfScope(t, "the operator creates kube-system/aws-auth", operator.Create(ctx, awsAuth))
+	settings := configMap("settings", nil)
+	outOfScope(t, "the operator patches alice's ConfigMap",
+		operator.Patch(ctx, settings, client.RawPatch(types.MergePatchType, []byte(`{"data":{"k":"stolen"}}`))))
+	outOfScope(t, "the operator labels alice's ConfigMap as its own",
+		operator.Patch(ctx, settings, client.RawPatch(types.MergePatchType,
+			[]byte(`{"metadata":{"labels":{"app.kubernetes.io/managed-by":"retryguard","policy.retryguard.io/policy":"settings"}}}`))))
+	for name, labels := range map[string]map[string]string{
+		"labelled":                             policyLabels, // a name it does not publish
+		policyconfig.ConfigMapName("nolabel"):  managed,      // no policy label
+		policyconfig.ConfigMapName("budgetcm"): budgetLabels, // a budget's label on a policy's name
+		"retrybudget-policycm":                 policyLabels, // and the reverse
+		"retrybudget-unmanaged":                {budgetLabel: "fleet"},
+	} {
+		outOfScope(t, "the operator creates "+name, operator.Create(ctx, configMap(name, labels)))
 	}
 
 	// Anyone else is refused, whether the name or the label (old or new) marks it.
@@ -77,7 +106,7 @@ func TestChartAdmissionPolicyReservesPublishedConfigMaps(t *testing.T) {
 		reserved(t, "alice removes the label of "+cm.Name, alice.Update(ctx, unlabelled))
 		reserved(t, "alice deletes "+cm.Name, alice.Delete(ctx, cm))
 	}
-	allowed(t, "alice writes her own ConfigMaps", alice.Create(ctx, configMap("settings", nil)))
+	reserved(t, "alice squats a retrybudget-* name", alice.Create(ctx, configMap("retrybudget-squat", nil)))
 	reserved(t, "the garbage collector updates", gc.Update(ctx, byNameCM))
 
 	// Kubernetes' own cleanup still works.
@@ -102,6 +131,14 @@ func allowed(t *testing.T, what string, err error) {
 	t.Helper()
 	if err != nil {
 		t.Errorf("%s: refused: %v", what, err)
+	}
+}
+
+// outOfScope asserts the refusal of an operator's write outside what it publishes.
+func outOfScope(t *testing.T, what string, err error) {
+	t.Helper()
+	if err == nil || !strings.Contains(err.Error(), reservedCode) || !strings.Contains(err.Error(), "operator writes only") {
+		t.Errorf("%s: %v, want a refusal with %s naming what the operator may write", what, err, reservedCode)
 	}
 }
 

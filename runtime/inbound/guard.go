@@ -1,7 +1,13 @@
 // Package inbound protects a service from its own callers' retries: rapid
-// repeats of one idempotency key get 429 with Retry-After and an RFC 9457
-// problem, so an upstream that retries immediately (INC-2901) is slowed down
-// instead of amplified.
+// repeats of one idempotency key by one caller get 429 with Retry-After and
+// an RFC 9457 problem, so an upstream that retries immediately (INC-2901) is
+// slowed down instead of amplified.
+//
+// Repeats are counted per caller: the key is the caller's identity (the
+// client's address, or a principal the application authenticated) together
+// with the idempotency key, so a third party that sends a victim's
+// predictable key spends only its own repeats, never the victim's
+// (docs/security.md, tenant boundaries).
 //
 // The guard's memory is bounded in keys (MaxKeys) and in bytes (MaxBytes),
 // the oldest windows going first. A key longer than MaxKeyBytes is kept as
@@ -17,6 +23,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -67,10 +74,16 @@ type Guard struct {
 	// length and entryOverhead); the oldest windows are forgotten first.
 	MaxKeys  int
 	MaxBytes int
-	// MaxKeyBytes is the longest key kept as it is; longer ones are kept as
-	// their SHA-256 digest.
+	// MaxKeyBytes is the longest key kept as it is (the caller's identity
+	// and the idempotency key together); longer ones are kept as their
+	// SHA-256 digest.
 	MaxKeyBytes int
-	Clock       clock.Clock
+	// Caller names who sent r: an authenticated principal (a client
+	// certificate's subject, a verified token's subject). Nil or "" is the
+	// client's address (the host of r.RemoteAddr). Name a forwarded address only when a
+	// proxy you trust sets it: a caller chooses its own headers.
+	Caller func(r *http.Request) string
+	Clock  clock.Clock
 
 	mu    sync.Mutex
 	seen  map[string]*list.Element // of *burst, oldest window first in order
@@ -114,11 +127,24 @@ func (g *Guard) defaults() {
 	}
 }
 
-// Allow records one request with key and reports whether it may proceed.
-func (g *Guard) Allow(key string) bool {
+// clientAddress is the host of r.RemoteAddr, without the port (a caller
+// opens new connections from new ports).
+func clientAddress(r *http.Request) string {
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return host
+	}
+	return r.RemoteAddr
+}
+
+// Allow records one request by caller with key and reports whether it may
+// proceed. Repeats of one key by different callers are counted apart.
+func (g *Guard) Allow(caller, key string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.defaults()
+	// The caller's length first, so that no pair of caller and key spells
+	// another pair.
+	key = strconv.Itoa(len(caller)) + ":" + caller + key
 	if len(key) > g.MaxKeyBytes {
 		sum := sha256.Sum256([]byte(key))
 		key = digestPrefix + hex.EncodeToString(sum[:])
@@ -176,10 +202,21 @@ func (g *Guard) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		g.mu.Lock()
 		g.defaults()
-		header, window, max, after := g.Header, g.Window, g.MaxRepeats, g.RetryAfter
+		header, window, max, after, callerOf := g.Header, g.Window, g.MaxRepeats, g.RetryAfter, g.Caller
 		g.mu.Unlock()
 		key := r.Header.Get(header)
-		if key == "" || g.Allow(key) {
+		if key == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		caller := ""
+		if callerOf != nil {
+			caller = callerOf(r)
+		}
+		if caller == "" {
+			caller = clientAddress(r)
+		}
+		if g.Allow(caller, key) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -189,7 +226,7 @@ func (g *Guard) Middleware(next http.Handler) http.Handler {
 			Title:    "Too many attempts for one operation",
 			Status:   http.StatusTooManyRequests,
 			Code:     string(codes.RetryLimitExceeded),
-			Detail:   fmt.Sprintf("more than %d requests with %s %q within %s; retry after %s", max, header, echo(key), window, after),
+			Detail:   fmt.Sprintf("more than %d requests from this caller with %s %q within %s; retry after %s", max, header, echo(key), window, after),
 			Instance: r.URL.Path,
 		})
 	})

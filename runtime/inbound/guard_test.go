@@ -53,21 +53,21 @@ func TestMemoryIsBoundedAndTheOldestGoesFirst(t *testing.T) {
 	clk := clock.NewFake(time.Now())
 	g := &Guard{MaxKeys: 100, Clock: clk}
 	for i := range 10_000 {
-		g.Allow(fmt.Sprint(i))
+		g.Allow("10.0.0.1", fmt.Sprint(i))
 		clk.Advance(time.Millisecond)
 	}
 	if n, l := len(g.seen), g.order.Len(); n > 100 || l != n {
 		t.Fatalf("%d keys and %d list entries kept, bound is 100", n, l)
 	}
-	if _, ok := g.seen["9999"]; !ok {
+	if _, ok := g.seen[stored("10.0.0.1", "9999")]; !ok {
 		t.Fatal("the newest key was evicted")
 	}
-	if _, ok := g.seen["0"]; ok {
+	if _, ok := g.seen[stored("10.0.0.1", "0")]; ok {
 		t.Fatal("the oldest key was kept")
 	}
 	// Expired windows go first, even below the bound.
 	clk.Advance(DefaultWindow)
-	g.Allow("fresh")
+	g.Allow("10.0.0.1", "fresh")
 	if n := len(g.seen); n != 1 {
 		t.Fatalf("%d keys after every window expired", n)
 	}
@@ -111,11 +111,11 @@ func TestLongKeysAreKeptAsDigests(t *testing.T) {
 	g := &Guard{Clock: clk}
 	long := strings.Repeat("k", 100_000)
 	for i := range 3 {
-		if !g.Allow(long+"a") || !g.Allow(long+"b") {
+		if !g.Allow("10.0.0.1", long+"a") || !g.Allow("10.0.0.1", long+"b") {
 			t.Fatalf("repeat %d of two distinct long keys refused", i+1)
 		}
 	}
-	if g.Allow(long+"a") || g.Allow(long+"b") {
+	if g.Allow("10.0.0.1", long+"a") || g.Allow("10.0.0.1", long+"b") {
 		t.Fatal("the 4th repeat of a long key was allowed")
 	}
 	for stored := range g.seen {
@@ -138,7 +138,7 @@ func TestMemoryIsBoundedInBytes(t *testing.T) {
 	last := ""
 	for i := range 10_000 {
 		last = fmt.Sprintf("%0100d", i)
-		g.Allow(last)
+		g.Allow("", last)
 		clk.Advance(time.Millisecond)
 	}
 	held := 0
@@ -148,10 +148,71 @@ func TestMemoryIsBoundedInBytes(t *testing.T) {
 	if held > bound || held != g.bytes {
 		t.Fatalf("%d bytes held (%d accounted), bound %d", held, g.bytes, bound)
 	}
-	if _, ok := g.seen[last]; !ok {
+	if _, ok := g.seen[stored("", last)]; !ok {
 		t.Fatal("the newest key was evicted")
 	}
 	if len(g.seen) < bound/(2*(100+entryOverhead)) {
 		t.Fatalf("only %d keys held under a %d-byte bound", len(g.seen), bound)
+	}
+}
+
+// stored is the table's key for caller and key.
+func stored(caller, key string) string { return fmt.Sprintf("%d:%s%s", len(caller), caller, key) }
+
+// A third party that sends a victim's predictable key spends its own
+// repeats, not the victim's: repeats are counted per caller, by the
+// client's address unless the application names an authenticated
+// principal.
+func TestRepeatsAreCountedPerCaller(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 9, 15, 12, 0, 0, 0, time.UTC))
+	for _, tc := range []struct {
+		name             string
+		guard            *Guard
+		victim, attacker func(*http.Request)
+	}{{
+		name:     "client address",
+		guard:    &Guard{Clock: clk},
+		victim:   func(r *http.Request) { r.RemoteAddr = "10.0.0.1:40001" },
+		attacker: func(r *http.Request) { r.RemoteAddr = "10.0.0.2:40002" },
+	}, {
+		name:     "authenticated principal behind one proxy",
+		guard:    &Guard{Clock: clk, Caller: func(r *http.Request) string { return r.Header.Get("X-Verified-Principal") }},
+		victim:   func(r *http.Request) { r.RemoteAddr = "10.0.0.9:1"; r.Header.Set("X-Verified-Principal", "team-a") },
+		attacker: func(r *http.Request) { r.RemoteAddr = "10.0.0.9:2"; r.Header.Set("X-Verified-Principal", "team-b") },
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := tc.guard.Middleware(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusCreated) }))
+			send := func(as func(*http.Request)) int {
+				r := httptest.NewRequest(http.MethodPost, "/v1/messages", nil)
+				r.Header.Set(DefaultHeader, "SMS-2FA-42-s-9")
+				as(r)
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, r)
+				return w.Code
+			}
+			for range DefaultMaxRepeats + 1 {
+				send(tc.attacker)
+			}
+			if c := send(tc.attacker); c != http.StatusTooManyRequests {
+				t.Fatalf("the attacker's own repeats: %d", c)
+			}
+			for i := range DefaultMaxRepeats {
+				if c := send(tc.victim); c != http.StatusCreated {
+					t.Fatalf("the victim's request %d after a third party used its key: %d", i+1, c)
+				}
+			}
+			if c := send(tc.victim); c != http.StatusTooManyRequests {
+				t.Fatalf("the victim's own 4th repeat: %d", c)
+			}
+		})
+	}
+}
+
+// A caller and a key never spell another pair: ("1", "2x") and ("12", "x")
+// are counted apart.
+func TestCallerAndKeyDoNotRunTogether(t *testing.T) {
+	g := &Guard{MaxRepeats: 1, Clock: clock.NewFake(time.Now())}
+	if !g.Allow("1", "2x") || !g.Allow("12", "x") {
+		t.Fatal("two distinct pairs share a count")
 	}
 }

@@ -59,6 +59,13 @@ const (
 	MaxUIDLength = 128
 )
 
+// MaxConfigMapBytes is the most a ConfigMap's data may hold: the API server
+// refuses a larger one (corev1.MaxSecretSize, which ConfigMap validation
+// applies too). A published payload is one ConfigMap key, so a mounted file
+// above it was not written by kubelet from a ConfigMap, and a pod refuses it
+// unread (docs/security.md, mounted ConfigMaps).
+const MaxConfigMapBytes = 1 << 20
+
 // Name shapes the CRD's patterns and the API server enforce.
 const (
 	// DNS1123LabelPattern: service, pool and namespace names.

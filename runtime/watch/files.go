@@ -3,14 +3,19 @@ package watch
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/retryguard/retryguard/runtime/limits"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
@@ -26,19 +31,27 @@ const DefaultPollInterval = 10 * time.Second
 // such a volume's content through the ..data symlink, so any event triggers
 // a rescan of the whole directory.
 //
-// A payload of another namespace than Namespace (when known) is ignored and
-// counted, as is a second file that claims a policy another file supplies;
-// a removed file removes only the policy it supplied.
+// It reads only what kubelet writes (docs/security.md, mounted ConfigMaps):
+// every path is opened beneath Dir through an os.Root, so a symlink that
+// leads outside Dir, or is absolute, is not followed (kubelet's ..data
+// layout is relative links inside the volume); a file over
+// limits.MaxConfigMapBytes is refused unread. A payload of another
+// namespace than Namespace is ignored and counted, as is every payload
+// while Namespace is unknown, and a second file that claims a policy
+// another file supplies; a removed file removes only the policy it
+// supplied. A refused or unparsable file keeps the policy it last supplied.
 type Files struct {
 	*store
 	Dir string
-	// Namespace is the pod's namespace; "" serves payloads of any namespace.
-	// NewFiles sets it from PodNamespace.
+	// Namespace is the pod's namespace; NewFiles sets it from PodNamespace.
+	// While it is "" nothing is served: a pod that cannot tell its own
+	// namespace cannot tell another namespace's payload from its own.
 	Namespace    string
 	PollInterval time.Duration
 	Logger       *slog.Logger
 
 	contents map[string][]byte // file (relative to Dir) → last bytes read
+	refused  map[string]string // file → why it was last refused unread
 	supplied map[string]string // file → the policy it supplies
 	supplier map[string]string // policy → the file that supplies it
 }
@@ -46,14 +59,15 @@ type Files struct {
 // NewFiles watches dir, serving payloads of the pod's namespace.
 func NewFiles(dir string) *Files {
 	return &Files{store: newStore(), Dir: dir, Namespace: PodNamespace(), PollInterval: DefaultPollInterval, Logger: slog.Default(),
-		contents: map[string][]byte{}, supplied: map[string]string{}, supplier: map[string]string{}}
+		contents: map[string][]byte{}, refused: map[string]string{}, supplied: map[string]string{}, supplier: map[string]string{}}
 }
 
 // serviceAccountNamespace is where Kubernetes tells a pod its namespace.
 const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 // PodNamespace is the pod's namespace: $POD_NAMESPACE (set it from the
-// downward API), else the mounted service account's namespace, else "".
+// downward API), else the mounted service account's namespace, else ""
+// (unknown: Files then serves nothing).
 func PodNamespace() string {
 	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
 		return ns
@@ -66,6 +80,10 @@ func PodNamespace() string {
 
 // Start loads the directory, then watches it until ctx ends.
 func (f *Files) Start(ctx context.Context) error {
+	if f.Namespace == "" {
+		f.Logger.Error("serving no policies: the pod's namespace is unknown; set POD_NAMESPACE from the downward API "+
+			"(fieldRef metadata.namespace) or mount the service account", "dir", f.Dir)
+	}
 	if err := f.rescan(); err != nil {
 		return err
 	}
@@ -126,57 +144,112 @@ func (f *Files) watchSubdirs(w *fsnotify.Watcher) {
 // one directory down (<name>/policy.json of a projected volume).
 const maxDepth = 2
 
-// payloadFiles lists the *.json files under Dir, relative to it, in order,
-// following symlinks and skipping kubelet's ".." entries.
-func (f *Files) payloadFiles() ([]string, error) {
-	var out []string
+// Why a file is refused unread.
+const (
+	refusedOutside = "a symlink that leads outside the watched directory"
+	refusedSize    = "larger than a ConfigMap may be"
+)
+
+// payloadFiles lists the *.json files beneath root, relative to it, in
+// order, following symlinks that stay beneath it and skipping kubelet's ".."
+// entries. A symlink that leaves root is listed in outside.
+func payloadFiles(root *os.Root) (files, outside []string, err error) {
 	var walk func(rel string, depth int) error
 	walk = func(rel string, depth int) error {
-		entries, err := os.ReadDir(filepath.Join(f.Dir, rel))
+		d, err := root.Open(rel)
 		if err != nil {
 			return err
 		}
+		entries, err := d.ReadDir(-1)
+		_ = d.Close()
+		if err != nil {
+			return err
+		}
+		slices.SortFunc(entries, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
 		for _, e := range entries {
 			if strings.HasPrefix(e.Name(), "..") {
 				continue
 			}
 			path := filepath.Join(rel, e.Name())
-			st, err := os.Stat(filepath.Join(f.Dir, path)) // through the symlinks
+			st, err := root.Stat(path) // through the symlinks, beneath root only
 			switch {
-			case err != nil:
+			case errors.Is(err, fs.ErrNotExist):
 				continue // removed between ReadDir and now
-			case st.IsDir() && depth < maxDepth:
-				if err := walk(path, depth+1); err != nil {
-					continue
+			case err != nil:
+				if e.Type()&fs.ModeSymlink != 0 {
+					outside = append(outside, path)
 				}
+			case st.IsDir() && depth < maxDepth:
+				_ = walk(path, depth+1)
 			case st.Mode().IsRegular() && strings.HasSuffix(e.Name(), ".json"):
-				out = append(out, path)
+				files = append(files, path)
 			}
 		}
 		return nil
 	}
-	return out, walk("", 1)
+	return files, outside, walk(".", 1)
+}
+
+// readPayload reads file beneath root, refusing one over
+// limits.MaxConfigMapBytes without reading it whole.
+func readPayload(root *os.Root, file string) (data []byte, refused string, err error) {
+	fh, err := root.Open(file)
+	if err != nil {
+		return nil, "", err
+	}
+	defer fh.Close()
+	if st, err := fh.Stat(); err == nil && st.Size() > limits.MaxConfigMapBytes {
+		return nil, refusedSize, nil
+	}
+	data, err = io.ReadAll(io.LimitReader(fh, limits.MaxConfigMapBytes+1)) // the file may grow after Stat
+	if err != nil {
+		return nil, "", err
+	}
+	if len(data) > limits.MaxConfigMapBytes {
+		return nil, refusedSize, nil
+	}
+	return data, "", nil
 }
 
 // rescan applies every changed file and forgets every removed one. It runs
 // on one goroutine at a time (Start's).
 func (f *Files) rescan() error {
-	files, err := f.payloadFiles()
+	root, err := os.OpenRoot(f.Dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	files, outside, err := payloadFiles(root)
 	if err != nil {
 		return err
 	}
 	present := map[string]bool{}
+	for _, file := range outside {
+		present[file] = true
+		f.refuse(file, refusedOutside)
+	}
 	for _, file := range files {
-		data, err := os.ReadFile(filepath.Join(f.Dir, file))
+		data, refused, err := readPayload(root, file)
 		if err != nil {
 			continue // removed between the listing and now
 		}
 		present[file] = true
-		if bytes.Equal(f.contents[file], data) {
+		if refused != "" {
+			f.refuse(file, refused)
+			continue
+		}
+		_, wasRefused := f.refused[file]
+		delete(f.refused, file)
+		if !wasRefused && bytes.Equal(f.contents[file], data) {
 			continue
 		}
 		f.contents[file] = data
 		f.load(file, data)
+	}
+	for file := range f.refused {
+		if !present[file] {
+			delete(f.refused, file)
+		}
 	}
 	for file := range f.contents {
 		if !present[file] {
@@ -185,6 +258,24 @@ func (f *Files) rescan() error {
 		}
 	}
 	return nil
+}
+
+// refuse counts and logs a file refused unread, once until its reason
+// changes; the policy it last supplied stays, as for a payload that does
+// not parse.
+func (f *Files) refuse(file, reason string) {
+	if f.refused[file] == reason {
+		return
+	}
+	f.refused[file] = reason
+	log := f.Logger.With("file", filepath.Join(f.Dir, file))
+	if reason == refusedOutside {
+		f.ignored.Add(1)
+		log.Warn("policy file ignored: "+reason, "dir", f.Dir)
+		return
+	}
+	f.rejected.Add(1)
+	log.Error("policy file rejected unread; keeping the last good policy: "+reason, "limit_bytes", limits.MaxConfigMapBytes)
 }
 
 // load serves the payload of one changed file, or says why not and keeps
@@ -198,7 +289,12 @@ func (f *Files) load(file string, data []byte) {
 		return
 	}
 	name := p.Policy.Name
-	if f.Namespace != "" && p.Policy.Namespace != f.Namespace {
+	if f.Namespace == "" {
+		f.ignored.Add(1)
+		log.Warn("policy payload ignored: the pod's namespace is unknown (set POD_NAMESPACE)", "policy", name, "namespace", p.Policy.Namespace)
+		return
+	}
+	if p.Policy.Namespace != f.Namespace {
 		f.ignored.Add(1)
 		log.Warn("policy payload ignored: another namespace's", "policy", name, "namespace", p.Policy.Namespace, "pod_namespace", f.Namespace)
 		return

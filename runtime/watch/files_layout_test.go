@@ -5,9 +5,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/retryguard/retryguard/runtime/limits"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 	"github.com/retryguard/retryguard/runtime/policyconfig/fixtures"
 )
@@ -162,19 +165,112 @@ func TestFilesRefusesAnotherNamespaceAndAClaimOnAnotherFilesPolicy(t *testing.T)
 	}
 }
 
-// A pod that knows no namespace serves any payload (a directory written by
-// hand, for example).
-func TestFilesWithoutANamespaceServesAny(t *testing.T) {
+// A pod that knows no namespace (no POD_NAMESPACE, no service account
+// mount) cannot tell another namespace's payload from its own, so it serves
+// nothing, logs why and counts every payload it ignored.
+func TestFilesWithoutANamespaceServesNothing(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "x.json"), payload("payments", "payments", 1), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f := newQuietFiles(dir, "")
+	t.Setenv("POD_NAMESPACE", "")
+	f := NewFiles(dir)
+	if f.Namespace != "" {
+		t.Skipf("this machine mounts a service account (namespace %q)", f.Namespace)
+	}
+	var logs strings.Builder
+	f.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	f.PollInterval = time.Hour
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := f.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.Policy("payments"); ok {
+		t.Fatal("a payload is served by a pod whose namespace is unknown")
+	}
+	if f.Ignored() != 1 || !strings.Contains(logs.String(), "POD_NAMESPACE") {
+		t.Fatalf("ignored %d; logs %s", f.Ignored(), logs.String())
+	}
+}
+
+// A symlink that leads outside the watched directory is not followed, be
+// it a file or a subdirectory, relative or absolute; kubelet's own ..data
+// links, which stay inside, are (the layout tests above).
+func TestFilesFollowsNoSymlinkOutsideTheDirectory(t *testing.T) {
+	outside := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(outside, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, file := range []string{"x.json", "sub/policy.json"} {
+		if err := os.WriteFile(filepath.Join(outside, file), payload("payments", "auth", 1), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v := &kubeletVolume{t: t, dir: t.TempDir()}
+	v.write(map[string][]byte{policyconfig.DataKey: payload("sms-2fa-dispatch", "auth", 1)})
+	rel, err := filepath.Rel(v.dir, outside)
+	v.must(err)
+	v.must(os.Symlink(filepath.Join(rel, "sub"), filepath.Join(v.dir, "evil-dir")))
+	v.must(os.Symlink(filepath.Join(outside, "sub"), filepath.Join(v.dir, "evil-abs")))
+	v.must(os.Symlink(filepath.Join(rel, "x.json"), filepath.Join(v.dir, "evil.json")))
+	f := newQuietFiles(v.dir, "auth")
+	v.must(f.rescan())
+	if _, ok := f.Policy("payments"); ok {
+		t.Fatal("a payload outside the watched directory is served")
+	}
+	if _, ok := f.Policy("sms-2fa-dispatch"); !ok {
+		t.Fatal("the kubelet layout's payload is not served")
+	}
+	v.must(f.rescan()) // counted once, not once per rescan
+	if f.Ignored() != 3 {
+		t.Fatalf("ignored %d, want the 3 symlinks", f.Ignored())
+	}
+}
+
+// A file over the ConfigMap size limit is refused without being read whole,
+// and the policy it last supplied stays; back under the limit it is read
+// again.
+func TestFilesRefusesAFileOverTheConfigMapLimit(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sms.json")
+	if err := os.WriteFile(path, payload("sms", "auth", 1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := newQuietFiles(dir, "auth")
 	if err := f.rescan(); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := f.Policy("payments"); !ok {
-		t.Fatal("not served")
+	// 64 MiB, sparse: the test writes no such amount, and a watcher that
+	// reads it whole shows in the heap.
+	fh, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fh.Truncate(64 << 20); err != nil {
+		t.Fatal(err)
+	}
+	_ = fh.Close()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if err := f.rescan(); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	if grown := after.TotalAlloc - before.TotalAlloc; grown > 2*limits.MaxConfigMapBytes {
+		t.Fatalf("a rescan of a 64 MiB file allocated %d bytes", grown)
+	}
+	if p, ok := f.Policy("sms"); !ok || p.Policy.Generation != 1 || f.Rejected() != 1 {
+		t.Fatalf("after an oversized file: %v %v, rejected %d", p, ok, f.Rejected())
+	}
+	if err := os.WriteFile(path, payload("sms", "auth", 2), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.rescan(); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := f.Policy("sms"); p.Policy.Generation != 2 || f.Rejected() != 1 {
+		t.Fatalf("back under the limit: %v, rejected %d", p, f.Rejected())
 	}
 }
 

@@ -52,6 +52,7 @@ func TestFilesRescan(t *testing.T) {
 	}
 	write("sms.json", raw(fixtures.Named("sms", 1)))
 	write("README", []byte("not a policy"))
+	t.Setenv("POD_NAMESPACE", "auth")
 	f := NewFiles(dir)
 	f.Logger = slog.New(slog.DiscardHandler)
 	if err := f.rescan(); err != nil {
@@ -82,6 +83,7 @@ func TestFilesRescan(t *testing.T) {
 // poll); the test waits on the change hook, not on a sleep.
 func TestFilesNotices(t *testing.T) {
 	dir := t.TempDir()
+	t.Setenv("POD_NAMESPACE", "auth")
 	f := NewFiles(dir)
 	f.PollInterval = time.Hour // only fsnotify can deliver within the test's bound
 	changed := make(chan string, 4)
@@ -152,9 +154,7 @@ func TestFilesFollowsAnAtomicConfigMapSwap(t *testing.T) {
 	must(os.Symlink("..2026_09_15_v1", filepath.Join(dir, "..data")))
 	must(os.Symlink("..data/sms.json", filepath.Join(dir, "sms.json")))
 
-	f := NewFiles(dir)
-	f.Logger = slog.New(slog.DiscardHandler)
-	f.PollInterval = time.Hour
+	f := newQuietFiles(dir, "auth")
 	changed := make(chan string, 4)
 	f.OnChange(func(name string) { changed <- name })
 	ctx, cancel := context.WithCancel(context.Background())

@@ -87,7 +87,8 @@ func RegisterIndexes(ctx context.Context, indexer client.FieldIndexer) error {
 }
 
 // CacheLookup reads through a client.Reader whose cache has the indexes
-// from RegisterIndexes. Namespaces are read as metadata only, from the same
+// from RegisterIndexes. The policies its lists return are shared with the
+// cache and must not be modified. Namespaces are read as metadata only, from the same
 // informer as the controller's metadata watch of Namespaces. It is safe for
 // concurrent use when its Reader is.
 type CacheLookup struct {
@@ -109,9 +110,14 @@ func (c CacheLookup) Get(ctx context.Context, key types.NamespacedName) (*v1.Ret
 	return &p, nil
 }
 
+// by lists the policies whose index holds value. The items are the cache's
+// own, not copies: the rules only read them, and a parent with 10,000
+// children would otherwise cost every admission of it 10,000 deep copies
+// (docs/security.md, bounded admission work). A Reader that is not a cache
+// ignores the option.
 func (c CacheLookup) by(ctx context.Context, index, value string, opts ...client.ListOption) ([]v1.RetryPolicy, error) {
 	var list v1.RetryPolicyList
-	if err := c.Reader.List(ctx, &list, append(opts, client.MatchingFields{index: value})...); err != nil {
+	if err := c.Reader.List(ctx, &list, append(opts, client.MatchingFields{index: value}, client.UnsafeDisableDeepCopy)...); err != nil {
 		return nil, err
 	}
 	return list.Items, nil

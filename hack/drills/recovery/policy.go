@@ -142,7 +142,9 @@ func startWatcher(ctx context.Context, src policySource) (watch.Watcher, error) 
 	var w watch.Watcher
 	switch src.Kind {
 	case "files":
-		w = watch.NewFiles(src.Where)
+		f := watch.NewFiles(src.Where)
+		f.Namespace = src.Namespace // the drill's pod namespace: an unknown one serves nothing
+		w = f
 	case "informer":
 		cfg, err := clientcmd.BuildConfigFromFlags("", src.Where)
 		if err != nil {

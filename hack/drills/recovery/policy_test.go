@@ -35,6 +35,7 @@ func TestSamplePolicyReachesTheFileWatcher(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	w := watch.NewFiles(dir)
+	w.Namespace = "drill" // the pod's namespace, as POD_NAMESPACE gives it
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -23,8 +24,12 @@ import (
 )
 
 // Informer watches the published ConfigMaps of one namespace (the pod's)
-// through a client-go informer that selects policyconfig.PolicyLabel. The
-// pod needs get, list and watch on ConfigMaps in its namespace only.
+// through a client-go informer that selects, on the API server, what the
+// operator publishes: the managed-by label with the operator's value and
+// policyconfig.PolicyLabel (managedSelector). A ConfigMap without both never
+// reaches the pod, so a tenant's unmanaged ConfigMaps cost it neither memory
+// nor log lines (docs/security.md, tenant boundaries). The pod needs get,
+// list and watch on ConfigMaps in its namespace only.
 //
 // It serves a ConfigMap only when the operator published it: the managed-by
 // label with the operator's value, a controller owner reference to a
@@ -64,7 +69,7 @@ func (i *Informer) Ignored() uint64 { return i.store.Ignored() }
 func (i *Informer) Start(ctx context.Context) error {
 	factory := informers.NewSharedInformerFactoryWithOptions(i.Client, 0,
 		informers.WithNamespace(i.Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = policyconfig.PolicyLabel }))
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = managedSelector(policyconfig.PolicyLabel) }))
 	inf := factory.Core().V1().ConfigMaps().Informer()
 	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { i.upsert(o) },
@@ -88,6 +93,15 @@ func (i *Informer) Start(ctx context.Context) error {
 		return fmt.Errorf("watch: the ConfigMap informer for %s did not sync", i.Namespace)
 	}
 	return nil
+}
+
+// managedSelector selects the ConfigMaps the operator publishes that carry
+// kindLabel (policyconfig.PolicyLabel here; an informer over another kind of
+// published ConfigMap passes that kind's label). The ValidatingAdmissionPolicy
+// reserves the managed-by label for the operator, so the API server, not the
+// pod, drops everything else.
+func managedSelector(kindLabel string) string {
+	return labels.SelectorFromSet(labels.Set{policyconfig.ManagedByLabel: policyconfig.ManagedByValue}).String() + "," + kindLabel
 }
 
 func (i *Informer) upsert(o any) {

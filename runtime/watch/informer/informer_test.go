@@ -2,8 +2,13 @@ package informer_test
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -131,6 +136,77 @@ func TestInformerHotReload(t *testing.T) {
 			t.Fatal("the deletion never arrived")
 		}
 	}
+}
+
+// The informer selects what the operator publishes on the API server: a
+// tenant's ConfigMaps that carry the policy label but not the operator's
+// managed-by label (20 of 500 KB, as in the finding), another managed-by,
+// or the managed-by label without the policy label never reach the pod. A
+// pod that received them would count and log each one.
+func TestInformerNeverReceivesUnmanagedConfigMaps(t *testing.T) {
+	cs := startAPIServer(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	junk := strings.Repeat("x", 500<<10)
+	create := func(name string, labels map[string]string) {
+		t.Helper()
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "auth", Labels: labels},
+			Data: map[string]string{policyconfig.DataKey: junk}}
+		if _, err := cs.CoreV1().ConfigMaps("auth").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 10 {
+		create(fmt.Sprintf("junk-before-%d", i), map[string]string{policyconfig.PolicyLabel: "sms"})
+	}
+	var logs strings.Builder
+	var mu sync.Mutex
+	w := informer.New(cs, "auth")
+	w.Logger = slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
+	changed := make(chan string, 64)
+	w.OnChange(func(n string) { changed <- n })
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		create(fmt.Sprintf("junk-after-%d", i), map[string]string{policyconfig.PolicyLabel: "sms"})
+	}
+	create("another-manager", map[string]string{policyconfig.PolicyLabel: "sms", policyconfig.ManagedByLabel: "helm"})
+	create("managed-without-policy", map[string]string{policyconfig.ManagedByLabel: policyconfig.ManagedByValue})
+	// A published ConfigMap created last: once it is served, every event
+	// before it has been delivered (one watch, in order).
+	raw, _ := policyconfig.Marshal(fixtures.Named("sms", 1))
+	if _, err := cs.CoreV1().ConfigMaps("auth").Create(ctx, configMap("sms", raw), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	timeout := time.After(10 * time.Second)
+	for {
+		if _, ok := w.Policy("sms"); ok {
+			break
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			t.Fatal("the published policy never arrived")
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if w.Ignored() != 0 || w.Rejected() != 0 || logs.Len() != 0 {
+		t.Fatalf("unmanaged ConfigMaps reached the pod: %d ignored, %d rejected; logs:\n%.2000s", w.Ignored(), w.Rejected(), logs.String())
+	}
+}
+
+// lockedWriter serialises a test's log sink.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
 }
 
 // BenchmarkInformerApplyToEnforced reports p50 and p99 of the time from a
