@@ -364,3 +364,46 @@ func TestReviewARoundTripperWithoutAnExecutorDoesNotPanic(t *testing.T) {
 		t.Fatal("no error")
 	}
 }
+
+// Issue 18, item 5, and docs/runtime.md's Decision row 4 ("unrecognized
+// transport failure ... after dispatch: UNKNOWN_OUTCOME"): a failure after
+// the server read (and may have applied) the request that is neither a
+// reset nor a timeout. Over HTTP/1.1 the server answers garbage after
+// reading; over h2c its handler aborts after reading, and the stream is
+// reset (INTERNAL_ERROR). Either way the outcome is unknown.
+func TestReviewAnUnnamedFailureAfterTheServerReadIsUnknown(t *testing.T) {
+	for name, h2 := range map[string]bool{"HTTP/1.1 malformed response": false, "h2c stream reset after read": true} {
+		t.Run(name, func(t *testing.T) {
+			var n atomic.Int32
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.ReadAll(r.Body)
+				n.Add(1) // applied
+				if h2 {
+					panic(http.ErrAbortHandler)
+				}
+				conn, bufw, err := w.(http.Hijacker).Hijack()
+				if err == nil {
+					_, _ = bufw.WriteString("HTTP/1.1 2O1 Created\r\n\r\n")
+					_ = bufw.Flush()
+					_ = conn.Close()
+				}
+			}))
+			tr := &http.Transport{}
+			if h2 {
+				srv.Config.Protocols = new(http.Protocols)
+				srv.Config.Protocols.SetUnencryptedHTTP2(true)
+				tr.Protocols = new(http.Protocols)
+				tr.Protocols.SetUnencryptedHTTP2(true)
+			}
+			srv.Start()
+			defer srv.Close()
+			defer tr.CloseIdleConnections()
+			l := newLoop(t, smsPolicy(), tr)
+			_, err := l.post(t, srv.URL, strings.NewReader(`{"to":"+15550100"}`))
+			var re *Error
+			if !errors.As(err, &re) || re.State != UnknownOutcome {
+				t.Fatalf("applied %d time(s), then: %v; want UNKNOWN_OUTCOME", n.Load(), err)
+			}
+		})
+	}
+}
