@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
 	"github.com/retryguard/retryguard/runtime/clock"
@@ -405,5 +406,101 @@ func TestReviewAnUnnamedFailureAfterTheServerReadIsUnknown(t *testing.T) {
 				t.Fatalf("applied %d time(s), then: %v; want UNKNOWN_OUTCOME", n.Load(), err)
 			}
 		})
+	}
+}
+
+// attemptsCounted sums retryguard_attempts_total over its classes.
+func attemptsCounted(t *testing.T, reg *prometheus.Registry) int {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == "retryguard_attempts_total" {
+			for _, m := range mf.GetMetric() {
+				total += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return int(total)
+}
+
+// "metrics of every attempt" (issue 18; seed 002: "Derive ratios from
+// scoped counters: attempts per logical call"): retryguard_attempts_total
+// counts every request the dependency received, through net/http's refused
+// re-send on a keep-alive connection and HTTP/2's refused stream.
+func TestReviewMetricsCountEveryAttemptTheDependencyReceived(t *testing.T) {
+	for _, name := range []string{"keep-alive drop", "h2 REFUSED_STREAM"} {
+		t.Run(name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			p := smsPolicy()
+			ex := New(staticSource{p.Policy.Name: p}, WithClock(clock.NewVirtual(epoch)), WithMetrics(NewMetrics(reg)))
+			warm(ex, p.Policy.Name, 30)
+			before := attemptsCounted(t, reg)
+			tr := &http.Transport{}
+			defer tr.CloseIdleConnections()
+			var url string
+			var arrived func() int
+			if name == "keep-alive drop" {
+				srv, got := keepAlive(t, false)
+				res, err := tr.RoundTrip(must(http.NewRequest(http.MethodGet, srv.URL, nil)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, res.Body)
+				_ = res.Body.Close()
+				url, arrived = srv.URL, func() int { return got.total() - 1 }
+			} else {
+				u, streams := h2Server(t, "REFUSED_STREAM")
+				tr.Protocols = new(http.Protocols)
+				tr.Protocols.SetUnencryptedHTTP2(true)
+				url, arrived = u, func() int { return int(streams.Load()) }
+			}
+			c := &http.Client{Transport: &RoundTripper{Executor: ex, Policy: p.Policy.Name, Base: tr}}
+			req, _ := http.NewRequestWithContext(WithVars(t.Context(), smsVars), http.MethodPost, url, nil)
+			res, err := c.Do(req)
+			if err == nil {
+				_ = res.Body.Close()
+			}
+			if counted := attemptsCounted(t, reg) - before; counted != arrived() {
+				t.Fatalf("the dependency received %d requests; retryguard_attempts_total counted %d (%v)", arrived(), counted, err)
+			}
+		})
+	}
+}
+
+// net/http: "For a 101 Switching Protocols response, Body is an
+// io.ReadWriteCloser" (RoundTripper contract, used by WebSocket and SPDY
+// clients). The RoundTripper's releasing wrapper must keep it writable.
+func TestReviewASwitchingProtocolsBodyStaysWritable(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, bufw, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		_, _ = bufw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+		_ = bufw.Flush()
+		buf := make([]byte, 4)
+		if _, err := io.ReadFull(bufw, buf); err == nil {
+			_, _ = conn.Write(buf)
+		}
+	}))
+	defer srv.Close()
+	p := smsPolicy()
+	p.Policy.Operation, p.Policy.KeyTemplate = "GET /v1/stream", ""
+	l := newLoop(t, p, nil)
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL, nil)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "echo")
+	res, err := l.client.Do(req)
+	if err != nil || res.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("%v %v", res, err)
+	}
+	defer res.Body.Close()
+	if _, ok := res.Body.(io.ReadWriteCloser); !ok {
+		t.Fatalf("a 101 response's body is %T, not an io.ReadWriteCloser", res.Body)
 	}
 }
