@@ -504,3 +504,52 @@ func TestReviewASwitchingProtocolsBodyStaysWritable(t *testing.T) {
 		t.Fatalf("a 101 response's body is %T, not an io.ReadWriteCloser", res.Body)
 	}
 }
+
+// Sanity (expected to hold): a keyed POST read and dropped by the server,
+// then the caller cancels during the backoff: UNKNOWN_OUTCOME, with the
+// dropped attempt's evidence in the dead letter.
+func TestReviewCancelDuringBackoffAfterADropIsUnknown(t *testing.T) {
+	var got arrivals
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		got.add(r)
+		hangUp(w)
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(WithVars(t.Context(), smsVars))
+	defer cancel()
+	p := smsPolicy()
+	letters := &memoryLetters{}
+	ex := New(staticSource{p.Policy.Name: p}, WithDeadLetters(letters),
+		WithClock(sleepHook{Virtual: clock.NewVirtual(epoch), before: cancel}))
+	warm(ex, p.Policy.Name, 30)
+	c := &http.Client{Transport: &RoundTripper{Executor: ex, Policy: p.Policy.Name, Base: &http.Transport{DisableKeepAlives: true}}}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, strings.NewReader("{}"))
+	_, err := c.Do(req)
+	var re *Error
+	if !errors.As(err, &re) || re.State != UnknownOutcome || got.total() != 1 {
+		t.Fatalf("%v after %d arrivals", err, got.total())
+	}
+	if l := letters.all(); len(l) != 1 || len(l[0].Attempts) != 1 || !l[0].Attempts[0].Evidence.Dispatched {
+		t.Fatalf("dead letters %+v", l)
+	}
+}
+
+// Issue 18, item 2: "a body ... that cannot be re-read, gets one attempt".
+// A GetBody that fails on the retry: nothing is sent, so no retry token
+// should be spent for it, and the attempt that never left is not one the
+// dependency received.
+func TestReviewAGetBodyThatFailsSpendsNoToken(t *testing.T) {
+	srv, s := server(t, 503, 201)
+	l := newLoop(t, smsPolicy(), nil)
+	b, _ := l.ex.Budget(smsPolicy().Policy.Name)
+	req, _ := http.NewRequestWithContext(WithVars(t.Context(), smsVars), http.MethodPost, srv.URL, strings.NewReader("{}"))
+	req.GetBody = func() (io.ReadCloser, error) { return nil, errors.New("the body is gone") }
+	before := b.Tokens()
+	_, err := l.client.Do(req)
+	spent := before - b.Tokens()
+	t.Logf("%v; %d sent, %.1f tokens spent, %d attempts", err, len(s.keys), spent, l.attempts())
+	if len(s.keys) != 1 || spent > 0.5 {
+		t.Fatalf("a body that cannot be re-read: %d sent, %.1f tokens spent for an attempt that never left", len(s.keys), spent)
+	}
+}
