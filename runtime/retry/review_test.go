@@ -553,3 +553,42 @@ func TestReviewAGetBodyThatFailsSpendsNoToken(t *testing.T) {
 		t.Fatalf("a body that cannot be re-read: %d sent, %.1f tokens spent for an attempt that never left", len(s.keys), spent)
 	}
 }
+
+// Issue 18, finding 4, through Do (README: "Any operation: ex.Do(...,
+// func(ctx, a) error { return send(ctx, a.Key) })"): an operation that
+// sends with net/http and the attempt's key. A reused keep-alive connection
+// drops after the server read the request; net/http re-sends it by itself
+// (the key makes it replayable), that re-send is refused, and Do takes the
+// refusal as proof that the request never left. "If that hidden re-send is
+// refused, every attempt is recorded dispatched=false and the operation ends
+// TERMINAL_EXHAUSTED, although the SMS was sent."
+func TestReviewDoWithNetHTTPRefusedReSendIsNotProofOfNonDispatch(t *testing.T) {
+	srv, got := keepAlive(t, true)
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	res, err := tr.RoundTrip(must(http.NewRequest(http.MethodGet, srv.URL, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	_ = res.Body.Close()
+	p := smsPolicy()
+	letters := &memoryLetters{}
+	ex := New(staticSource{p.Policy.Name: p}, WithClock(clock.NewVirtual(epoch)), WithDeadLetters(letters))
+	warm(ex, p.Policy.Name, 30)
+	err = ex.Do(t.Context(), p.Policy.Name, smsVars, func(ctx context.Context, a Attempt) error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, strings.NewReader(`{"to":"+15550100"}`))
+		req.Header.Set(a.Header, a.Key)
+		res, err := tr.RoundTrip(req)
+		if err != nil {
+			return err
+		}
+		_ = res.Body.Close()
+		return nil
+	})
+	var re *Error
+	if !errors.As(err, &re) || re.State != UnknownOutcome {
+		l := letters.all()
+		t.Fatalf("the SMS reached the dependency (%d arrivals), then: %v; dead letter %+v; want UNKNOWN_OUTCOME", got.total()-1, err, l)
+	}
+}
