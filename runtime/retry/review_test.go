@@ -274,7 +274,7 @@ func TestReviewHTTP2OwnRetriesAreCounted(t *testing.T) {
 				if err == nil {
 					_ = res.Body.Close()
 				}
-				if got, n := int(streams.Load()), l.attempts(); got != n {
+				if got, n := int(streams.Load()), l.attempts(); got != n || got < 2 {
 					t.Fatalf("the server read %d requests; the executor counted %d attempts (%v)", got, n, err)
 				}
 			})
@@ -591,4 +591,41 @@ func TestReviewDoWithNetHTTPRefusedReSendIsNotProofOfNonDispatch(t *testing.T) {
 		l := letters.all()
 		t.Fatalf("the SMS reached the dependency (%d arrivals), then: %v; dead letter %+v; want UNKNOWN_OUTCOME", got.total()-1, err, l)
 	}
+}
+
+// Issue 18, item 1: "Discarded attempts are cancelled at once"; seed 002:
+// "Release failed transaction/connection scopes before external dependency
+// backoff". A 503 that declares a short body (within discard's 4 KiB drain)
+// but sends it slowly holds the operation in discard until the attempt's
+// timer ends, which here is the whole deadline: the retry it earned never
+// happens.
+func TestReviewASlowSmallBodyDoesNotHoldTheRetry(t *testing.T) {
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		if n.Add(1) == 1 {
+			w.Header().Set("Content-Length", "100")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte("Service Unavailable"))
+			w.(http.Flusher).Flush()
+			select { // the rest of the body comes late
+			case <-r.Context().Done():
+			case <-time.After(10 * time.Second):
+			}
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer srv.Close()
+	p := smsPolicy()
+	p.Policy.Deadline = d("2s")
+	ex := New(staticSource{p.Policy.Name: p}, WithClock(clock.Real{}))
+	warm(ex, p.Policy.Name, 30)
+	c := &http.Client{Transport: &RoundTripper{Executor: ex, Policy: p.Policy.Name}}
+	req, _ := http.NewRequestWithContext(WithVars(t.Context(), smsVars), http.MethodPost, srv.URL, strings.NewReader("{}"))
+	res, err := c.Do(req)
+	if err != nil || res.StatusCode != http.StatusCreated {
+		t.Fatalf("a 503 with a slow 100-byte body, then 201: %v %v (%d requests)", res, err, n.Load())
+	}
+	_ = res.Body.Close()
 }
