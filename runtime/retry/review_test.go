@@ -629,3 +629,30 @@ func TestReviewASlowSmallBodyDoesNotHoldTheRetry(t *testing.T) {
 	}
 	_ = res.Body.Close()
 }
+
+// Sanity (expected to hold), docs/runtime.md "504": a listed 504 retried
+// to the end, and an unlisted one, end UNKNOWN_OUTCOME; a keyless POST is
+// not replayed after a listed 504.
+func TestReviewA504IsAmbiguousAsDocumented(t *testing.T) {
+	for name, tc := range map[string]struct {
+		listed, keyed bool
+		sent          int
+	}{"listed, keyed": {true, true, 3}, "unlisted, keyed": {false, true, 1}, "listed, keyless POST": {true, false, 1}} {
+		t.Run(name, func(t *testing.T) {
+			srv, s := server(t, 504)
+			p := smsPolicy()
+			if !tc.listed {
+				p.Policy.RetryOnStatus = []int32{429, 503}
+			}
+			if !tc.keyed {
+				p.Policy.Operation, p.Policy.KeyTemplate = "GET /v1/status", ""
+			}
+			l := newLoop(t, p, nil)
+			_, err := l.post(t, srv.URL, strings.NewReader("{}"))
+			var re *Error
+			if !errors.As(err, &re) || re.State != UnknownOutcome || len(s.keys) != tc.sent {
+				t.Fatalf("%v after %d requests", err, len(s.keys))
+			}
+		})
+	}
+}
