@@ -104,7 +104,9 @@ const (
 //  1. a permanent failure ends;
 //  2. a policy not in force makes no retry;
 //  3. an unparseable Retry-After ends (MC-FM-01);
-//  4. unrecognized evidence ends;
+//  4. unrecognized evidence ends: UNKNOWN_OUTCOME when it came after the
+//     request may have been dispatched (any failure without a status, and
+//     a 502 or 504), since it may have been applied;
 //  5. a retry re-sends a request that may have reached the dependency when
 //     this attempt was dispatched or an earlier one may have been applied:
 //     it then needs replay safety (seed 003: retry_allowed(429,
