@@ -111,8 +111,9 @@ func (e *sent) Unwrap() error { return e.err }
 // (through its trace), and is not marked (viaDo false).
 func clientResent(err error, viaDo, keyed bool) error {
 	var ue *url.Error
-	if !viaDo || !errors.As(err, &ue) {
-		return err
+	var nd *notDispatched
+	if !viaDo || !errors.As(err, &ue) || errors.As(err, &nd) {
+		return err // not http.Client's, or the operation's own proof
 	}
 	switch ue.Op {
 	case "Get", "Head", "Options", "Trace": // url.Error's Op is the method, so spelled

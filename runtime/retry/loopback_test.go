@@ -657,6 +657,25 @@ func TestTheCallersDeadlineAfterTheServerReadIsUnknown(t *testing.T) {
 	}
 }
 
+// A caller that gave up before the request left is not an unknown outcome:
+// the RoundTripper never handed the attempt to the transport, which is proof
+// that nothing was sent.
+func TestACancelBeforeTheRequestLeftIsNotUnknown(t *testing.T) {
+	srv, _, n := stallAfterRead(t)
+	l := newLoop(t, smsPolicy(), nil)
+	ctx, cancel := context.WithCancel(WithVars(t.Context(), smsVars))
+	cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, strings.NewReader(`{"to":"+15550100"}`))
+	_, err := l.rt.RoundTrip(req)
+	var re *Error
+	if !errors.As(err, &re) || re.State != TerminalExhausted || n.Load() != 0 {
+		t.Fatalf("cancelled before the first attempt: %v after %d requests; want TERMINAL_EXHAUSTED and none sent", err, n.Load())
+	}
+	if letters := l.letters.all(); len(letters) != 1 || letters[0].Attempts[0].Evidence.Dispatched {
+		t.Fatalf("dead letters %+v", letters)
+	}
+}
+
 // Issue 18, item 5, and docs/runtime.md's Decision row 4 ("unrecognized
 // transport failure ... after dispatch: UNKNOWN_OUTCOME"): a failure after
 // the server read (and may have applied) the request that is neither a

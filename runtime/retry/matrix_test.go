@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"syscall"
 	"testing"
@@ -29,6 +30,12 @@ type timeoutErr struct{}
 func (timeoutErr) Error() string   { return "i/o timeout" }
 func (timeoutErr) Timeout() bool   { return true }
 func (timeoutErr) Temporary() bool { return true }
+
+// clientErr is http.Client's error for a request of method op ("Get",
+// "Post": url.Error spells the method so).
+func clientErr(op string, err error) error {
+	return &url.Error{Op: op, URL: "http://telephony-api/v1/messages", Err: err}
+}
 
 func readTimeout() error { return &net.OpError{Op: "read", Net: "tcp", Err: timeoutErr{}} }
 
@@ -81,6 +88,13 @@ func TestFailureModeMatrix(t *testing.T) {
 		"502, POST without a key": {Status(502, ""), func(p *policyconfig.Payload) { list502(p); noKey(p) },
 			UnknownOutcome, codes.UnknownOutcome, 1, Ambiguous},
 		"an unlisted 502": {Status(502, ""), nil, UnknownOutcome, codes.UnknownOutcome, 1, Unrecognized},
+		// http.Client's errors (docs/runtime.md, "Do and net/http"): a refusal
+		// of a request net/http may have sent and re-sent is no proof.
+		"http.Client: refused, keyed POST":   {clientErr("Post", dialRefused()), nil, UnknownOutcome, codes.RetryLimitExceeded, 3, Ambiguous},
+		"http.Client: refused, keyless GET":  {clientErr("Get", dialRefused()), noKey, UnknownOutcome, codes.UnknownOutcome, 1, Ambiguous},
+		"http.Client: refused, keyless POST": {clientErr("Post", dialRefused()), noKey, TerminalExhausted, codes.RetryLimitExceeded, 3, Transient},
+		"http.Client: the operation's own proof": {NotDispatched(clientErr("Post", dialRefused())), nil,
+			TerminalExhausted, codes.RetryLimitExceeded, 3, Transient},
 		"a listed 400 stays permanent": {Status(400, ""), func(p *policyconfig.Payload) {
 			p.Policy.RetryOnStatus = append(p.Policy.RetryOnStatus, 400) // a forged payload
 		}, TerminalExhausted, codes.PermanentFailure, 1, Permanent},

@@ -334,6 +334,11 @@ func (c *call) attempt(_ context.Context, a Attempt, limit time.Duration) error 
 		out.Header = c.req.Header.Clone()
 		out.Header.Set(a.Header, a.Key)
 	}
+	if err := c.ctx.Err(); err != nil {
+		c.end()
+		closeBody(out)            // no transport took it
+		return NotDispatched(err) // the caller gave up before this attempt reached the transport
+	}
 	h := c.hooks
 	h.number.Store(int32(a.Number))
 	h.conns.Store(0)
