@@ -153,7 +153,7 @@ func Decide(in DecisionInput) Decision {
 	var d Decision
 	switch {
 	case in.Unrepeatable != "":
-		d = stop(end, codes.RetryLimitExceeded, in.Unrepeatable+": one attempt, failed"+describe(ev)+earlier(in), deniedUnrepeatable)
+		d = stop(end, codes.RetryLimitExceeded, fmt.Sprintf("%s: attempt %d failed", in.Unrepeatable, in.Attempt)+describe(ev)+earlier(in), deniedUnrepeatable)
 	case in.Attempt >= in.MaxAttempts:
 		d = stop(end, codes.RetryLimitExceeded, fmt.Sprintf("all %d attempts failed", in.MaxAttempts)+earlier(in), deniedExhausted)
 	case ev.RetryAfter > in.RetryAfterMax:

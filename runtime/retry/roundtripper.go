@@ -297,7 +297,7 @@ func (c *call) prepare() string {
 	}
 	body, err := c.req.GetBody()
 	if err != nil {
-		return "the request body could not be re-read (GetBody: " + err.Error() + "), so it was sent once"
+		return "the request body could not be re-read (GetBody: " + err.Error() + "), so it cannot be sent again"
 	}
 	c.next = body
 	return ""
