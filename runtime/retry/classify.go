@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"syscall"
@@ -98,6 +99,32 @@ type sent struct{ err error }
 func (e *sent) Error() string { return e.err.Error() }
 func (e *sent) Unwrap() error { return e.err }
 
+// clientResent marks as dispatched an error of Do's operation that
+// net/http's http.Client returned (a *url.Error) for a request it may have
+// sent and then sent again by itself: when a reused keep-alive connection
+// fails after the request was written, net/http re-sends a request it deems
+// replayable (GET, HEAD, OPTIONS, TRACE, or one with an Idempotency-Key
+// header; transport.go, shouldRetryRequest) on a new connection, and returns
+// only that re-send's error. A refused connection or a failed lookup is then
+// no proof that nothing left. Do cannot see the request, so any key counts
+// as one net/http may replay. The RoundTripper sees each send itself
+// (through its trace), and is not marked (viaDo false).
+func clientResent(err error, viaDo, keyed bool) error {
+	var ue *url.Error
+	var nd *notDispatched
+	if !viaDo || !errors.As(err, &ue) || errors.As(err, &nd) {
+		return err // not http.Client's, or the operation's own proof
+	}
+	switch ue.Op {
+	case "Get", "Head", "Options", "Trace": // url.Error's Op is the method, so spelled
+	default:
+		if !keyed {
+			return err // a keyless POST, PUT, PATCH, DELETE: net/http never re-sends it
+		}
+	}
+	return &sent{err: err}
+}
+
 // classify turns an attempt's error into evidence under a policy.
 // Decisions rest on types and errno values, never on message text.
 func classify(err error, retryOnStatus func(int) bool, retryOnErr func(string) bool, now time.Time) Evidence {
@@ -107,10 +134,10 @@ func classify(err error, retryOnStatus func(int) bool, retryOnErr func(string) b
 		switch {
 		case se.Code >= 400 && se.Code < 500 && se.Code != http.StatusTooManyRequests:
 			ev.Class = Permanent // INV-RTY-03, whatever a payload lists
-		case se.Code == http.StatusGatewayTimeout && retryOnStatus(se.Code):
-			// A gateway that gave up waiting for the upstream does not know
-			// whether the upstream applied the request: a timeout one hop
-			// further, so ambiguous (docs/runtime.md, "504").
+		case gatewayFailure(se.Code) && retryOnStatus(se.Code):
+			// A gateway that gave up waiting for the upstream (504), or that
+			// got no valid answer from it (502), does not know whether the
+			// upstream applied the request: ambiguous (docs/runtime.md, "504").
 			ev.Class = Ambiguous
 		case retryOnStatus(se.Code):
 			ev.Class = Transient
@@ -145,13 +172,23 @@ func classify(err error, retryOnStatus func(int) bool, retryOnErr func(string) b
 }
 
 // mayHaveApplied reports whether an attempt's evidence leaves open that the
-// dependency applied the request: an ambiguous failure, or a dispatched
-// transport failure or 504 the policy does not list. Once one attempt of an
-// operation may have been applied, the operation's outcome is unknown until
-// a later attempt succeeds (Decide's MayHaveApplied).
+// dependency applied the request: an ambiguous failure, or an unlisted
+// failure after the request may have been dispatched: any error without a
+// status, named or not (a malformed response, an HTTP/2 stream reset, the
+// caller's own cancel), or a 502 or 504. Once one attempt of an operation may
+// have been applied, the operation's outcome is unknown until a later
+// attempt succeeds (Decide's MayHaveApplied; seed 003: "an uncertain local
+// outcome must trigger reconciliation, not an invented failure").
 func mayHaveApplied(ev Evidence) bool {
 	return ev.Class == Ambiguous ||
-		ev.Class == Unrecognized && ev.Dispatched && (ev.Transport != "" || ev.Status == http.StatusGatewayTimeout)
+		ev.Class == Unrecognized && ev.Dispatched && (ev.Status == 0 || gatewayFailure(ev.Status))
+}
+
+// gatewayFailure reports whether a status is a gateway's that cannot say
+// whether the upstream applied the request: 502 Bad Gateway (the upstream's
+// answer was lost or invalid) and 504 Gateway Timeout (docs/runtime.md, "504").
+func gatewayFailure(code int) bool {
+	return code == http.StatusGatewayTimeout || code == http.StatusBadGateway
 }
 
 // transportOf names a transport failure and whether the request may have

@@ -104,7 +104,9 @@ const (
 //  1. a permanent failure ends;
 //  2. a policy not in force makes no retry;
 //  3. an unparseable Retry-After ends (MC-FM-01);
-//  4. unrecognized evidence ends;
+//  4. unrecognized evidence ends: UNKNOWN_OUTCOME when it came after the
+//     request may have been dispatched (any failure without a status, and
+//     a 502 or 504), since it may have been applied;
 //  5. a retry re-sends a request that may have reached the dependency when
 //     this attempt was dispatched or an earlier one may have been applied:
 //     it then needs replay safety (seed 003: retry_allowed(429,
@@ -151,7 +153,7 @@ func Decide(in DecisionInput) Decision {
 	var d Decision
 	switch {
 	case in.Unrepeatable != "":
-		d = stop(end, codes.RetryLimitExceeded, in.Unrepeatable+": one attempt, failed"+describe(ev)+earlier(in), deniedUnrepeatable)
+		d = stop(end, codes.RetryLimitExceeded, fmt.Sprintf("%s: attempt %d failed", in.Unrepeatable, in.Attempt)+describe(ev)+earlier(in), deniedUnrepeatable)
 	case in.Attempt >= in.MaxAttempts:
 		d = stop(end, codes.RetryLimitExceeded, fmt.Sprintf("all %d attempts failed", in.MaxAttempts)+earlier(in), deniedExhausted)
 	case ev.RetryAfter > in.RetryAfterMax:

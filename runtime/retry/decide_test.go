@@ -73,7 +73,7 @@ func TestDecideFailureModeMatrix(t *testing.T) {
 		"403 is permanent":                   {ev: retry.Evidence{Class: retry.Permanent, Status: 403, Dispatched: true}, want: want{retry.TerminalExhausted, codes.PermanentFailure, false}},
 		"404 is permanent":                   {ev: retry.Evidence{Class: retry.Permanent, Status: 404, Dispatched: true}, want: want{retry.TerminalExhausted, codes.PermanentFailure, false}},
 		"422 is permanent":                   {ev: retry.Evidence{Class: retry.Permanent, Status: 422, Dispatched: true}, want: want{retry.TerminalExhausted, codes.PermanentFailure, false}},
-		"an unrecognized status is terminal": {ev: retry.Evidence{Class: retry.Unrecognized, Status: 502, Dispatched: true}, want: want{retry.TerminalExhausted, codes.PermanentFailure, false}},
+		"an unrecognized status is terminal": {ev: retry.Evidence{Class: retry.Unrecognized, Status: 500, Dispatched: true}, want: want{retry.TerminalExhausted, codes.PermanentFailure, false}},
 		"an unparseable header is terminal": {ev: retry.Evidence{Class: retry.Transient, Status: 503, Dispatched: true, RetryAfterUnparseable: true},
 			want: want{retry.TerminalExhausted, codes.PermanentFailure, false}},
 		"an unlisted drop after send is unknown": {ev: retry.Evidence{Class: retry.Unrecognized, Transport: retry.ConnectionReset, Dispatched: true},
@@ -108,6 +108,20 @@ func TestDecideFailureModeMatrix(t *testing.T) {
 		"651 ms left, 150 ms wait: 501 at the start": {ev: status(503), in: left(651 * ms), want: retrying},
 		"the wait alone overruns the deadline":       {ev: status(503), in: left(100 * ms), want: want{retry.TerminalExhausted, codes.DeadlineExceeded, true}},
 		"the deadline stops an ambiguous failure":    {ev: reset, in: left(600 * ms), want: want{retry.UnknownOutcome, codes.DeadlineExceeded, true}},
+		// docs/runtime.md, "502": a 502 is ambiguous, as a 504 is.
+		"502 is ambiguous, keyed": {ev: retry.Evidence{Class: retry.Ambiguous, Status: 502, Dispatched: true},
+			want: retrying},
+		"502 without replay safety": {ev: retry.Evidence{Class: retry.Ambiguous, Status: 502, Dispatched: true}, in: unsafe,
+			want: want{retry.UnknownOutcome, codes.UnknownOutcome, false}},
+		"an unlisted 502 is unknown": {ev: retry.Evidence{Class: retry.Unrecognized, Status: 502, Dispatched: true},
+			want: want{retry.UnknownOutcome, codes.UnknownOutcome, false}},
+		// A failure no transport name covers (a malformed response, an HTTP/2
+		// stream reset, the caller's own cancel) after dispatch may have been
+		// applied; with proof that nothing left, it is a definite failure.
+		"an unnamed failure after dispatch is unknown": {ev: retry.Evidence{Class: retry.Unrecognized, Dispatched: true},
+			want: want{retry.UnknownOutcome, codes.UnknownOutcome, false}},
+		"an unnamed failure proven not sent is terminal": {ev: retry.Evidence{Class: retry.Unrecognized},
+			want: want{retry.TerminalExhausted, codes.PermanentFailure, false}},
 	} {
 		in := smsInput(tc.ev)
 		if tc.in != nil {
@@ -154,6 +168,8 @@ func TestDecideAmbiguityIsSticky(t *testing.T) {
 		"timeout → 503, keyed, may retry":      {ev: status(503), in: applied(nil), want: retrying},
 		"timeout → refused, keyed, may retry":  {ev: refused, in: applied(nil), want: retrying},
 		"no earlier ambiguity: 503 × 3":        {ev: status(503), in: attempt(3), want: want{retry.TerminalExhausted, codes.RetryLimitExceeded, true}},
+		"timeout → an unnamed failure": {ev: retry.Evidence{Class: retry.Unrecognized, Dispatched: true}, in: applied(nil),
+			want: unknown(codes.PermanentFailure, false)},
 	} {
 		in := smsInput(tc.ev)
 		if tc.in != nil {

@@ -30,7 +30,13 @@ type Source interface {
 }
 
 // Operation is one attempt of a logical operation. It returns nil on
-// success, a *StatusError for an HTTP status, or the transport error.
+// success, a *StatusError for an HTTP status, or the transport error as it
+// is. Do takes an error as proof that the request never left only when it
+// is a failed dial or lookup, a refused connection, or wrapped with
+// NotDispatched, which an operation adds only with such proof. HTTP callers
+// use the RoundTripper instead: an http.Client's error for a request that
+// net/http may have re-sent by itself is no proof (docs/runtime.md, "Do and
+// net/http"), and Do cannot see the request.
 type Operation func(ctx context.Context, a Attempt) error
 
 // Attempt tells an operation which attempt this is and the idempotency key
@@ -235,7 +241,7 @@ var ErrRetryLimitExceeded = Sentinel(codes.RetryLimitExceeded)
 // rendered once from vars; a missing variable, or a key that is too long or
 // not printable ASCII, fails before any attempt. A policy that is unknown,
 // published NoRetry, or whose key template cannot render gets exactly one
-// attempt.
+// attempt. For HTTP, use the RoundTripper (see Operation).
 func (e *Executor) Do(ctx context.Context, policy string, vars Vars, op Operation) error {
 	return e.do(ctx, policy, vars, op, nil)
 }
@@ -342,7 +348,7 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 			c.metrics.started()
 		}
 		now = e.clock.Now()
-		ev := classify(err, c.retryOnStatus, c.retryOnError, now)
+		ev := classify(clientResent(err, r.call == nil, r.key != ""), c.retryOnStatus, c.retryOnError, now)
 		c.metrics.attempt(ev.Class)
 		in := DecisionInput{Evidence: ev, NotEnforced: c.notEnforced, ReplaySafe: c.replaySafe, MayHaveApplied: r.applied,
 			Attempt: n, MaxAttempts: c.maxAttempts, Remaining: r.remaining(ctx, now), AttemptCost: c.cost,
@@ -355,6 +361,11 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 			in.Wait = c.strategy.Delay(n, prevDelay)
 		}
 		d := Decide(in)
+		if d.AskBudget && r.call != nil {
+			if in.Unrepeatable = r.call.prepare(); in.Unrepeatable != "" {
+				d = Decide(in) // no token for an attempt that cannot be sent
+			}
+		}
 		rec := AttemptRecord{Attempt: n, Evidence: ev, RetryEligible: d.Eligible, Error: err.Error()}
 		if d.AskBudget {
 			in.BudgetAsked, in.Budget = true, budget.NoTokens // without a budget, never retry

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -112,6 +113,30 @@ func hangUp(w http.ResponseWriter) {
 	}
 }
 
+// dropAfterRead is a server that reads each request whole and hangs up
+// without an answer: every request may have been applied.
+func dropAfterRead(t *testing.T) (*httptest.Server, *arrivals) {
+	var got arrivals
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		got.add(r)
+		hangUp(w)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &got
+}
+
+// idleConn leaves an idle keep-alive connection to url in tr's pool.
+func idleConn(t *testing.T, tr *http.Transport, url string) {
+	t.Helper()
+	res, err := tr.RoundTrip(must(http.NewRequest(http.MethodGet, url, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	_ = res.Body.Close()
+}
+
 func payload(size int) []byte {
 	b := make([]byte, size)
 	for i := range b {
@@ -165,7 +190,7 @@ func TestADiscardedAttemptEndsAtOnce(t *testing.T) {
 	var n atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader([]int{503, 201}[min(n.Add(1)-1, 1)])
-		_, _ = w.Write(payload(1 << 20)) // more than discard drains
+		_, _ = w.Write(payload(1 << 20)) // a long body, still coming
 		w.(http.Flusher).Flush()
 		<-r.Context().Done()
 		ended <- "request ended"
@@ -203,6 +228,43 @@ func TestADiscardedAttemptEndsAtOnce(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("closing the body did not end the attempt")
 	}
+}
+
+// Issue 18, item 1: "Discarded attempts are cancelled at once"; seed 002:
+// "Release failed transaction/connection scopes before external dependency
+// backoff". A 503 that declares a short body (within discard's 4 KiB drain)
+// but sends it slowly holds the operation in discard until the attempt's
+// timer ends, which here is the whole deadline: the retry it earned never
+// happens.
+func TestASlowSmallBodyDoesNotHoldTheRetry(t *testing.T) {
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		if n.Add(1) == 1 {
+			w.Header().Set("Content-Length", "100")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte("Service Unavailable"))
+			w.(http.Flusher).Flush()
+			select { // the rest of the body comes late
+			case <-r.Context().Done():
+			case <-time.After(10 * time.Second):
+			}
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer srv.Close()
+	p := smsPolicy()
+	p.Policy.Deadline = d("2s")
+	ex := New(staticSource{p.Policy.Name: p}, WithClock(clock.Real{}))
+	warm(ex, p.Policy.Name, 30)
+	c := &http.Client{Transport: &RoundTripper{Executor: ex, Policy: p.Policy.Name}}
+	req, _ := http.NewRequestWithContext(WithVars(t.Context(), smsVars), http.MethodPost, srv.URL, strings.NewReader("{}"))
+	res, err := c.Do(req)
+	if err != nil || res.StatusCode != http.StatusCreated {
+		t.Fatalf("a 503 with a slow 100-byte body, then 201: %v %v (%d requests)", res, err, n.Load())
+	}
+	_ = res.Body.Close()
 }
 
 // Finding 2: the caller's request is the caller's. RoundTrip sets neither
@@ -387,6 +449,89 @@ func TestAnAttemptWhoseHeadersWereWrittenIsDispatched(t *testing.T) {
 	}
 }
 
+// Issue 18, finding 4, through Do (README: "Any operation: ex.Do(...,
+// func(ctx, a) error { return send(ctx, a.Key) })"): an operation that
+// sends with http.Client and the attempt's key. A reused keep-alive
+// connection drops after the server read the request; net/http re-sends it
+// by itself (the key makes it replayable), and that re-send is refused: "If
+// that hidden re-send is refused, every attempt is recorded dispatched=false
+// and the operation ends TERMINAL_EXHAUSTED, although the SMS was sent." Do
+// cannot see the first send, so a refusal that http.Client returns for a
+// request net/http may replay is no proof that nothing left
+// (docs/runtime.md, "Do and net/http"): every attempt is dispatched, and the
+// operation ends UNKNOWN_OUTCOME.
+func TestDoWithNetHTTPARefusedReSendIsNoProofOfNonDispatch(t *testing.T) {
+	srv, got := keepAlive(t, true)
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	idleConn(t, tr, srv.URL)
+	p := smsPolicy()
+	letters := &memoryLetters{}
+	ex := New(staticSource{p.Policy.Name: p}, WithClock(clock.NewVirtual(epoch)), WithDeadLetters(letters))
+	warm(ex, p.Policy.Name, 30)
+	client := &http.Client{Transport: tr}
+	err := ex.Do(t.Context(), p.Policy.Name, smsVars, func(ctx context.Context, a Attempt) error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, strings.NewReader(`{"to":"+15550100"}`))
+		req.Header.Set(a.Header, a.Key)
+		res, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		_ = res.Body.Close()
+		return nil
+	})
+	var re *Error
+	l := letters.all()
+	if !errors.As(err, &re) || re.State != UnknownOutcome || len(l) != 1 {
+		t.Fatalf("the SMS reached the dependency (%d arrivals), then: %v; dead letter %+v; want UNKNOWN_OUTCOME", got.total()-1, err, l)
+	}
+	for _, a := range l[0].Attempts {
+		if !a.Evidence.Dispatched {
+			t.Errorf("attempt %d recorded %+v: a refusal after a send is not proof that nothing left", a.Attempt, a.Evidence)
+		}
+	}
+}
+
+// detached is a Base that sends each request on a context of its own (as a
+// wrapper that detaches cancellation does): the RoundTripper's httptrace
+// hooks never run. The request still reaches the dependency.
+type detached struct{ tr *http.Transport }
+
+func (d detached) RoundTrip(req *http.Request) (*http.Response, error) {
+	return d.tr.RoundTrip(req.WithContext(context.Background()))
+}
+
+// Issue 18, item 3: "A request whose method is not idempotent and that does
+// not carry the rendered key is never replayed after it may have been
+// applied, whatever the policy's operation says." Under a GET policy without
+// a key, a keyless POST whose connection dropped after the server read it,
+// sent by a Base that does not report httptrace, must be applied once: the
+// absence of a WroteHeaders callback is no proof that nothing left.
+func TestNoTraceIsNoProofOfNonDispatch(t *testing.T) {
+	srv, got := dropAfterRead(t)
+	p := smsPolicy()
+	p.Policy.Operation, p.Policy.KeyTemplate = "GET /v1/status", ""
+	tr := &http.Transport{DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	l := newLoop(t, p, detached{tr})
+	l.ex = New(staticSource{p.Policy.Name: p}, WithClock(clock.Real{}), WithDeadLetters(l.letters), WithEventSink(l.events))
+	warm(l.ex, p.Policy.Name, 30)
+	l.rt.Executor = l.ex
+	// A caller's deadline shorter than the policy's 4 s: the attempt then runs
+	// on the caller's context, still live when the drop is seen. Only
+	// net/http's trace could prove that nothing left, and it never runs.
+	ctx, cancel := context.WithTimeout(WithVars(t.Context(), smsVars), 2*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, strings.NewReader(`{"to":"+15550100"}`))
+	_, err := l.client.Do(req)
+	if got.total() != 1 {
+		t.Fatalf("a keyless POST after a drop was applied %d times (%v)", got.total(), err)
+	}
+	if re := (*Error)(nil); !errors.As(err, &re) || re.State != UnknownOutcome {
+		t.Fatalf("a keyless POST read and dropped by the server: %v, want UNKNOWN_OUTCOME", err)
+	}
+}
+
 // Finding 5: an unknown outcome stays unknown. A slow answer (a timeout:
 // the write may have happened), then 503, 503, ends UNKNOWN_OUTCOME, dead-
 // lettered with all three attempts, through a real server with slow headers.
@@ -423,6 +568,184 @@ func TestAnUnknownOutcomeIsNotForgotten(t *testing.T) {
 			}
 			if pr := re.Problem(); pr.Status != http.StatusAccepted {
 				t.Errorf("an unknown outcome is rendered %d, want 202 Accepted (pending reconciliation)", pr.Status)
+			}
+		})
+	}
+}
+
+// stallAfterRead is a server that reads the whole request, says so on read,
+// and then answers nothing until the client goes away: the request may have
+// been applied.
+func stallAfterRead(t *testing.T) (*httptest.Server, chan struct{}, *atomic.Int32) {
+	read := make(chan struct{}, 8)
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		n.Add(1)
+		read <- struct{}{}
+		select {
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second):
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv, read, &n
+}
+
+// Issue 18, item 5: "Once an attempt may have been applied, the operation
+// ends UNKNOWN_OUTCOME unless a later attempt succeeds ... whatever stops
+// it." The caller cancels after the server read the request (its headers and
+// body were written): the outcome is unknown, not a definite failure.
+func TestTheCallersCancelAfterTheServerReadIsUnknown(t *testing.T) {
+	srv, read, _ := stallAfterRead(t)
+	l := newLoop(t, smsPolicy(), nil)
+	ctx, cancel := context.WithCancel(WithVars(t.Context(), smsVars))
+	defer cancel()
+	go func() { <-read; cancel() }()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, strings.NewReader(`{"to":"+15550100"}`))
+	_, err := l.rt.RoundTrip(req)
+	var re *Error
+	if !errors.As(err, &re) || re.State != UnknownOutcome {
+		t.Fatalf("cancelled after the server read the request: %v; want UNKNOWN_OUTCOME", err)
+	}
+	letters := l.letters.all()
+	if len(letters) != 1 || letters[0].State != UnknownOutcome || !letters[0].Attempts[0].Evidence.Dispatched {
+		t.Fatalf("dead letters %+v", letters)
+	}
+}
+
+// The same through Do: an operation that issued a real POST, which the
+// server read, and whose caller then cancelled. The error is the caller's
+// own context.Canceled, which no transport name covers.
+func TestDoTheCallersCancelAfterTheServerReadIsUnknown(t *testing.T) {
+	srv, read, _ := stallAfterRead(t)
+	p := smsPolicy()
+	letters := &memoryLetters{}
+	ex := New(staticSource{p.Policy.Name: p}, WithClock(clock.NewVirtual(epoch)), WithDeadLetters(letters))
+	warm(ex, p.Policy.Name, 30)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() { <-read; cancel() }()
+	err := ex.Do(ctx, p.Policy.Name, smsVars, func(ctx context.Context, a Attempt) error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, strings.NewReader("{}"))
+		req.Header.Set(a.Header, a.Key)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		_ = res.Body.Close()
+		return nil
+	})
+	var re *Error
+	if !errors.As(err, &re) || re.State != UnknownOutcome {
+		t.Fatalf("Do, cancelled after the server read the request: %v; want UNKNOWN_OUTCOME", err)
+	}
+}
+
+// The caller's deadline during an attempt after the server read the request
+// ends UNKNOWN_OUTCOME too.
+func TestTheCallersDeadlineAfterTheServerReadIsUnknown(t *testing.T) {
+	srv, _, _ := stallAfterRead(t)
+	l := newLoop(t, smsPolicy(), nil)
+	ctx, cancel := context.WithTimeout(WithVars(t.Context(), smsVars), 300*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, strings.NewReader(`{"to":"+15550100"}`))
+	_, err := l.rt.RoundTrip(req)
+	var re *Error
+	if !errors.As(err, &re) || re.State != UnknownOutcome {
+		t.Fatalf("caller's deadline after the server read the request: %v; want UNKNOWN_OUTCOME", err)
+	}
+}
+
+// A caller that gave up before the request left is not an unknown outcome:
+// the RoundTripper never handed the attempt to the transport, which is proof
+// that nothing was sent.
+func TestACancelBeforeTheRequestLeftIsNotUnknown(t *testing.T) {
+	srv, _, n := stallAfterRead(t)
+	l := newLoop(t, smsPolicy(), nil)
+	ctx, cancel := context.WithCancel(WithVars(t.Context(), smsVars))
+	cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, strings.NewReader(`{"to":"+15550100"}`))
+	_, err := l.rt.RoundTrip(req)
+	var re *Error
+	if !errors.As(err, &re) || re.State != TerminalExhausted || n.Load() != 0 {
+		t.Fatalf("cancelled before the first attempt: %v after %d requests; want TERMINAL_EXHAUSTED and none sent", err, n.Load())
+	}
+	if letters := l.letters.all(); len(letters) != 1 || letters[0].Attempts[0].Evidence.Dispatched {
+		t.Fatalf("dead letters %+v", letters)
+	}
+}
+
+// Issue 18, item 5, and docs/runtime.md's Decision row 4 ("unrecognized
+// transport failure ... after dispatch: UNKNOWN_OUTCOME"): a failure after
+// the server read (and may have applied) the request that is neither a
+// reset nor a timeout. Over HTTP/1.1 the server answers garbage after
+// reading; over h2c its handler aborts after reading, and the stream is
+// reset (INTERNAL_ERROR). Either way the outcome is unknown.
+func TestAnUnnamedFailureAfterTheServerReadIsUnknown(t *testing.T) {
+	for name, h2 := range map[string]bool{"HTTP/1.1 malformed response": false, "h2c stream reset after read": true} {
+		t.Run(name, func(t *testing.T) {
+			var n atomic.Int32
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.ReadAll(r.Body)
+				n.Add(1) // applied
+				if h2 {
+					panic(http.ErrAbortHandler)
+				}
+				conn, bufw, err := w.(http.Hijacker).Hijack()
+				if err == nil {
+					_, _ = bufw.WriteString("HTTP/1.1 2O1 Created\r\n\r\n")
+					_ = bufw.Flush()
+					_ = conn.Close()
+				}
+			}))
+			tr := &http.Transport{}
+			if h2 {
+				srv.Config.Protocols = new(http.Protocols)
+				srv.Config.Protocols.SetUnencryptedHTTP2(true)
+				tr.Protocols = new(http.Protocols)
+				tr.Protocols.SetUnencryptedHTTP2(true)
+			}
+			srv.Start()
+			defer srv.Close()
+			defer tr.CloseIdleConnections()
+			l := newLoop(t, smsPolicy(), tr)
+			_, err := l.post(t, srv.URL, strings.NewReader(`{"to":"+15550100"}`))
+			var re *Error
+			if !errors.As(err, &re) || re.State != UnknownOutcome {
+				t.Fatalf("applied %d time(s), then: %v; want UNKNOWN_OUTCOME", n.Load(), err)
+			}
+		})
+	}
+}
+
+// docs/runtime.md, "504" and "502", through the RoundTripper: a listed 504
+// or 502 retried to the end, and an unlisted one, end UNKNOWN_OUTCOME; a
+// keyless POST is not replayed after a listed one.
+func TestA502IsAmbiguousLikeA504(t *testing.T) {
+	for name, tc := range map[string]struct {
+		code          int
+		listed, keyed bool
+		sent          int
+	}{
+		"504 listed, keyed": {504, true, true, 3}, "504 unlisted, keyed": {504, false, true, 1}, "504 listed, keyless POST": {504, true, false, 1},
+		"502 listed, keyed": {502, true, true, 3}, "502 unlisted, keyed": {502, false, true, 1}, "502 listed, keyless POST": {502, true, false, 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv, s := server(t, tc.code)
+			p := smsPolicy()
+			p.Policy.RetryOnStatus = []int32{429, 503}
+			if tc.listed {
+				p.Policy.RetryOnStatus = append(p.Policy.RetryOnStatus, int32(tc.code))
+			}
+			if !tc.keyed {
+				p.Policy.Operation, p.Policy.KeyTemplate = "GET /v1/status", ""
+			}
+			l := newLoop(t, p, nil)
+			_, err := l.post(t, srv.URL, strings.NewReader("{}"))
+			var re *Error
+			if !errors.As(err, &re) || re.State != UnknownOutcome || len(s.keys) != tc.sent {
+				t.Fatalf("%v after %d requests", err, len(s.keys))
 			}
 		})
 	}
@@ -508,6 +831,50 @@ func TestABodyOverTheBufferingBoundIsSentOnce(t *testing.T) {
 	}
 }
 
+// Issue 18, item 2: "A body is buffered up to a documented, configurable
+// bound", and the caller's body is sent whole. A bound of math.MaxInt64
+// ("buffer anything") overflows limit+1 in keepBody: io.LimitReader with a
+// negative limit reads nothing, and the POST is sent with an empty body.
+func TestTheLargestBufferingBoundStillSendsTheBody(t *testing.T) {
+	srv, s := server(t, 201)
+	l := newLoop(t, smsPolicy(), nil)
+	l.rt.MaxBufferedBody = math.MaxInt64
+	res, err := l.post(t, srv.URL, io.MultiReader(strings.NewReader(`{"to":"+15550100"}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = res.Body.Close()
+	if len(s.bodies) != 1 || s.bodies[0] != `{"to":"+15550100"}` {
+		t.Fatalf("MaxBufferedBody = math.MaxInt64: the server received bodies %q", s.bodies)
+	}
+}
+
+// Issue 18, item 2: "a body ... that cannot be re-read, gets one attempt".
+// A GetBody that fails on the retry: nothing is sent, so no retry token is
+// spent for it, no second attempt is counted, and the operation ends saying
+// the body could not be re-read (ERR_RETRY_LIMIT_EXCEEDED, reason
+// unrepeatable), not with ERR_PERMANENT_FAILURE.
+func TestAGetBodyThatFailsSpendsNoToken(t *testing.T) {
+	srv, s := server(t, 503, 201)
+	l := newLoop(t, smsPolicy(), nil)
+	b, _ := l.ex.Budget(smsPolicy().Policy.Name)
+	req, _ := http.NewRequestWithContext(WithVars(t.Context(), smsVars), http.MethodPost, srv.URL, strings.NewReader("{}"))
+	req.GetBody = func() (io.ReadCloser, error) { return nil, errors.New("the body is gone") }
+	before := b.Tokens()
+	_, err := l.client.Do(req)
+	spent := before - b.Tokens()
+	if n := l.attempts(); n != 1 {
+		t.Errorf("%d attempts counted for 1 sent", n)
+	}
+	if len(s.keys) != 1 || spent > 0.5 {
+		t.Fatalf("a body that cannot be re-read: %d sent, %.1f tokens spent for an attempt that never left", len(s.keys), spent)
+	}
+	var re *Error
+	if !errors.As(err, &re) || re.Code != codes.RetryLimitExceeded || re.Attempts != 1 || !strings.Contains(re.Detail, "could not be re-read") {
+		t.Fatalf("a body that cannot be re-read: %v, want ERR_RETRY_LIMIT_EXCEEDED after 1 attempt, saying so", err)
+	}
+}
+
 // Item 9: a 3xx is a success for the RoundTripper, and http.Client follows
 // it with a new logical operation that carries the same key.
 func TestARedirectIsFollowedByTheClient(t *testing.T) {
@@ -534,6 +901,51 @@ func TestARedirectIsFollowedByTheClient(t *testing.T) {
 	_ = res.Body.Close()
 	if string(b) != "moved here" || len(keys) != 2 || keys[0] != "/old SMS-2FA-42-s-9" || keys[1] != "/new SMS-2FA-42-s-9" {
 		t.Fatalf("body %q, requests %q", b, keys)
+	}
+}
+
+// net/http: "For a 101 Switching Protocols response, Body is an
+// io.ReadWriteCloser" (RoundTripper contract, used by WebSocket and SPDY
+// clients). The RoundTripper hands it over unwrapped, and its attempt's
+// context ends without touching the upgraded connection.
+func TestASwitchingProtocolsBodyIsTheConnection(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, bufw, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		_, _ = bufw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+		_ = bufw.Flush()
+		buf := make([]byte, 4)
+		if _, err := io.ReadFull(bufw, buf); err == nil {
+			_, _ = conn.Write(buf)
+		}
+	}))
+	defer srv.Close()
+	p := smsPolicy()
+	p.Policy.Operation, p.Policy.KeyTemplate = "GET /v1/stream", ""
+	l := newLoop(t, p, nil)
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL, nil)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "echo")
+	res, err := l.client.Do(req)
+	if err != nil || res.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("%v %v", res, err)
+	}
+	defer res.Body.Close()
+	rw, ok := res.Body.(io.ReadWriteCloser)
+	if !ok {
+		t.Fatalf("a 101 response's body is %T, not an io.ReadWriteCloser", res.Body)
+	}
+	// The attempt has ended (its timer with it), and the connection the
+	// caller now owns still carries bytes both ways.
+	echo := make([]byte, 4)
+	if _, err := rw.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(rw, echo); err != nil || string(echo) != "ping" {
+		t.Fatalf("echo %q, %v", echo, err)
 	}
 }
 
@@ -625,14 +1037,15 @@ func TestACallersTraceStillRuns(t *testing.T) {
 // The RoundTripper is safe for concurrent use: many callers, one executor,
 // retries and pooled hooks, under -race.
 func TestARoundTripperIsSafeForConcurrentUse(t *testing.T) {
-	var n atomic.Int32
+	var seenKeys sync.Map
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.ReadAll(r.Body)
-		if n.Add(1)%3 == 0 {
-			w.WriteHeader(http.StatusServiceUnavailable)
+		key := r.Header.Get("Idempotency-Key")
+		if _, again := seenKeys.LoadOrStore(key, true); !again && len(key)%2 == 0 {
+			w.WriteHeader(http.StatusServiceUnavailable) // half the operations retry once
 			return
 		}
-		_, _ = io.WriteString(w, r.Header.Get("Idempotency-Key"))
+		_, _ = io.WriteString(w, key)
 	}))
 	defer srv.Close()
 	p := smsPolicy()

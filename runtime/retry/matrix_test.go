@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"syscall"
 	"testing"
@@ -30,6 +31,12 @@ func (timeoutErr) Error() string   { return "i/o timeout" }
 func (timeoutErr) Timeout() bool   { return true }
 func (timeoutErr) Temporary() bool { return true }
 
+// clientErr is http.Client's error for a request of method op ("Get",
+// "Post": url.Error spells the method so).
+func clientErr(op string, err error) error {
+	return &url.Error{Op: op, URL: "http://telephony-api/v1/messages", Err: err}
+}
+
 func readTimeout() error { return &net.OpError{Op: "read", Net: "tcp", Err: timeoutErr{}} }
 
 // The seed's failure-mode matrix: each injected pattern, failing on every
@@ -38,6 +45,7 @@ func readTimeout() error { return &net.OpError{Op: "read", Net: "tcp", Err: time
 func TestFailureModeMatrix(t *testing.T) {
 	// A POST with no key: no replay safety, so no retry of any kind.
 	noKey := func(p *policyconfig.Payload) { p.Policy.KeyTemplate = "" }
+	list502 := func(p *policyconfig.Payload) { p.Policy.RetryOnStatus = append(p.Policy.RetryOnStatus, 502) }
 	for name, tc := range map[string]struct {
 		err      error
 		policy   func(*policyconfig.Payload)
@@ -71,7 +79,22 @@ func TestFailureModeMatrix(t *testing.T) {
 		"an unlisted 500":            {Status(500, ""), nil, TerminalExhausted, codes.PermanentFailure, 1, Unrecognized},
 		"an unparseable Retry-After": {Status(503, "soon-ish"), nil, TerminalExhausted, codes.PermanentFailure, 1, Transient},
 		"Retry-After above maxDelay": {Status(429, "10"), nil, TerminalExhausted, codes.RetryAfterTooLong, 1, Transient},
-		"an unrecognized error":      {errors.New("the SDK said no"), nil, TerminalExhausted, codes.PermanentFailure, 1, Unrecognized},
+		// An error no transport name covers, without proof that the request
+		// never left, may have been applied (seed 003): unknown, not failed.
+		"an unrecognized error":                  {errors.New("the SDK said no"), nil, UnknownOutcome, codes.UnknownOutcome, 1, Unrecognized},
+		"an unrecognized error, proven not sent": {NotDispatched(errors.New("the SDK said no")), nil, TerminalExhausted, codes.PermanentFailure, 1, Unrecognized},
+		"the caller's cancel":                    {context.Canceled, nil, UnknownOutcome, codes.UnknownOutcome, 1, Unrecognized},
+		"502":                                    {Status(502, ""), list502, UnknownOutcome, codes.RetryLimitExceeded, 3, Ambiguous},
+		"502, POST without a key": {Status(502, ""), func(p *policyconfig.Payload) { list502(p); noKey(p) },
+			UnknownOutcome, codes.UnknownOutcome, 1, Ambiguous},
+		"an unlisted 502": {Status(502, ""), nil, UnknownOutcome, codes.UnknownOutcome, 1, Unrecognized},
+		// http.Client's errors (docs/runtime.md, "Do and net/http"): a refusal
+		// of a request net/http may have sent and re-sent is no proof.
+		"http.Client: refused, keyed POST":   {clientErr("Post", dialRefused()), nil, UnknownOutcome, codes.RetryLimitExceeded, 3, Ambiguous},
+		"http.Client: refused, keyless GET":  {clientErr("Get", dialRefused()), noKey, UnknownOutcome, codes.UnknownOutcome, 1, Ambiguous},
+		"http.Client: refused, keyless POST": {clientErr("Post", dialRefused()), noKey, TerminalExhausted, codes.RetryLimitExceeded, 3, Transient},
+		"http.Client: the operation's own proof": {NotDispatched(clientErr("Post", dialRefused())), nil,
+			TerminalExhausted, codes.RetryLimitExceeded, 3, Transient},
 		"a listed 400 stays permanent": {Status(400, ""), func(p *policyconfig.Payload) {
 			p.Policy.RetryOnStatus = append(p.Policy.RetryOnStatus, 400) // a forged payload
 		}, TerminalExhausted, codes.PermanentFailure, 1, Permanent},

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
@@ -38,6 +39,8 @@ const DefaultMaxBufferedBody = 64 << 10
 //
 // A success, or a permanent status (a 4xx the caller must see), returns the
 // response, readable until the caller closes its body or reads it to EOF.
+// A 101 Switching Protocols response is returned as it is, its body the
+// connection the caller now owns (an io.ReadWriteCloser), its attempt ended.
 // Anything else that did not complete returns an *Error.
 //
 // Replay safety is the request's own: a request whose method is not
@@ -64,7 +67,7 @@ type RoundTripper struct {
 
 // RoundTrip implements http.RoundTripper.
 func (rt *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
-	base, err := rt.base()
+	base, err := rt.base(req)
 	if err != nil {
 		closeBody(req)
 		return nil, err
@@ -80,6 +83,9 @@ func (rt *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	err = rt.Executor.do(req.Context(), rt.Policy, vars, nil, c)
 	if !c.sentBody {
 		closeBody(req) // no attempt took the body, and RoundTrip must close it (net/http's contract)
+	}
+	if c.next != nil {
+		_ = c.next.Close() // a body read for a retry that did not run
 	}
 	if err == nil {
 		return c.deliver(), nil
@@ -102,7 +108,22 @@ func (rt *RoundTripper) maxBufferedBody() int64 {
 	return rt.MaxBufferedBody
 }
 
-func (rt *RoundTripper) base() (http.RoundTripper, error) {
+// errNoExecutor is a RoundTripper's error without an Executor to run its
+// requests: a clear error, never a panic.
+var errNoExecutor = errors.New("retryguard: RoundTripper.Executor is nil")
+
+// base returns the transport for req, or the error the bare transport gives
+// a request it cannot send (net/http's own words for a request without a URL
+// or a header map), before any attempt: bad input is an error, never a panic.
+func (rt *RoundTripper) base(req *http.Request) (http.RoundTripper, error) {
+	switch {
+	case rt.Executor == nil:
+		return nil, errNoExecutor
+	case req.URL == nil:
+		return nil, errors.New("http: nil Request.URL")
+	case req.Header == nil:
+		return nil, errors.New("http: nil Request.Header")
+	}
 	if rt.Base != nil {
 		return rt.Base, nil
 	}
@@ -129,6 +150,9 @@ type call struct {
 	buffered, prefix []byte
 	hasBuffer        bool
 	sentBody         bool // req.Body went to the transport, or was closed here
+	// next is the body GetBody gave for the next attempt, read before the
+	// budget is asked (prepare); nil when there is none.
+	next io.ReadCloser
 
 	hooks *hooks
 	ctx   context.Context // the caller's, with the trace
@@ -158,6 +182,7 @@ type hooks struct {
 	pooled bool
 	number atomic.Int32 // the attempt in flight
 	wrote  atomic.Int32 // the last attempt whose headers were written
+	got    atomic.Int32 // the last attempt for which the transport got a connection
 	conns  atomic.Int32 // connections the transport asked for in this attempt
 	// refused: net/http tried to send this attempt's request again, and
 	// was refused.
@@ -166,7 +191,7 @@ type hooks struct {
 
 var hookPool = sync.Pool{New: func() any {
 	h := &hooks{pooled: true}
-	h.trace = httptrace.ClientTrace{GetConn: h.getConn, WroteHeaders: h.wroteHeaders}
+	h.trace = httptrace.ClientTrace{GetConn: h.getConn, GotConn: h.gotConn, WroteHeaders: h.wroteHeaders}
 	return h
 }}
 
@@ -179,10 +204,11 @@ func newHooks(ctx context.Context, c *call) *hooks {
 		h = hookPool.Get().(*hooks)
 	} else {
 		h = &hooks{}
-		h.trace = httptrace.ClientTrace{GetConn: h.getConn, WroteHeaders: h.wroteHeaders}
+		h.trace = httptrace.ClientTrace{GetConn: h.getConn, GotConn: h.gotConn, WroteHeaders: h.wroteHeaders}
 	}
 	h.call = c
 	h.wrote.Store(0)
+	h.got.Store(0)
 	return h
 }
 
@@ -205,7 +231,10 @@ func (c *call) keepBody(limit int64) error {
 	case req.GetBody != nil:
 		return nil
 	}
-	buf, err := io.ReadAll(io.LimitReader(req.Body, limit+1))
+	// One byte past the bound says the body is longer; a bound of
+	// math.MaxInt64 has no byte past it (and limit+1 would overflow to a
+	// negative limit, which reads nothing).
+	buf, err := io.ReadAll(io.LimitReader(req.Body, min(limit, math.MaxInt64-1)+1))
 	if err != nil {
 		closeBody(req)
 		c.sentBody = true
@@ -247,11 +276,31 @@ func (c *call) newBody(first bool) (io.ReadCloser, int64, error) {
 	case first:
 		c.sentBody = true
 		return req.Body, req.ContentLength, nil
+	case c.next != nil:
+		body := c.next
+		c.next = nil
+		return body, req.ContentLength, nil
 	case req.GetBody != nil:
 		body, err := req.GetBody()
 		return body, req.ContentLength, err
 	}
 	return nil, 0, errors.New("retryguard: the request body cannot be sent again") // Decide never asks for it
+}
+
+// prepare readies the body of the next attempt before the executor asks
+// the budget for it, and says why there can be none ("" when there can): a
+// GetBody that fails ends the operation with that reason, the attempt that
+// could not be sent neither counted nor paid for with a token.
+func (c *call) prepare() string {
+	if c.hasBuffer || c.req.GetBody == nil || c.next != nil {
+		return ""
+	}
+	body, err := c.req.GetBody()
+	if err != nil {
+		return "the request body could not be re-read (GetBody: " + err.Error() + "), so it cannot be sent again"
+	}
+	c.next = body
+	return ""
 }
 
 // attempt sends attempt a, bounded by limit when it is positive (its own
@@ -285,13 +334,20 @@ func (c *call) attempt(_ context.Context, a Attempt, limit time.Duration) error 
 		out.Header = c.req.Header.Clone()
 		out.Header.Set(a.Header, a.Key)
 	}
+	if err := c.ctx.Err(); err != nil {
+		c.end()
+		closeBody(out)            // no transport took it
+		return NotDispatched(err) // the caller gave up before this attempt reached the transport
+	}
 	h := c.hooks
 	h.number.Store(int32(a.Number))
 	h.conns.Store(0)
+	h.got.Store(0)
 	h.refused.Store(false)
 	c.out, c.url = out, u
 	res, err := c.base.RoundTrip(out)
 	if err != nil {
+		live := ctx.Err() == nil // read before end, which ends the attempt's own context
 		c.end()
 		switch {
 		case h.refused.Load():
@@ -299,11 +355,17 @@ func (c *call) attempt(_ context.Context, a Attempt, limit time.Duration) error 
 				"and net/http's own re-send of it was refused (%w): %w", io.ErrUnexpectedEOF, err)}
 		case h.wrote.Load() == int32(a.Number):
 			return &sent{err: err}
-		case ctx.Err() == nil:
-			return NotDispatched(err) // not a byte of the request left
+		case live && h.got.Load() == int32(a.Number):
+			// net/http's own trace: it got a connection for this attempt and
+			// wrote not even its headers (WroteHeaders runs before they are
+			// flushed), so not a byte of the request left.
+			return NotDispatched(err)
 		}
-		// The attempt's context ended, and over HTTP/2 RoundTrip may return
-		// before the headers it wrote are reported: no proof either way.
+		// No proof from the trace: a Base that does not run the request's
+		// httptrace hooks (a RoundTripper of its own) reports nothing, and
+		// over HTTP/2 a RoundTrip whose context ended may return before the
+		// headers it wrote are reported. Only the error's own evidence (a
+		// dial error, a refused connection, a failed lookup) proves then.
 		return err
 	}
 	res.Request = c.req
@@ -334,6 +396,10 @@ func (h *hooks) getConn(string) {
 }
 
 func (h *hooks) wroteHeaders() { h.wrote.Store(h.number.Load()) }
+
+// gotConn is the GotConn hook; it runs on the caller's goroutine, inside
+// RoundTrip.
+func (h *hooks) gotConn(httptrace.GotConnInfo) { h.got.Store(h.number.Load()) }
 
 // stopResend stops net/http's re-send of the attempt in flight before a
 // byte of it is written, and ends the transport's loop, from the GetConn
@@ -369,27 +435,31 @@ func (c *call) resend() (io.ReadCloser, error) {
 
 var errResendRefused = errors.New("retryguard: net/http's own re-send of a request already sent is refused; the policy decides on any retry")
 
-// drainLimit is the largest discarded body read to its end so that its
-// connection can be reused: one that size has as a rule arrived with its
-// headers, so reading it does not wait on the dependency.
-const drainLimit = 4 << 10
-
-// discard drops the kept response and ends its attempt's context at once:
-// a retry does not wait on the body of the answer it retries past.
+// discard ends the kept response's attempt at once and drops the response
+// unread (issue 18: "Discarded attempts are cancelled at once"): a retry
+// does not wait on the body of the answer it retries past, however slowly
+// it comes. Its connection is not reused; a retry is rare enough to pay for
+// a new one.
 func (c *call) discard() {
+	c.end()
 	if c.res != nil {
-		if n := c.res.ContentLength; n >= 0 && n <= drainLimit {
-			_, _ = io.CopyN(io.Discard, c.res.Body, n)
-		}
 		_ = c.res.Body.Close()
 		c.res = nil
 	}
-	c.end()
 }
 
 // deliver hands the kept response to the caller; its attempt's context ends
-// when the caller closes the body or reads it to the end.
+// when the caller closes the body or reads it to the end. A 101 Switching
+// Protocols response is handed over as it is: its body is the connection, an
+// io.ReadWriteCloser (net/http's RoundTripper contract), which the caller
+// owns from now on. Its attempt ends at once, so that the attempt's timer
+// can never reach that connection; net/http itself ends the request's
+// context once it hands the connection over (transport.go, readLoop).
 func (c *call) deliver() *http.Response {
+	if c.res.StatusCode == http.StatusSwitchingProtocols {
+		c.end()
+		return c.res
+	}
 	if c.cancel == nil {
 		return c.res // no context of its own to end
 	}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -143,5 +144,48 @@ func TestFallbackRefusesUnsafeChannelsEvenWhenTampered(t *testing.T) {
 		if _, err := ex.Fallback(p.Policy.Name, name); !errors.Is(err, Sentinel(codes.UntestedCompensationBlocked)) {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+}
+
+// Bad input gets a clear error, never a panic: a request without a
+// Header map (http.Transport answers "http: nil Request.Header") and one
+// without a URL ("http: nil Request.URL").
+func TestOddRequestsAreErrorsNotPanics(t *testing.T) {
+	u, _ := url.Parse("http://127.0.0.1:1/")
+	for name, req := range map[string]*http.Request{
+		"nil Header, keyed policy": {Method: http.MethodPost, URL: u},
+		"nil URL":                  {Method: http.MethodGet, Header: http.Header{}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			l := newLoop(t, smsPolicy(), nil)
+			req = req.WithContext(WithVars(t.Context(), smsVars))
+			func() {
+				defer func() {
+					if r := recover(); r != nil {
+						t.Fatalf("RoundTrip panicked: %v", r)
+					}
+				}()
+				_, err := l.rt.RoundTrip(req)
+				_, bare := (&http.Transport{}).RoundTrip(req)
+				if err == nil || bare == nil || err.Error() != bare.Error() {
+					t.Fatalf("RoundTrip: %v, want the bare transport's error %v", err, bare)
+				}
+			}()
+		})
+	}
+}
+
+// Bad input gets a clear error, never a panic: a RoundTripper without an
+// Executor.
+func TestARoundTripperWithoutAnExecutorIsAnError(t *testing.T) {
+	defer func() {
+		if r := recover(); r != nil {
+			t.Fatalf("RoundTrip panicked: %v", r)
+		}
+	}()
+	req, _ := http.NewRequest(http.MethodGet, "http://127.0.0.1:1/", nil)
+	_, err := (&RoundTripper{Policy: "p", Base: &http.Transport{}}).RoundTrip(req)
+	if err == nil {
+		t.Fatal("no error")
 	}
 }
