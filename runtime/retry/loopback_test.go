@@ -625,14 +625,15 @@ func TestACallersTraceStillRuns(t *testing.T) {
 // The RoundTripper is safe for concurrent use: many callers, one executor,
 // retries and pooled hooks, under -race.
 func TestARoundTripperIsSafeForConcurrentUse(t *testing.T) {
-	var n atomic.Int32
+	var seenKeys sync.Map
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.ReadAll(r.Body)
-		if n.Add(1)%3 == 0 {
-			w.WriteHeader(http.StatusServiceUnavailable)
+		key := r.Header.Get("Idempotency-Key")
+		if _, again := seenKeys.LoadOrStore(key, true); !again && len(key)%2 == 0 {
+			w.WriteHeader(http.StatusServiceUnavailable) // half the operations retry once
 			return
 		}
-		_, _ = io.WriteString(w, r.Header.Get("Idempotency-Key"))
+		_, _ = io.WriteString(w, key)
 	}))
 	defer srv.Close()
 	p := smsPolicy()
