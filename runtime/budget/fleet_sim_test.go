@@ -389,7 +389,7 @@ func TestFleetBudgetSimulation(t *testing.T) {
 	var table strings.Builder
 	fmt.Fprintf(&table, "%-100s %5s %6s %7s %7s %6s %6s\n", "scenario (seed 0)", "rules", "max/s", "mean/s", "tail/s", "sec>A", "win>%")
 	for _, sc := range scenarios {
-		for seed := range uint64(3) {
+		for seed := range uint64(simSeeds) {
 			res := simulate(sc, seed)
 			name := fmt.Sprintf("%s, seed %d", sc.name, seed)
 			newSeconds, newWindows := violations(sc, res[ruleNew])
