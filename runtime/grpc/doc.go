@@ -33,7 +33,7 @@
 //	CANCELED                       499                              permanent
 //	UNKNOWN, INTERNAL              500                              unrecognized (terminal) unless 500 is listed
 //	UNIMPLEMENTED                  501                              unrecognized: admission never lets 501 be listed
-//	DATA_LOSS                      not mapped                       unrecognized: no retry brings data back
+//	DATA_LOSS                      not mapped                       unknown outcome: the server cannot say what it kept
 //
 // The status is judged by the phase the attempt reached, which the
 // Interceptor's stats handler sees, and never by its message:

@@ -180,8 +180,9 @@ func (c *call) delay() time.Duration {
 //     trailers: UNAVAILABLE is a connection lost mid-call (ConnectionReset,
 //     ambiguous), any other is evidence no policy lists;
 //   - a status from the server is its HTTP mapping (a *retry.StatusError),
-//     with grpc-retry-pushback-ms as the server's delay; DATA_LOSS is
-//     evidence no policy lists.
+//     with grpc-retry-pushback-ms as the server's delay; DATA_LOSS, which
+//     says the server cannot tell what it kept, is an outcome the executor
+//     holds unknown.
 func (c *call) evidence(err error) error {
 	code := status.Code(err)
 	switch {

@@ -106,9 +106,9 @@ func TestPermanentStatusesGetOneAttempt(t *testing.T) {
 
 // The codes no policy can list for retry end after one attempt too, with a
 // *retry.Error that says so: UNKNOWN and INTERNAL map to 500, which this
-// policy does not list, UNIMPLEMENTED to 501, DATA_LOSS to nothing.
+// policy does not list, UNIMPLEMENTED to 501.
 func TestUnrecognizedStatusesGetOneAttempt(t *testing.T) {
-	for _, code := range []grpccodes.Code{grpccodes.Unknown, grpccodes.Internal, grpccodes.Unimplemented, grpccodes.DataLoss} {
+	for _, code := range []grpccodes.Code{grpccodes.Unknown, grpccodes.Internal, grpccodes.Unimplemented} {
 		t.Run(code.String(), func(t *testing.T) {
 			h := &health{answer: always(code)}
 			ic, _, _ := guarded(grpcPolicy())
@@ -122,6 +122,23 @@ func TestUnrecognizedStatusesGetOneAttempt(t *testing.T) {
 				t.Errorf("status.Code(err) = %s, want %s", status.Code(err), code)
 			}
 		})
+	}
+}
+
+// DATA_LOSS after the call left says the server lost or corrupted data: it
+// cannot say whether this call's write survived, so the outcome is unknown
+// and goes to reconciliation (seed 003: "an uncertain local outcome must
+// trigger reconciliation, not an invented failure"), never retried.
+func TestDataLossIsAnUnknownOutcome(t *testing.T) {
+	h := &health{answer: always(grpccodes.DataLoss)}
+	ic, _, _ := guarded(grpcPolicy())
+	err := check(dial(t, serve(t, h), ic.DialOptions()...))
+	re := retryError(t, err)
+	if re.Code != codes.UnknownOutcome || re.State != retry.UnknownOutcome || h.calls() != 1 {
+		t.Errorf("got %s %s after %d calls, want ERR_UNKNOWN_OUTCOME UNKNOWN_OUTCOME after 1", re.Code, re.State, h.calls())
+	}
+	if status.Code(err) != grpccodes.DataLoss {
+		t.Errorf("status.Code(err) = %s, want DataLoss", status.Code(err))
 	}
 }
 
