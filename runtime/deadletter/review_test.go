@@ -3,8 +3,11 @@ package deadletter
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"testing"
+
+	"github.com/retryguard/retryguard/runtime/retry"
 )
 
 // Issue 20, item 3: the journal "never grows without bound while Kafka is
@@ -39,5 +42,52 @@ func TestReviewDamagedJournalStillCompacts(t *testing.T) {
 	if fi, _ := os.Stat(path); fi.Size() > 3*compactBytes {
 		t.Fatalf("journal is %d bytes with every letter forwarded (compaction at %d): a damaged journal grows without bound",
 			fi.Size(), compactBytes)
+	}
+}
+
+// Issue 20: "A kill -9 at any point loses no acknowledged letter", and "a
+// second Open ... fails". When the directory's fsync fails after
+// compaction renamed the new file over the journal, compact returns early:
+// the journal keeps writing to the old file, now unlinked, so every letter
+// it acknowledges afterwards is gone from the path, and its lock no longer
+// guards the path.
+func TestReviewFailedDirSyncAfterCompactionLosesLaterLetters(t *testing.T) {
+	lowCompaction(t)
+	path := t.TempDir() + "/dead.journal"
+	j, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	for i := range 100 {
+		if err := j.Write(context.Background(), letter(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := syncFile
+	t.Cleanup(func() { syncFile = old })
+	syncFile = func(f *os.File) error {
+		if fi, err := f.Stat(); err == nil && fi.IsDir() {
+			return errors.New("EIO (injected: fsync of the directory)")
+		}
+		return old(f)
+	}
+	_, ferr := j.Forward(1000, func([]retry.DeadLetter) error { return nil })
+	syncFile = old
+	t.Logf("Forward: %v", ferr)
+	for i := 100; i < 110; i++ {
+		if err := j.Write(context.Background(), letter(i)); err != nil {
+			t.Fatalf("Write %d: %v", i, err)
+		}
+	}
+	if j2, err := Open(path); err == nil {
+		_ = j2.Close()
+		t.Errorf("a second Open of %s succeeded while the journal is open", path)
+	}
+	got, _ := ReadAll(path)
+	for i := uint64(100); i < 110; i++ {
+		if !contains(got, i) {
+			t.Fatalf("letter %d was acknowledged by Write but is not in %s (%d letters there)", i, path, len(got))
+		}
 	}
 }
