@@ -4,8 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/retryguard/retryguard/runtime/retry"
 )
@@ -90,4 +95,54 @@ func TestReviewFailedDirSyncAfterCompactionLosesLaterLetters(t *testing.T) {
 			t.Fatalf("letter %d was acknowledged by Write but is not in %s (%d letters there)", i, path, len(got))
 		}
 	}
+}
+
+// kill -9 at random moments (a timer, not a count of lines) of writing,
+// forwarding and compacting: every acknowledged letter is queued by the
+// end, the next Open never finds the lock held or the file damaged.
+func TestReviewRandomKillsLoseNothing(t *testing.T) {
+	if path := os.Getenv("DEADLETTER_OUTBOX"); path != "" {
+		outboxChild(path)
+		return
+	}
+	path := t.TempDir() + "/dead.journal"
+	acked, queued := map[uint64]bool{}, map[uint64]bool{}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	run := func(round, from int, after time.Duration) {
+		cmd, lines := startChild(t, "TestReviewRandomKillsLoseNothing", "DEADLETTER_OUTBOX="+path, fmt.Sprintf("DEADLETTER_FROM=%d", from))
+		if after > 0 {
+			timer := time.AfterFunc(after, func() { _ = cmd.Process.Kill() })
+			defer timer.Stop()
+		}
+		for lines.Scan() {
+			kind, op, _ := strings.Cut(lines.Text(), " ")
+			n, err := strconv.ParseUint(op, 10, 64)
+			switch {
+			case err != nil:
+				t.Fatalf("round %d: %s", round, lines.Text())
+			case kind == "acked":
+				acked[n] = true
+			case kind == "queued":
+				queued[n] = true
+			}
+		}
+		_ = cmd.Wait()
+		if _, err := ReadAll(path); err != nil {
+			t.Fatalf("round %d (killed after %v): %v", round, after, err)
+		}
+	}
+	for round := range 25 {
+		run(round, round*100_000, time.Duration(20+rng.IntN(400))*time.Millisecond)
+	}
+	run(25, 600_000, 0)
+	missing := 0
+	for op := range acked {
+		if !queued[op] {
+			missing++
+		}
+	}
+	if missing > 0 {
+		t.Fatalf("%d of %d acknowledged letters never reached the queue", missing, len(acked))
+	}
+	t.Logf("%d acknowledged, %d queued", len(acked), len(queued))
 }
