@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -145,4 +146,54 @@ func TestReviewRandomKillsLoseNothing(t *testing.T) {
 		t.Fatalf("%d of %d acknowledged letters never reached the queue", missing, len(acked))
 	}
 	t.Logf("%d acknowledged, %d queued", len(acked), len(queued))
+}
+
+// tinyDisk mounts a tmpfs of size bytes for the test (root only), a disk
+// that fills up for real.
+func tinyDisk(t *testing.T, size int) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+	return dir
+}
+
+// The guide: "Think in failures: ... disk full ... Fail safe means fewer
+// retries and nothing lost"; issue 20: compaction keeps the journal from
+// growing "while Kafka is up". A journal's disk fills while Kafka is away;
+// Kafka comes back and takes every letter. The disk must then have room
+// again. Instead the forwarded mark cannot be saved (ENOSPC), so nothing
+// is marked, compaction never runs, the same letters are sent again and
+// again, and every new dead letter is refused for good.
+func TestReviewFullDiskRecoversOnceEverythingIsForwarded(t *testing.T) {
+	lowCompaction(t)
+	path := tinyDisk(t, 64<<10) + "/dead.journal"
+	j, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	written := 0
+	for ; written < 100_000; written++ {
+		if err := j.Write(context.Background(), letter(written)); err != nil {
+			t.Logf("disk full after %d letters: %v", written, err)
+			break
+		}
+	}
+	sent := 0
+	var ferr error
+	for range 20 { // Kafka is back and takes everything
+		n, err := j.Forward(64, func(l []retry.DeadLetter) error { sent += len(l); return nil })
+		ferr = err
+		if n == 0 && err == nil {
+			break
+		}
+	}
+	left, _ := j.Unforwarded()
+	if err := j.Write(context.Background(), letter(1_000_000)); err != nil {
+		t.Fatalf("%d letters written, %d sent to the queue, %d still unforwarded, last Forward: %v; a new letter is refused: %v",
+			written, sent, left, ferr, err)
+	}
 }
