@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/retryguard/retryguard/runtime/deadletter"
 	"github.com/retryguard/retryguard/runtime/retry"
@@ -44,6 +48,43 @@ func TestReviewReconcileDoesNotHideALaterLetter(t *testing.T) {
 	out := runOK(t, "deadletters", "list", "-f", path, "--state", "UNKNOWN_OUTCOME")
 	if lines(out) != 1 {
 		t.Fatalf("an UNKNOWN_OUTCOME letter written after the reconciliation is hidden by it; list shows %d letters:\n%s",
+			lines(out), strings.TrimSpace(out))
+	}
+}
+
+// The same on the forwarder's topic (kfake): the reconciliation record under
+// the identity hides a letter produced after it, and a second letter of the
+// same identity is folded into the first as if it were a duplicate delivery.
+func TestReviewTopicReconcileDoesNotHideALaterLetter(t *testing.T) {
+	const topic = "retryguard.deadletters"
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	client, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	produce := func(l retry.DeadLetter) {
+		value, _ := json.Marshal(l)
+		r := &kgo.Record{Topic: topic, Key: []byte(deadletter.Identity(l)), Value: value}
+		if err := client.ProduceSync(context.Background(), r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := retry.DeadLetter{Operation: 1, Namespace: "auth", Policy: "sms-2fa-dispatch", Key: "SMS-2FA-42-s1",
+		State: retry.UnknownOutcome, Code: "ERR_UNKNOWN_OUTCOME", At: time.Now().Add(-time.Hour)}
+	produce(first)
+	brokers := strings.Join(c.ListenAddrs(), ",")
+	runOK(t, "deadletters", "reconcile", "--brokers", brokers, "--topic", topic, "--note", "delivered", deadletter.Identity(first))
+	later := first
+	later.Operation, later.At = 7, time.Now()
+	produce(later)
+	out := runOK(t, "deadletters", "list", "--brokers", brokers, "--topic", topic, "--state", "UNKNOWN_OUTCOME")
+	if lines(out) != 1 {
+		t.Fatalf("an UNKNOWN_OUTCOME letter produced after the reconciliation is hidden by it; list shows %d letters:\n%s",
 			lines(out), strings.TrimSpace(out))
 	}
 }
