@@ -2,11 +2,15 @@ package kafka
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/retryguard/retryguard/runtime/deadletter"
 	"github.com/retryguard/retryguard/runtime/retry"
 )
 
@@ -35,5 +39,47 @@ func TestReviewEventSinkCloseBoundedWhenClientBufferFull(t *testing.T) {
 	}
 	if e, d, x := sink.Emitted(), sink.Delivered(), sink.Dropped(); e != d+x {
 		t.Fatalf("emitted %d != delivered %d + dropped %d", e, d, x)
+	}
+}
+
+// Issue 20, item 3: the journal "never grows without bound while Kafka is
+// up". Once compaction fails (here: its scratch file cannot be created),
+// every later Forward returns the compaction's error although Kafka took
+// and the journal marked the batch; the forwarder counts each as a failed
+// batch, backs off up to MaxForwardBackoff and does not count the letters
+// it forwarded. With Kafka up, the outbox ships a batch every 2 s.
+func TestReviewCompactionErrorDoesNotThrottleForwarding(t *testing.T) {
+	_, client := cluster(t)
+	path := filepath.Join(t.TempDir(), "dead.journal")
+	if err := os.MkdirAll(path+".compacting/keep", 0o700); err != nil { // a scratch path that cannot be a file
+		t.Fatal(err)
+	}
+	j, err := deadletter.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	const n = 8000 // about 2 MiB: past deadletter.CompactBytes
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Go(func() {
+			for i := w; i < n; i += 16 {
+				if err := j.Write(context.Background(), letterOf(i)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	fwd := &Forwarder{Journal: j, Client: client, Topic: dlq}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go fwd.Run(ctx)
+	time.Sleep(5 * time.Second) // the benchmark ships 12,499 letters/s to kfake
+	left, _ := j.Unforwarded()
+	if left > 0 || fwd.Forwarded() != n {
+		t.Fatalf("after 5 s with Kafka up: %d of %d letters still unforwarded, Forwarded() = %d, %d failed batches",
+			left, n, fwd.Forwarded(), fwd.Failures())
 	}
 }
