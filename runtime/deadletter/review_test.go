@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -196,4 +197,70 @@ func TestReviewFullDiskRecoversOnceEverythingIsForwarded(t *testing.T) {
 		t.Fatalf("%d letters written, %d sent to the queue, %d still unforwarded, last Forward: %v; a new letter is refused: %v",
 			written, sent, left, ferr, err)
 	}
+}
+
+// Group commit with fsync failing now and then (EIO): every Write that
+// returned nil is in the journal after a reopen, and the journal is not
+// damaged by the cut of the failed commits.
+func TestReviewGroupCommitWithFailingFsync(t *testing.T) {
+	path := t.TempDir() + "/dead.journal"
+	j, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := syncFile
+	t.Cleanup(func() { syncFile = old })
+	var mu sync.Mutex
+	calls := 0
+	syncFile = func(f *os.File) error {
+		mu.Lock()
+		calls++
+		fail := calls%5 == 0
+		mu.Unlock()
+		if fail {
+			return errors.New("EIO (injected)")
+		}
+		return old(f)
+	}
+	var okMu sync.Mutex
+	ok, failed := map[uint64]bool{}, 0
+	var wg sync.WaitGroup
+	for w := range 32 {
+		wg.Go(func() {
+			for i := range 40 {
+				op := w*1000 + i
+				err := j.Write(context.Background(), letter(op))
+				okMu.Lock()
+				if err == nil {
+					ok[uint64(op)] = true
+				} else {
+					failed++
+				}
+				okMu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	syncFile = old
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	j, err = Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if err := j.Damage(); err != nil {
+		t.Fatalf("after failed commits: %v", err)
+	}
+	got, err := ReadAll(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for op := range ok {
+		if !contains(got, op) {
+			t.Fatalf("letter %d was acknowledged and is gone (%d acked, %d failed, %d read)", op, len(ok), failed, len(got))
+		}
+	}
+	t.Logf("%d acknowledged, %d failed, %d read", len(ok), failed, len(got))
 }
