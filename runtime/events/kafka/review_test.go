@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -81,5 +82,28 @@ func TestReviewCompactionErrorDoesNotThrottleForwarding(t *testing.T) {
 	if left > 0 || fwd.Forwarded() != n {
 		t.Fatalf("after 5 s with Kafka up: %d of %d letters still unforwarded, Forwarded() = %d, %d failed batches",
 			left, n, fwd.Forwarded(), fwd.Failures())
+	}
+}
+
+// Forwarder.Close with the broker gone: bounded by CloseTimeout, and its
+// error counts the letters left in the journal.
+func TestReviewForwarderCloseBoundedBrokerGone(t *testing.T) {
+	client := downCluster(t)
+	j := openJournal(t)
+	for i := range 500 {
+		if err := j.Write(context.Background(), letterOf(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fwd := &Forwarder{Journal: j, Client: client, Topic: dlq, CloseTimeout: 300 * time.Millisecond}
+	go fwd.Run(context.Background())
+	time.Sleep(200 * time.Millisecond)
+	start := time.Now()
+	err := fwd.Close()
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("Forwarder.Close took %v with CloseTimeout %v", took, fwd.CloseTimeout)
+	}
+	if err == nil || !strings.Contains(err.Error(), "500 dead letters") {
+		t.Fatalf("Close: %v", err)
 	}
 }
