@@ -264,3 +264,57 @@ func TestReviewGroupCommitWithFailingFsync(t *testing.T) {
 	}
 	t.Logf("%d acknowledged, %d failed, %d read", len(ok), failed, len(got))
 }
+
+// Issue 20, item 5: "Any other damage is still kept and reported." Damage
+// that appears while the journal is open (a bad sector read back after the
+// page cache let it go) is skipped by Forward without a word: Damage stays
+// nil, compaction then deletes the damaged bytes, and the letter is neither
+// forwarded nor reported anywhere.
+func TestReviewDamageFoundWhileForwardingIsKeptAndReported(t *testing.T) {
+	lowCompaction(t)
+	path := t.TempDir() + "/dead.journal"
+	j, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	for i := range 100 {
+		if err := j.Write(context.Background(), letter(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, _ := os.ReadFile(path)
+	at := bytes.Index(data, []byte(`"SMS-2FA-50"`))
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{'s'}, int64(at+1)); err != nil { // the disk returns one bad byte
+		t.Fatal(err)
+	}
+	_ = f.Close()
+	sent := forwardAll(t, j, 64)
+	for i := 100; i < 200; i++ {
+		if err := j.Write(context.Background(), letter(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sent = append(sent, forwardAll(t, j, 64)...)
+	_, rerr := ReadAll(path)
+	forwarded50 := false
+	for _, op := range sent {
+		forwarded50 = forwarded50 || op == 50
+	}
+	if !forwarded50 && j.Damage() == nil && rerr == nil {
+		t.Fatalf("letter 50 was acknowledged, then damaged on disk: it was not forwarded, Damage() is nil, "+
+			"and ReadAll reports nothing (%d letters forwarded; file now %d bytes)", len(sent), fileSize(path))
+	}
+}
+
+func fileSize(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return -1
+	}
+	return fi.Size()
+}
