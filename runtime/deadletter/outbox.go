@@ -505,8 +505,9 @@ func copyRange(dst *os.File, at int64, src *os.File, from, to int64) error {
 }
 
 // Identity is a dead letter's operation identity: the record key the
-// forwarder gives it, on which a queue's consumers deduplicate, and the
-// name a reconciliation mark gives it. It is the namespace, the policy and
+// forwarder gives it. One operation can end in more than one letter, so a
+// queue's consumers deduplicate, and a reconciliation names a letter, by
+// Identity with the letter's operation number and time. It is the namespace, the policy and
 // the idempotency key, which every attempt of the operation carried (seed
 // 000, INV-RTY-05); a letter without a key is named by its operation number
 // and time instead.

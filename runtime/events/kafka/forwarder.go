@@ -18,8 +18,9 @@ import (
 // Forwarder ships the dead letters of a journal, the outbox, to a Kafka
 // topic (docs/deadletter-journal.md). Each record's value is the letter as
 // JSON and its key is deadletter.Identity, the letter's operation identity:
-// delivery is at least once, so consumers deduplicate on the key, and a
-// compacted topic keeps one record per operation.
+// delivery is at least once, so consumers deduplicate on the key with the
+// letter's operation and time (one operation can end in two letters), and
+// the topic must not be compacted (docs/deadletter-journal.md).
 //
 // A batch is marked forwarded in the journal only once Kafka acknowledged
 // every record of it; a batch Kafka failed is shipped again after a
