@@ -359,3 +359,31 @@ func childLine(t *testing.T, round int, line string, acked, queued map[uint64]bo
 		queued[n] = true
 	}
 }
+
+// The mark is overwritten in place, so a crash can leave it half old, half
+// new: its checksum then fails and it counts for nothing. Every letter is
+// shipped again, none skipped.
+func TestATornMarkCountsForNothing(t *testing.T) {
+	path := t.TempDir() + "/dead.journal"
+	j := openWritten(t, path, 10)
+	if n, err := j.Forward(6, func([]retry.DeadLetter) error { return nil }); n != 6 || err != nil {
+		t.Fatalf("Forward: %d, %v", n, err)
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(markPath(path))
+	if err != nil || len(data) != markSize {
+		t.Fatalf("mark of %d bytes, %v; want %d", len(data), err, markSize)
+	}
+	at := bytes.Index(data, []byte(`"offset":`))
+	at += bytes.IndexByte(data[at:], ',') - 1
+	data[at] ^= 1 // the offset's last digit, as if half of an older mark were left
+	if err := os.WriteFile(markPath(path), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	j = openWritten(t, path, 0)
+	if n, err := j.Unforwarded(); n != 10 || err != nil {
+		t.Fatalf("after a torn mark: %d letters unforwarded, %v; want all 10 shipped again", n, err)
+	}
+}

@@ -251,10 +251,10 @@ func (j *Journal) Unforwarded() (int, error) {
 		}
 		letters, _, _, _, err := readRange(f, from, end, -1)
 		j.mu.Lock()
-		replaced := j.f != f && j.f != nil
+		replaced := (j.f != f || j.outbox.Offset != from) && j.f != nil
 		j.mu.Unlock()
 		if err == nil || !replaced {
-			return len(letters), err // else compaction closed f meanwhile: read the new file
+			return len(letters), err // else compaction closed or cut f meanwhile: read again
 		}
 	}
 }
