@@ -387,3 +387,26 @@ func TestATornMarkCountsForNothing(t *testing.T) {
 		t.Fatalf("after a torn mark: %d letters unforwarded, %v; want all 10 shipped again", n, err)
 	}
 }
+
+// FuzzMark: the forwarded mark is an on-disk format. Whatever the file
+// holds, decodeMark never panics, and a mark it accepts encodes again and
+// reads back the same (TestATornMarkCountsForNothing: a torn one is refused).
+func FuzzMark(f *testing.F) {
+	good, _ := encodeMark(mark{File: 42, Offset: 1234, Last: 1000, CRC: 7})
+	f.Add(good)
+	f.Add(good[:100])
+	f.Add([]byte(`{"file":42,"offset":1234,"last":1000,"crc":7}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, ok := decodeMark(data)
+		if !ok {
+			return
+		}
+		again, err := encodeMark(m)
+		if err != nil {
+			t.Fatalf("accepted %q, but it does not encode: %v", data, err)
+		}
+		if back, ok := decodeMark(again); !ok || back != m {
+			t.Fatalf("accepted %q as %+v, which reads back as %+v", data, m, back)
+		}
+	})
+}

@@ -348,7 +348,9 @@ func syncDir(path string) error {
 	return syncFile(d)
 }
 
-// Damage reports the damaged regions Open found, or nil.
+// Damage reports the damaged regions Open found and those Forward found
+// since (at their offsets in the current file, which compaction moves), or
+// nil. The error it returned is never changed afterwards.
 func (j *Journal) Damage() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
