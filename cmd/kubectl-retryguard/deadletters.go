@@ -25,7 +25,9 @@ import (
 // or from the Kafka topic the forwarder ships them to, lists and exports
 // them, and marks them reconciled: in a ledger beside a journal file
 // (<journal>.reconciled, JSON lines), or on the topic as a record under the
-// letter's key with the reconciledHeader header.
+// letter's record key with the reconciledHeader header. A reconciliation
+// names one letter precisely (letterID), never a whole operation: the same
+// idempotency key can end in a second letter after the first was settled.
 
 const deadlettersUsage = `Usage:
   kubectl retryguard deadletters list      (-f JOURNAL | --brokers HOST:PORT --topic TOPIC) [filters] [--all]
@@ -34,7 +36,9 @@ const deadlettersUsage = `Usage:
 
 list shows the letters not yet reconciled (--all: every letter), export
 writes them as JSON lines, and reconcile marks the named letters (by the
-IDENTITY list shows) reconciled. Filters: --state, --policy, --since, --until.
+IDENTITY list shows, or by the operation's identity, namespace/policy/key,
+when one letter not yet reconciled has it) reconciled. Filters: --state,
+--policy, --since, --until.
 `
 
 // reconciledHeader marks a record on the topic as a reconciliation, not a
@@ -42,12 +46,26 @@ IDENTITY list shows) reconciled. Filters: --state, --policy, --since, --until.
 const reconciledHeader = "retryguard-reconciled"
 
 // reconciliation is an operator's record that a letter's outcome is known
-// and dealt with.
+// and dealt with. Identity is the letter's letterID.
 type reconciliation struct {
 	Identity string    `json:"identity"`
 	At       time.Time `json:"at"`
 	By       string    `json:"by,omitempty"`
 	Note     string    `json:"note"`
+
+	key string // the letter's record key on the topic
+}
+
+// letterID names one dead letter: its operation's identity (the record key,
+// deadletter.Identity), and the operation number and time of this letter,
+// since one idempotency key can end in more than one letter (a later try of
+// the same operation). Duplicates of one letter from at-least-once delivery
+// share it.
+func letterID(l retry.DeadLetter) string {
+	if l.Key == "" {
+		return deadletter.Identity(l) // already names the operation number and time
+	}
+	return fmt.Sprintf("%s#%d@%s", deadletter.Identity(l), l.Operation, l.At.UTC().Format(time.RFC3339Nano))
 }
 
 // entry is one dead letter and its reconciliation, if any.
@@ -148,17 +166,14 @@ func runDeadletters(ctx context.Context, args []string, stdout, stderr io.Writer
 
 func reconcileLetters(ctx context.Context, src letterSource, entries []entry, ids []string, note, by string, stdout io.Writer,
 	fail func(int, string, ...any) int) int {
-	byID := map[string]entry{}
-	for _, e := range entries {
-		byID[e.Identity] = e
-	}
 	var marks []reconciliation
 	now := time.Now().UTC()
 	for _, id := range ids {
-		if _, ok := byID[id]; !ok {
-			return fail(exitFailure, "no dead letter %q (list shows each letter's IDENTITY); nothing was marked", id)
+		e, err := letterNamed(entries, id)
+		if err != nil {
+			return fail(exitFailure, "%v; nothing was marked", err)
 		}
-		marks = append(marks, reconciliation{Identity: id, At: now, By: by, Note: note})
+		marks = append(marks, reconciliation{Identity: e.Identity, At: now, By: by, Note: note, key: deadletter.Identity(e.Letter)})
 	}
 	if err := src.reconcile(ctx, marks); err != nil {
 		return fail(exitFailure, "%v", err)
@@ -167,6 +182,28 @@ func reconcileLetters(ctx context.Context, src letterSource, entries []entry, id
 		fmt.Fprintf(stdout, "reconciled %s\n", m.Identity)
 	}
 	return exitOK
+}
+
+// letterNamed is the letter id names: by its letterID, or by its
+// operation's identity when exactly one letter not yet reconciled has it.
+func letterNamed(entries []entry, id string) (entry, error) {
+	var open []string
+	var found entry
+	for _, e := range entries {
+		if e.Identity == id {
+			return e, nil
+		}
+		if e.Reconciled == nil && deadletter.Identity(e.Letter) == id {
+			open, found = append(open, e.Identity), e
+		}
+	}
+	switch len(open) {
+	case 0:
+		return entry{}, fmt.Errorf("no dead letter %q (list shows each letter's IDENTITY)", id)
+	case 1:
+		return found, nil
+	}
+	return entry{}, fmt.Errorf("%q names %d letters not yet reconciled (%s): name one by the IDENTITY list shows", id, len(open), strings.Join(open, ", "))
 }
 
 // sourceOf is the journal file, or the topic.
@@ -275,7 +312,7 @@ func (j journalFile) reconcile(_ context.Context, marks []reconciliation) error 
 func withMarks(letters []retry.DeadLetter, marks map[string]reconciliation) []entry {
 	out := make([]entry, 0, len(letters))
 	for _, l := range letters {
-		e := entry{Identity: deadletter.Identity(l), Letter: l}
+		e := entry{Identity: letterID(l), Letter: l}
 		if r, ok := marks[e.Identity]; ok {
 			e.Reconciled = &r
 		}
@@ -284,8 +321,10 @@ func withMarks(letters []retry.DeadLetter, marks map[string]reconciliation) []en
 	return out
 }
 
-// kafkaTopic is the forwarder's topic: letters keyed by their identity,
-// and reconciliation records under the same keys.
+// kafkaTopic is the forwarder's topic: letters keyed by their operation's
+// identity, and reconciliation records under the same keys (so on the same
+// partition, after the letter), each naming its letter by letterID. The
+// topic must not be compacted (docs/deadletter-journal.md).
 type kafkaTopic struct {
 	brokers []string
 	topic   string
@@ -322,7 +361,7 @@ func (k *kafkaTopic) read(ctx context.Context) ([]entry, error) {
 	}
 	defer consumer.Close()
 	var letters []retry.DeadLetter
-	seen := map[string]int{} // identity to index in letters: the latest record of a key wins
+	seen := map[string]int{} // letterID to index in letters: a letter delivered twice shows once
 	marks := map[string]reconciliation{}
 	for len(left) > 0 {
 		fetches := consumer.PollFetches(ctx)
@@ -336,7 +375,7 @@ func (k *kafkaTopic) read(ctx context.Context) ([]entry, error) {
 			if slices.ContainsFunc(r.Headers, func(h kgo.RecordHeader) bool { return h.Key == reconciledHeader }) {
 				var m reconciliation
 				if json.Unmarshal(r.Value, &m) == nil {
-					marks[string(r.Key)] = m
+					marks[m.Identity] = m
 				}
 				return
 			}
@@ -344,11 +383,12 @@ func (k *kafkaTopic) read(ctx context.Context) ([]entry, error) {
 			if json.Unmarshal(r.Value, &l) != nil {
 				return
 			}
-			if i, dup := seen[string(r.Key)]; dup { // at-least-once: a duplicate
+			id := letterID(l)
+			if i, dup := seen[id]; dup { // at-least-once: a duplicate
 				letters[i] = l
 				return
 			}
-			seen[string(r.Key)] = len(letters)
+			seen[id] = len(letters)
 			letters = append(letters, l)
 		})
 	}
@@ -369,7 +409,7 @@ func (k *kafkaTopic) reconcile(ctx context.Context, marks []reconciliation) erro
 		if err != nil {
 			return err
 		}
-		records = append(records, &kgo.Record{Topic: k.topic, Key: []byte(m.Identity), Value: value,
+		records = append(records, &kgo.Record{Topic: k.topic, Key: []byte(m.key), Value: value,
 			Headers: []kgo.RecordHeader{{Key: reconciledHeader, Value: []byte("true")}}})
 	}
 	return client.ProduceSync(ctx, records...).FirstErr()

@@ -73,7 +73,7 @@ func TestDeadlettersOfAJournal(t *testing.T) {
 		}
 		exported = append(exported, e)
 	}
-	if len(exported) != 4 || exported[3].Letter.Code != "ERR_RETRY_LIMIT_EXCEEDED" || exported[0].Identity != deadletter.Identity(letters[0]) {
+	if len(exported) != 4 || exported[3].Letter.Code != "ERR_RETRY_LIMIT_EXCEEDED" || exported[0].Identity != letterID(letters[0]) {
 		t.Fatalf("export: %+v", exported)
 	}
 	id := deadletter.Identity(letters[1])

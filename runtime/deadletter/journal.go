@@ -131,6 +131,11 @@ type Journal struct {
 	// dirty says that a failed write may have left bytes after end.
 	dirty  bool
 	damage *CorruptError
+	// unsyncedName says that compaction renamed a new file over the path
+	// but could not sync the directory: the next commit syncs it before it
+	// acknowledges a letter in that file. Only the leader, or compaction
+	// while no leader commits, touches it.
+	unsyncedName bool
 
 	// Group commit: the writers queued for the next write and fsync. One of
 	// them at a time, the leader, commits the whole queue, then hands the
@@ -344,7 +349,9 @@ func syncDir(path string) error {
 	return syncFile(d)
 }
 
-// Damage reports the damaged regions Open found, or nil.
+// Damage reports the damaged regions Open found and those Forward found
+// since (at their offsets in the current file, which compaction moves), or
+// nil. The error it returned is never changed afterwards.
 func (j *Journal) Damage() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -440,6 +447,12 @@ func (j *Journal) handOff() {
 // and returns the new end. Only the leader calls it, without j.mu: nothing
 // else writes to the file or moves end meanwhile.
 func (j *Journal) commit(f *os.File, end int64, dirty bool, batch []*pendingWrite) (int64, bool, error) {
+	if j.unsyncedName {
+		if err := syncDir(j.path); err != nil {
+			return end, dirty, fmt.Errorf("deadletter: refusing to append until the compacted journal's name is durable: %w", err)
+		}
+		j.unsyncedName = false
+	}
 	if dirty {
 		if err := rollback(f, end); err != nil {
 			return end, true, fmt.Errorf("deadletter: refusing to append until a failed write is cut from the journal: %w", err)

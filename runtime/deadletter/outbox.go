@@ -1,12 +1,17 @@
 package deadletter
 
 import (
+	"bytes"
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"os"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -67,14 +72,17 @@ func (o *outbox) load(j *Journal) error {
 	}
 	o.mark = mark{File: fileID(fi), Offset: int64(len(fileHeader))}
 	data, err := os.ReadFile(markPath(j.path))
-	if errors.Is(err, os.ErrNotExist) {
+	if errors.Is(err, os.ErrNotExist) || (err == nil && len(data) != markSize) {
+		// Make the mark's room while the disk has some, so that saving it
+		// never needs new space; should that fail, save tries again.
+		_ = o.save(j.path, o.mark)
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	var m mark
-	if json.Unmarshal(data, &m) != nil || m.File != o.File || m.Offset <= o.Offset || m.Offset > j.end || m.Last >= m.Offset {
+	m, ok := decodeMark(data)
+	if !ok || m.File != o.File || m.Offset <= o.Offset || m.Offset > j.end || m.Last >= m.Offset {
 		return nil
 	}
 	if crc, n, ok := frameCRC(j.f, m.Last, j.end); ok && crc == m.CRC && m.Last+n <= m.Offset {
@@ -96,30 +104,63 @@ func frameCRC(r io.ReaderAt, off, end int64) (uint32, int64, bool) {
 	return binary.BigEndian.Uint32(h[8:12]), n, true
 }
 
-// save makes the mark durable. It need not sync the directory: a rename
-// lost in a crash leaves the older mark, which only ships letters again.
-func (o *outbox) save(path string, m mark) error {
+// markSize is the fixed size of <path>.forwarded. The mark is overwritten
+// in place, so that saving it needs no new space on a full disk (the file
+// is created at Open, while there is room); a crash in the middle of the
+// overwrite leaves a mark whose checksum fails, which counts for nothing.
+const markSize = 512
+
+// encodeMark is m as markSize bytes: the CRC-32C of its JSON in hex, the
+// JSON, and spaces.
+func encodeMark(m mark) ([]byte, error) {
 	data, err := json.Marshal(m)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	tmp := markPath(path) + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	buf := fmt.Appendf(make([]byte, 0, markSize), "%08x %s", crc32.Checksum(data, castagnoli), data)
+	if len(buf) >= markSize {
+		return nil, fmt.Errorf("deadletter: a forwarded mark of %d bytes", len(buf))
+	}
+	for len(buf) < markSize-1 {
+		buf = append(buf, ' ')
+	}
+	return append(buf, '\n'), nil
+}
+
+// decodeMark reads what encodeMark wrote; ok is false for anything else.
+func decodeMark(buf []byte) (mark, bool) {
+	var m mark
+	sum, data, found := bytes.Cut(bytes.TrimRight(buf, " \n"), []byte(" "))
+	want, err := strconv.ParseUint(string(sum), 16, 32)
+	if !found || len(sum) != 8 || err != nil || crc32.Checksum(data, castagnoli) != uint32(want) || json.Unmarshal(data, &m) != nil {
+		return mark{}, false
+	}
+	return m, true
+}
+
+// save makes the mark durable, overwriting the mark file in place. It need
+// not sync the directory: a mark file lost in a crash only ships letters
+// again.
+func (o *outbox) save(path string, m mark) error {
+	buf, err := encodeMark(m)
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(data)
+	f, err := os.OpenFile(markPath(path), os.O_WRONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("deadletter: saving the forwarded mark of %s: %w", path, err)
+	}
+	_, err = f.WriteAt(buf, 0)
+	if err == nil {
+		err = f.Truncate(markSize) // a longer file of an older build
+	}
 	if err == nil {
 		err = syncFile(f)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
-		err = os.Rename(tmp, markPath(path))
-	}
 	if err != nil {
-		_ = os.Remove(tmp)
 		return fmt.Errorf("deadletter: saving the forwarded mark of %s: %w", path, err)
 	}
 	return nil
@@ -129,8 +170,10 @@ func (o *outbox) save(path string, m mark) error {
 // them, to send, and once send returns nil marks them forwarded, durably.
 // It returns how many letters send took: 0 when none is waiting. When send
 // fails, nothing is marked, and the next Forward passes the same letters
-// again. Records in a damaged region are skipped: Damage reports them.
-// Forward is safe for concurrent use with Write; one Forward runs at a
+// again. Records in a damaged region are skipped and the region is kept:
+// Damage reports it, whether Open found it or Forward. When the letters
+// were sent and marked but the journal could not be compacted, the error
+// wraps ErrCompaction, and the next Forward tries again. Forward is safe for concurrent use with Write; one Forward runs at a
 // time.
 func (j *Journal) Forward(max int, send func([]retry.DeadLetter) error) (int, error) {
 	o := &j.outbox
@@ -140,7 +183,7 @@ func (j *Journal) Forward(max int, send func([]retry.DeadLetter) error) (int, er
 	if err != nil {
 		return 0, err
 	}
-	letters, next, last, err := readRange(f, o.Offset, end, max)
+	letters, next, last, damage, err := readRange(f, o.Offset, end, max)
 	if err != nil || next == o.Offset {
 		return 0, err
 	}
@@ -163,8 +206,37 @@ func (j *Journal) Forward(max int, send func([]retry.DeadLetter) error) (int, er
 	}
 	j.mu.Lock()
 	o.mark = m
+	j.noteDamage(damage)
 	j.mu.Unlock()
-	return len(letters), j.compact()
+	if err := j.compact(); err != nil {
+		return len(letters), fmt.Errorf("%w: %w", ErrCompaction, err)
+	}
+	return len(letters), nil
+}
+
+// ErrCompaction is wrapped by Forward's error when the letters were sent
+// and marked forwarded but the journal could not be compacted: the batch
+// succeeded, and the next Forward tries to compact again.
+var ErrCompaction = errors.New("deadletter: the letters were forwarded, but the journal was not compacted")
+
+// noteDamage adds the damaged regions that Forward found (bytes that went
+// bad while the journal was open) to those Damage reports. The error Damage
+// returned before is never changed. j.mu is held.
+func (j *Journal) noteDamage(found []Region) {
+	var regions []Region
+	if j.damage != nil {
+		regions = slices.Clone(j.damage.Regions)
+	}
+	added := false
+	for _, r := range found {
+		if !slices.ContainsFunc(regions, func(k Region) bool { return k.Offset == r.Offset }) {
+			regions, added = append(regions, r), true
+		}
+	}
+	if added {
+		slices.SortFunc(regions, func(a, b Region) int { return cmp.Compare(a.Offset, b.Offset) })
+		j.damage = &CorruptError{Path: j.path, Regions: regions}
+	}
 }
 
 // Unforwarded counts the letters not yet forwarded. It does not wait for
@@ -177,12 +249,12 @@ func (j *Journal) Unforwarded() (int, error) {
 		if f == nil {
 			return 0, errors.New("deadletter: journal closed")
 		}
-		letters, _, _, err := readRange(f, from, end, -1)
+		letters, _, _, _, err := readRange(f, from, end, -1)
 		j.mu.Lock()
-		replaced := j.f != f && j.f != nil
+		replaced := (j.f != f || j.outbox.Offset != from) && j.f != nil
 		j.mu.Unlock()
 		if err == nil || !replaced {
-			return len(letters), err // else compaction closed f meanwhile: read the new file
+			return len(letters), err // else compaction closed or cut f meanwhile: read again
 		}
 	}
 }
@@ -200,53 +272,88 @@ func (j *Journal) durable() (*os.File, int64, error) {
 
 // readRange reads up to max intact records (all of them when max < 0)
 // from the frames between from and end, which end at a frame boundary, and
-// returns where it stopped and where the last of them starts (-1: none).
-func readRange(r io.ReaderAt, from, end int64, max int) ([]retry.DeadLetter, int64, int64, error) {
+// returns where it stopped, where the last of them starts (-1: none) and
+// the damaged regions it skipped.
+func readRange(r io.ReaderAt, from, end int64, max int) ([]retry.DeadLetter, int64, int64, []Region, error) {
 	var out []retry.DeadLetter
+	var damage []Region
 	each := func(l retry.DeadLetter) { out = append(out, l) }
-	off, last := from, int64(-1)
+	off, last, bad := from, int64(-1), int64(-1)
 	for off < end && (max < 0 || len(out) < max) {
 		n, st, err := frameAt(r, off, end, each)
 		if err != nil {
-			return nil, from, -1, err
+			return nil, from, -1, nil, err
 		}
 		if st == frameIntact {
+			if bad >= 0 {
+				damage, bad = append(damage, Region{Offset: bad, Length: off - bad}), -1
+			}
 			last = off
 			off += n
 			continue
 		}
+		if bad < 0 {
+			bad = off
+		}
 		next, err := nextMarker(r, off+1, end)
 		if err != nil {
-			return nil, from, -1, err
+			return nil, from, -1, nil, err
 		}
 		if next < 0 {
 			next = end
 		}
 		off = next
 	}
-	return out, off, last, nil
+	if bad >= 0 {
+		damage = append(damage, Region{Offset: bad, Length: off - bad})
+	}
+	return out, off, last, damage, nil
 }
 
-// compact replaces the journal with a new file that holds only the letters
-// not yet forwarded, once at least compactBytes of forwarded letters lead
-// it and no more unforwarded bytes follow (so that the copy is never larger
-// than what it frees). A damaged journal is not compacted: its damage is
-// evidence (see "Damaged regions stay on disk"). Writers wait only while
-// the last few letters are copied and the new file is synced and renamed.
-// o.mu is held.
+// compact frees the forwarded letters once at least compactBytes of them
+// lead the journal and no more unforwarded bytes follow (so that a copy is
+// never larger than what it frees). o.mu is held.
+//
+// When every letter is forwarded and nothing is damaged, the file is cut
+// back to its header in place: that needs no new space, so a full disk
+// recovers once the queue has taken its letters. Otherwise compact copies
+// the damaged regions before the mark (evidence, kept and still reported:
+// see "Damaged regions stay on disk" in docs/deadletter-journal.md) and the
+// letters not yet forwarded into a new file that replaces the journal.
+// Writers wait only while the last few letters are copied and the new file
+// is synced and renamed.
 func (j *Journal) compact() error {
 	o := &j.outbox
 	header := int64(len(fileHeader))
 	j.mu.Lock()
-	f, end, damaged := j.f, j.end, j.damage != nil
+	f, end := j.f, j.end
+	var kept []Region // the damage before the mark, copied to the new file
+	var keptBytes int64
+	if j.damage != nil {
+		for _, r := range j.damage.Regions {
+			if r.Offset < o.Offset {
+				r.Length = min(r.Length, o.Offset-r.Offset)
+				kept, keptBytes = append(kept, r), keptBytes+r.Length
+			}
+		}
+	}
 	j.mu.Unlock()
-	forwarded := o.Offset - header
-	if f == nil || damaged || forwarded < compactBytes || end-o.Offset > forwarded {
+	forwarded := o.Offset - header - keptBytes
+	if f == nil || forwarded < compactBytes || end-o.Offset > forwarded {
 		return nil
 	}
+	if len(kept) == 0 && end == o.Offset {
+		return j.cutForwarded(f)
+	}
 	tmp := j.path + ".compacting"
-	out, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	// Not truncated before it is locked: a compaction that holds it still
+	// owns it.
+	out, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
+		return err
+	}
+	if err := lockFile(out); err != nil {
+		_ = out.Close()
 		return err
 	}
 	keep := false
@@ -256,7 +363,7 @@ func (j *Journal) compact() error {
 			_ = os.Remove(tmp)
 		}
 	}()
-	if err := lockFile(out); err != nil {
+	if err := out.Truncate(0); err != nil {
 		return err
 	}
 	fi, err := out.Stat()
@@ -268,22 +375,26 @@ func (j *Journal) compact() error {
 	if _, err := out.WriteAt(fileHeader[:], 0); err != nil {
 		return err
 	}
-	if err := copyRange(out, header, f, o.Offset, end); err != nil {
+	at := header
+	for _, r := range kept {
+		if err := copyRange(out, at, f, r.Offset, r.Offset+r.Length); err != nil {
+			return err
+		}
+		at += r.Length
+	}
+	if err := copyRange(out, at, f, o.Offset, end); err != nil {
 		return err
 	}
 
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.paused = true
+	j.pause()
 	defer j.resume()
-	for j.committing {
-		j.idle.Wait()
-	}
 	if j.f != f { // closed meanwhile
 		return nil
 	}
 	last := j.end
-	if err := copyRange(out, header+end-o.Offset, f, end, last); err != nil {
+	if err := copyRange(out, at+end-o.Offset, f, end, last); err != nil {
 		return err
 	}
 	if err := syncFile(out); err != nil {
@@ -291,24 +402,87 @@ func (j *Journal) compact() error {
 	}
 	// The mark for the new file goes first: should the rename not happen,
 	// it names a file that is not the journal, and counts for nothing.
-	fresh := mark{File: fileID(fi), Offset: header}
+	fresh := mark{File: fileID(fi), Offset: at}
 	if err := o.save(j.path, fresh); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, j.path); err != nil {
 		return err
 	}
-	// Letters written from now on go to the new file: its name must be
-	// durable before any of them is acknowledged.
-	if err := syncDir(j.path); err != nil {
-		return err
-	}
+	// From here on the path is the new file: the journal goes on in it,
+	// whose lock it holds, whatever follows.
 	keep = true
 	old := j.f
-	j.f, j.end, j.dirty = out, header+last-o.Offset, false
+	j.f, j.end, j.dirty = out, at+last-o.Offset, false
+	j.damage = relocate(j.damage, kept, o.Offset, at)
 	o.mark = fresh
 	_ = old.Close()
+	// Letters written from now on go to the new file: its name must be
+	// durable before any of them is acknowledged, so should this sync fail,
+	// the next commit syncs the directory first.
+	if err := syncDir(j.path); err != nil {
+		j.unsyncedName = true
+		return err
+	}
 	return nil
+}
+
+// cutForwarded cuts a journal whose every letter is forwarded back to its
+// header, in place. The mark goes first: should the cut not happen, the
+// letters are shipped again, never skipped. o.mu is held.
+func (j *Journal) cutForwarded(f *os.File) error {
+	o := &j.outbox
+	header := int64(len(fileHeader))
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.pause()
+	defer j.resume()
+	if j.f != f || j.end != o.Offset || j.dirty || j.damage != nil {
+		return nil // closed, written or damaged meanwhile: the next Forward sees
+	}
+	fresh := mark{File: o.File, Offset: header}
+	if err := o.save(j.path, fresh); err != nil {
+		return err
+	}
+	o.mark = fresh
+	// Should the cut fail, the next commit cuts first (dirty): the bytes
+	// left are forwarded letters.
+	j.end, j.dirty = header, true
+	if err := rollback(f, header); err != nil {
+		return err
+	}
+	j.dirty = false
+	return nil
+}
+
+// relocate is the damage of a compacted journal: the regions kept before
+// the mark now lie one after another from at, and those after the mark
+// moved with the letters, from mark to at.
+func relocate(damage *CorruptError, kept []Region, mark, at int64) *CorruptError {
+	if damage == nil {
+		return nil
+	}
+	out := &CorruptError{Path: damage.Path}
+	next := int64(len(fileHeader))
+	for _, r := range kept {
+		out.Regions = append(out.Regions, Region{Offset: next, Length: r.Length})
+		next += r.Length
+	}
+	for _, r := range damage.Regions {
+		if r.Offset >= mark {
+			out.Regions = append(out.Regions, Region{Offset: r.Offset - mark + at, Length: r.Length})
+		}
+	}
+	return out
+}
+
+// pause makes the writers queue and waits for a commit under way to end,
+// so that compaction holds the file. j.mu is held.
+func (j *Journal) pause() {
+	j.paused = true
+	for j.committing {
+		j.idle.Wait()
+	}
 }
 
 // resume ends compaction's pause: the first writer queued meanwhile takes
@@ -331,8 +505,9 @@ func copyRange(dst *os.File, at int64, src *os.File, from, to int64) error {
 }
 
 // Identity is a dead letter's operation identity: the record key the
-// forwarder gives it, on which a queue's consumers deduplicate, and the
-// name a reconciliation mark gives it. It is the namespace, the policy and
+// forwarder gives it. One operation can end in more than one letter, so a
+// queue's consumers deduplicate, and a reconciliation names a letter, by
+// Identity with the letter's operation number and time. It is the namespace, the policy and
 // the idempotency key, which every attempt of the operation carried (seed
 // 000, INV-RTY-05); a letter without a key is named by its operation number
 // and time instead.

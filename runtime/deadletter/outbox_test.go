@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 
@@ -191,16 +190,7 @@ func TestKilledAnywhereWhileForwardingLosesNoLetter(t *testing.T) {
 		cmd, lines := startChild(t, "TestKilledAnywhereWhileForwardingLosesNoLetter", "DEADLETTER_OUTBOX="+path, fmt.Sprintf("DEADLETTER_FROM=%d", from))
 		seen := 0
 		for lines.Scan() {
-			kind, op, _ := strings.Cut(lines.Text(), " ")
-			n, err := strconv.ParseUint(op, 10, 64)
-			switch {
-			case err != nil:
-				t.Fatalf("round %d: %s", round, lines.Text())
-			case kind == "acked":
-				acked[n] = true
-			case kind == "queued":
-				queued[n] = true
-			}
+			childLine(t, round, lines.Text(), acked, queued)
 			if seen++; killAfter > 0 && seen == killAfter {
 				_ = cmd.Process.Kill()
 			}

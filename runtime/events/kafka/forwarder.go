@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -17,8 +18,9 @@ import (
 // Forwarder ships the dead letters of a journal, the outbox, to a Kafka
 // topic (docs/deadletter-journal.md). Each record's value is the letter as
 // JSON and its key is deadletter.Identity, the letter's operation identity:
-// delivery is at least once, so consumers deduplicate on the key, and a
-// compacted topic keeps one record per operation.
+// delivery is at least once, so consumers deduplicate on the key with the
+// letter's operation and time (one operation can end in two letters), and
+// the topic must not be compacted (docs/deadletter-journal.md).
 //
 // A batch is marked forwarded in the journal only once Kafka acknowledged
 // every record of it; a batch Kafka failed is shipped again after a
@@ -45,6 +47,8 @@ type Forwarder struct {
 	init                sync.Once
 	started             atomic.Bool
 	drain, halt, done   chan struct{}
+
+	compactionFailures atomic.Uint64
 }
 
 func (f *Forwarder) channels() {
@@ -56,8 +60,14 @@ func (f *Forwarder) channels() {
 // Forwarded counts the letters Kafka acknowledged and the journal marked.
 func (f *Forwarder) Forwarded() uint64 { return f.forwarded.Load() }
 
-// Failures counts the batches Kafka failed, each shipped again later.
+// Failures counts the batches Kafka failed (or the journal could not
+// mark), each shipped again later.
 func (f *Forwarder) Failures() uint64 { return f.failures.Load() }
+
+// CompactionFailures counts the batches sent and marked after which the
+// journal could not be compacted (deadletter.ErrCompaction). They are not
+// failures: forwarding goes on at once, and the next batch compacts again.
+func (f *Forwarder) CompactionFailures() uint64 { return f.compactionFailures.Load() }
 
 // Run ships letters until ctx ends or Close has drained the journal. A Run
 // after Close returns at once.
@@ -96,6 +106,12 @@ func (f *Forwarder) run(ctx context.Context) {
 		switch {
 		case ctx.Err() != nil:
 			return
+		case errors.Is(err, deadletter.ErrCompaction):
+			// Sent and marked: only the compaction failed.
+			f.compactionFailures.Add(1)
+			f.forwarded.Add(uint64(n))
+			backoff = 0
+			continue
 		case err != nil:
 			f.failures.Add(1)
 			backoff = min(max(2*backoff, 50*time.Millisecond), MaxForwardBackoff)

@@ -158,6 +158,13 @@ type EventSink struct {
 	done   chan struct{}
 	counts outcomes
 	onDrop func()
+
+	// mu guards closed and the send into C, so that an Emit after Close
+	// is dropped rather than sent on a closed channel.
+	mu       sync.RWMutex
+	closed   bool
+	closing  chan struct{} // closed by Close, once deadline is set
+	deadline time.Time     // when Close gives up on what is left
 }
 
 // NewEventSink buffers up to buffer events for client.
@@ -165,19 +172,25 @@ func NewEventSink(client *kgo.Client, buffer int) *EventSink {
 	if buffer <= 0 {
 		buffer = DefaultBuffer
 	}
-	s := &EventSink{ChannelSink: retry.NewChannelSink(buffer), client: client, done: make(chan struct{})}
+	s := &EventSink{ChannelSink: retry.NewChannelSink(buffer), client: client, done: make(chan struct{}), closing: make(chan struct{})}
 	s.ChannelSink.OnDrop(s.dropped)
 	return s
 }
 
-// Emit enqueues ev, or drops it when the buffer is full. Events of a policy
-// without an events topic are not for Kafka: they are neither buffered nor
-// counted.
+// Emit enqueues ev, or drops it when the buffer is full or the sink is
+// closed. Events of a policy without an events topic are not for Kafka:
+// they are neither buffered nor counted.
 func (s *EventSink) Emit(ev retry.Event) {
 	if ev.Topic == "" {
 		return
 	}
 	s.counts.emitted.Add(1)
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		s.dropped()
+		return
+	}
 	s.ChannelSink.Emit(ev)
 }
 
@@ -202,16 +215,31 @@ func (s *EventSink) Delivered() uint64 { return s.counts.delivered.Load() }
 // them.
 func (s *EventSink) Dropped() uint64 { return s.counts.dropped.Load() }
 
-// Run produces buffered events until Close, then flushes for at most
-// FlushTimeout. The events still unacknowledged then are given up on and
-// counted as dropped (a late acknowledgement changes no count), so Close
-// never waits longer than FlushTimeout, even for a broker that went away
-// with a request in flight. Cancelling ctx fails the events not yet sent
-// and ends Close's wait at once.
+// Run produces buffered events until Close, then flushes until FlushTimeout
+// after Close was called. The events still unacknowledged then are given up
+// on and counted as dropped (a late acknowledgement changes no count), so
+// Close never waits longer than FlushTimeout, even for a broker that went
+// away with a request in flight or with the client's buffer full (Produce
+// blocked). Cancelling ctx fails the events not yet sent and ends Close's
+// wait at once.
 func (s *EventSink) Run(ctx context.Context) {
 	defer close(s.done)
 	produceCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	go func() { // Close's deadline also ends a Produce waiting for room in the client's buffer
+		select {
+		case <-s.closing:
+		case <-produceCtx.Done():
+			return
+		}
+		t := time.NewTimer(time.Until(s.deadline))
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-produceCtx.Done():
+		}
+	}()
 	for ev := range s.C {
 		value, err := json.Marshal(ev)
 		if err != nil {
@@ -225,11 +253,7 @@ func (s *EventSink) Run(ctx context.Context) {
 			}
 		})
 	}
-	timeout := s.FlushTimeout
-	if timeout <= 0 {
-		timeout = DefaultFlushTimeout
-	}
-	flushCtx, stop := context.WithTimeout(ctx, timeout)
+	flushCtx, stop := context.WithDeadline(ctx, s.deadline) // C is closed only once Close set it
 	defer stop()
 	_ = s.client.Flush(flushCtx)
 	// Fail what Kafka has not taken; what it took and has not answered is
@@ -242,9 +266,21 @@ func (s *EventSink) Run(ctx context.Context) {
 	}
 }
 
-// Close stops accepting events, and returns once Run has flushed the rest.
-// No Emit may follow Close.
+// Close stops accepting events, and returns once Run has flushed the rest,
+// within FlushTimeout (DefaultFlushTimeout); then emitted = delivered +
+// dropped. An Emit after Close is dropped and counted. Close waits for
+// Run, which must have been started; a second Close only waits.
 func (s *EventSink) Close() {
-	close(s.C)
+	s.mu.Lock()
+	if !s.closed {
+		timeout := s.FlushTimeout
+		if timeout <= 0 {
+			timeout = DefaultFlushTimeout
+		}
+		s.closed, s.deadline = true, time.Now().Add(timeout)
+		close(s.closing)
+		close(s.C)
+	}
+	s.mu.Unlock()
 	<-s.done
 }

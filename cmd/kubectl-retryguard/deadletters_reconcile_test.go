@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/retryguard/retryguard/runtime/deadletter"
+	"github.com/retryguard/retryguard/runtime/retry"
+)
+
+// Issue 20, item 6, and seed 003: "an uncertain local outcome must trigger
+// reconciliation". The idempotency key is stable across every attempt and
+// every later try of the same operation (seed 000, INV-RTY-05), so the same
+// operation can end in UNKNOWN_OUTCOME again after an operator reconciled its
+// first letter. A reconciliation names its letter precisely (letterID), so
+// it never hides the new letter, written after it.
+func TestReconcileDoesNotHideALaterLetter(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "dead-letters.journal")
+	first := retry.DeadLetter{Operation: 1, Namespace: "auth", Policy: "sms-2fa-dispatch", Key: "SMS-2FA-42-s1",
+		State: retry.UnknownOutcome, Code: "ERR_UNKNOWN_OUTCOME", At: time.Now().Add(-time.Hour)}
+	write := func(l retry.DeadLetter) {
+		j, err := deadletter.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := j.Write(context.Background(), l); err != nil {
+			t.Fatal(err)
+		}
+		if err := j.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(first)
+	id := deadletter.Identity(first)
+	runOK(t, "deadletters", "reconcile", "-f", path, "--note", "provider shows the first one delivered", id)
+
+	time.Sleep(10 * time.Millisecond)
+	later := first
+	later.Operation, later.At = 7, time.Now() // a new operation, after the reconciliation
+	write(later)
+	out := runOK(t, "deadletters", "list", "-f", path, "--state", "UNKNOWN_OUTCOME")
+	if lines(out) != 1 {
+		t.Fatalf("an UNKNOWN_OUTCOME letter written after the reconciliation is hidden by it; list shows %d letters:\n%s",
+			lines(out), strings.TrimSpace(out))
+	}
+}
+
+// The same on the forwarder's topic (kfake): the reconciliation record does
+// not hide a letter of the same operation produced after it, and a second
+// letter of the same identity stays distinct from the first, while a
+// duplicate delivery of one letter shows once.
+func TestTopicReconcileDoesNotHideALaterLetter(t *testing.T) {
+	const topic = "retryguard.deadletters"
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	client, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	produce := func(l retry.DeadLetter) {
+		value, _ := json.Marshal(l)
+		r := &kgo.Record{Topic: topic, Key: []byte(deadletter.Identity(l)), Value: value}
+		if err := client.ProduceSync(context.Background(), r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := retry.DeadLetter{Operation: 1, Namespace: "auth", Policy: "sms-2fa-dispatch", Key: "SMS-2FA-42-s1",
+		State: retry.UnknownOutcome, Code: "ERR_UNKNOWN_OUTCOME", At: time.Now().Add(-time.Hour)}
+	produce(first)
+	brokers := strings.Join(c.ListenAddrs(), ",")
+	runOK(t, "deadletters", "reconcile", "--brokers", brokers, "--topic", topic, "--note", "delivered", deadletter.Identity(first))
+	later := first
+	later.Operation, later.At = 7, time.Now()
+	produce(later)
+	out := runOK(t, "deadletters", "list", "--brokers", brokers, "--topic", topic, "--state", "UNKNOWN_OUTCOME")
+	if lines(out) != 1 {
+		t.Fatalf("an UNKNOWN_OUTCOME letter produced after the reconciliation is hidden by it; list shows %d letters:\n%s",
+			lines(out), strings.TrimSpace(out))
+	}
+	produce(later) // at least once: delivered again
+	if out := runOK(t, "deadletters", "list", "--brokers", brokers, "--topic", topic, "--all"); lines(out) != 2 ||
+		!strings.Contains(out, letterID(first)) || !strings.Contains(out, letterID(later)) {
+		t.Fatalf("two letters of one operation, the second delivered twice: list --all shows %d:\n%s", lines(out), strings.TrimSpace(out))
+	}
+}
