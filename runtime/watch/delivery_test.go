@@ -8,13 +8,12 @@ import (
 	"github.com/retryguard/retryguard/runtime/watch"
 )
 
-// TestReviewFilesStatesItsDeliveryBound: retry.New tells its registry a
-// source's delivery bound only through a DeliveryBound() time.Duration
-// method, and the file watcher (a mounted ConfigMap volume, 63–89 s late)
-// has none, so a file-watcher pod takes its full share of a counted budget.
-// Breaks docs/runtime.md: "A pod that reads its payloads from a mounted
-// volume takes no share of a counted budget", and issue 19 item 4.
-func TestReviewFilesStatesItsDeliveryBound(t *testing.T) {
+// The file watcher states its delivery bound, above the consumer count's:
+// retry.New learns a source's delay only through a DeliveryBound()
+// time.Duration method, and docs/runtime.md says "A pod that reads its
+// payloads from a mounted volume takes no share of a counted budget"
+// (issue 19, item 4).
+func TestFilesStatesADeliveryBoundAboveTheCountsBound(t *testing.T) {
 	var src any = watch.NewFiles(t.TempDir())
 	d, ok := src.(interface{ DeliveryBound() time.Duration })
 	if !ok {
