@@ -31,10 +31,11 @@ func evaluateBudget(b *v1.RetryBudget, policyCount int32, limits policygraph.Lim
 		partitions := *b.Spec.WithDefaults().Partitions
 		msg += fmt.Sprintf("; %d consumers", *n)
 		if *n > partitions {
-			// Fresh counts divide by the count, and a stale one gives no
-			// share (runtime/budget.Denominator): partitions bounds neither.
-			msg += fmt.Sprintf(", above partitions (%d), which divides only a budget without a count: if counting stops, "+
-				"a stale count gives these %d pods no share, so retries stop rather than overshoot", partitions, *n)
+			// Fresh counts still divide by the count; a stale one divides by
+			// max(partitions, count), which no longer bounds a fleet that
+			// keeps growing while the controller is down.
+			msg += fmt.Sprintf(", above partitions (%d), the declared maximum: if counting stops while the fleet grows, "+
+				"each pod's stale share (1/%d) overshoots the absolute figures; raise partitions to the largest fleet", partitions, *n)
 		}
 		if m := b.Spec.MaxRetriesPerSecond; m != nil && *n > *m {
 			// Each pod's share of the cap rounds down to whole retries, so
