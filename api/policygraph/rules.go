@@ -191,7 +191,8 @@ func ValidateRetryBudget(b *v1.RetryBudget, limits Limits, fldPath *field.Path) 
 	}
 	if f := b.Spec.MinRetriesPerSecond; f != nil && *f > 0 {
 		v.Warnings = append(v.Warnings, fmt.Sprintf(
-			"minRetriesPerSecond: %d retries/s are allowed whatever the traffic, so below %d primary requests/s retries may exceed %d%%",
+			"minRetriesPerSecond: %d retries/s are allowed whatever the ratio while a pod's window holds fewer primaries than its start credit, "+
+				"so a caller below %d primary requests/s may retry above %d%% until it holds them; past them the ratio rules",
 			*f, int64(*f)*100/int64(max(b.Spec.RetryPercent, 1)), b.Spec.RetryPercent))
 	}
 	partitions := *b.Spec.WithDefaults().Partitions

@@ -168,8 +168,8 @@ func TestExplainTheWorstCaseSchedule(t *testing.T) {
 
 // A fleet budget: seed 003's total 20/s allowance over the pods the
 // controller counted, each named pod's share as the runtime rounds it and
-// when it takes it, the pods that hold nothing, and the conservative share
-// a named pod falls back to when the count goes stale.
+// when it takes it, the pods that hold nothing, and the nothing a named
+// pod falls back to when the count goes stale.
 func TestExplainAFleetBudget(t *testing.T) {
 	sms := fixtures.Policy("auth", "sms", "connector", 3)
 	fleet := fixtures.Budget("auth", fixtures.DefaultBudget, 10)
@@ -185,8 +185,9 @@ func TestExplainAFleetBudget(t *testing.T) {
 		"shared by the pods matching app=sms: 8 counted (status.consumers)",
 		"each pod the count names (by its POD_UID) holds 1 token(s) and a floor of 2 retries/s, at most 2 retries/s (each rounded down), 2s after it reads the count",
 		"a pod no count names holds nothing, whatever the count's age",
-		"one started while the controller is down, one that reads its policy from a mounted volume",
-		"with the count stale (controller down, 1m0s) each pod it named holds 0 token(s) and a floor of 1 retries/s, at most 1 retries/s (each rounded down)",
+		"one started while the controller is down",
+		"a pod whose policy source states no delivery bound within it holds nothing: one that reads its policy from a mounted volume",
+		"with the count stale (controller down or the pod's watch cut off, 1m0s) each pod it named holds nothing, no retry at all",
 	)
 	_, graphOut, _ := runCLI(t, "", "graph")
 	assertContains(t, graphOut, "partitions 20, at most 20 retries/s in all, shared by pods app=sms (8 counted)")

@@ -26,8 +26,14 @@
 //
 // minRetriesPerSecond is a floor, not an addition: while the retries this
 // second (granted by any rule) are below it, a retry is granted whatever the
-// ratio and the tokens. Floor retries are accounted like any other: they
-// count in the window and withdraw a token while the balance is above 0.
+// tokens, and whatever the ratio only for a low-traffic caller, one whose
+// window holds fewer than Credit real primaries (this pod's start credit,
+// or none at all when its share of maxTokens rounds to zero).
+// Once the window holds Credit real primaries the ratio rules, floor or
+// not: INV-RTY-04, "Under no circumstance may retry volume exceed 10% of
+// primary request volume over any 60-second rolling window". Floor retries
+// are accounted like any other: they count in the window and withdraw a
+// token while the balance is above 0.
 //
 // A budget shared by a fleet of pods divides its absolute figures
 // (maxRetriesPerSecond, maxTokens, minRetriesPerSecond) over D pods, every
@@ -111,15 +117,21 @@ const ZeroShare = 0
 //     allowance (a count of 0 names no pod);
 //   - a fresh count (at most policyconfig.ConsumerCountStaleAfter old) that
 //     names it: N;
-//   - a stale count that names it (the controller is down or cut off):
-//     max(Partitions, N), never more than the share the count gave.
+//   - a stale count (the controller is down, or this pod's watch is cut
+//     off): ZeroShare. The fleet may have grown meanwhile, and the pods
+//     that heard a newer count hold its shares, which add up to the whole
+//     allowance; only a share of zero keeps "the fleet never grants more
+//     than the allowance in a second" whatever the fleet became, since
+//     partitions is not a declared maximum of the fleet's size.
 //
 // A count dated more than the clock skew in the future is no evidence of
-// a recent count either; it is treated as stale. So the pods a count names
-// hold at most the allowance together, and the pods it does not name hold
-// nothing: the fleet may grow while the controller is down, or while the
-// selector misses pods, and never grant more than the allowance. A Budget
-// applies a D that grows its share only after the delivery bound.
+// a recent count either; it is treated as stale (the Registry dates such a
+// count when this pod read it, so that a pod whose clock runs behind keeps
+// its share). So the pods a count names hold at most the allowance
+// together, and the pods it does not name hold nothing: the fleet may grow
+// while the controller is down, or while the selector misses pods, and
+// never grant more than the allowance. A Budget applies a D that grows its
+// share only after the delivery bound.
 func Denominator(c Config, now time.Time) int64 {
 	parts := int64(max(c.Partitions, 1))
 	if !c.Consumers.Counted {
@@ -130,7 +142,7 @@ func Denominator(c Config, now time.Time) int64 {
 		return ZeroShare
 	}
 	if age := now.Sub(c.Consumers.ObservedAt); age > policyconfig.ConsumerCountStaleAfter || age < -policyconfig.ConsumerCountClockSkew {
-		return max(parts, n)
+		return ZeroShare
 	}
 	return n
 }
@@ -463,8 +475,10 @@ func (b *Budget) Success() {
 // maxRetriesPerSecond is spent: that cap holds over every other rule,
 // the floor included. Otherwise it is granted when the balance is above 0
 // and the retry keeps retries within retryPercent% of max(the primaries in
-// the window, the start credit while it is in the window); or, whatever the
-// ratio and the balance, while this second's retries are below the floor.
+// the window, the start credit while it is in the window); or, while this
+// second's retries are below the floor, whatever the balance, and whatever
+// the ratio too while the window holds fewer real primaries than the start
+// credit (a low-traffic caller).
 // A granted retry withdraws a token when the balance is above 0, and counts
 // toward the window and the second.
 //
@@ -503,6 +517,9 @@ func (b *Budget) TryRetry() Denial {
 			retries += b.retries[ep%n] // and the one the far edge cuts, to err on the safe side
 		}
 	}
+	// The floor is for a caller whose window holds fewer real primaries
+	// than the start credit; past it the ratio rules (INV-RTY-04).
+	lowTraffic := primaries < max(p.credit, 1)
 	if b.creditEpoch >= 0 && e-b.creditEpoch < bucketsPerWindow {
 		primaries = max(primaries, b.credit) // never real traffic plus the credit
 	}
@@ -514,7 +531,7 @@ func (b *Budget) TryRetry() Denial {
 	case balance <= 0:
 		denial = NoTokens
 	}
-	if denial != Allowed && b.secondRetries >= p.floor {
+	if denial != Allowed && (b.secondRetries >= p.floor || denial == RatioExceeded && !lowTraffic) {
 		return denial
 	}
 	if balance > 0 {

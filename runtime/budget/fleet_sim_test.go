@@ -84,6 +84,10 @@ type simScenario struct {
 	relabel    int           // pods relabelled out of the selector at relabelAt, still calling
 	relabelAt  time.Duration //
 	greedy     bool          // every primary deposits, then asks for retries until refused
+	// cutOff initial pods hear no payload from cutAt on: their watch is
+	// broken, and they keep the count they last heard.
+	cutOff int
+	cutAt  time.Duration
 	// lag is the most a payload takes to reach a pod; oldLag that for the
 	// initial pods (a scale-up whose old pods hear last).
 	lag, oldLag time.Duration
@@ -242,7 +246,10 @@ func simulate(sc simScenario, seed uint64) [rules]simResult {
 					b.Consumers = &policyconfig.Consumers{Count: int32(len(seen)), ObservedAt: now, Members: policyconfig.EncodeMembers(seen)}
 				}
 				published[rule], lastPublished[rule], members[rule] = b, now, seen
-				for _, p := range pods {
+				for i, p := range pods {
+					if i < sc.cutOff && elapsed >= sc.cutAt {
+						continue
+					}
 					lag := sc.lag
 					if p.old && sc.oldLag > 0 {
 						lag = sc.oldLag
@@ -346,6 +353,19 @@ func violations(sc simScenario, r simResult) (seconds, windows []string) {
 	return seconds, windows
 }
 
+// scaleUpWithDeliverySpread is issue 19's "shares change before every pod
+// hears of it": processes that start with their pod objects, and the
+// informer's spread, with the 2 old pods last to hear,
+// 1–2 s late (up to the delivery bound), and the new pods 10–20 ms late. Under the
+// old rules a new pod took its share while the old pods still held the
+// previous count's; under the new ones a growing share waits the delivery
+// bound.
+var scaleUpWithDeliverySpread = simScenario{
+	name:    "scale-up 2 → 20, the old pods hearing each payload up to the delivery bound late (partitions 20)",
+	figures: toy, initial: 2, added: 18, addAt: 60 * time.Second, startNow: true, lag: 20 * time.Millisecond,
+	oldLag: policyconfig.ConsumerCountDelivery - time.Millisecond, length: 200 * time.Second, tail: 18, oldBreaks: "second",
+}
+
 // TestFleetBudgetSimulation runs each scenario of issue 19's findings,
 // under the new rules and the old in the same run: the new rules hold the
 // allowance in every second and retryPercent in every 60 s window, and the
@@ -360,7 +380,7 @@ func TestFleetBudgetSimulation(t *testing.T) {
 	recreated := toy
 	recreated.uid = "uid-new"
 	scenarios := []simScenario{
-		{name: "steady: 20 pods", figures: toy, initial: 20, length: 180 * time.Second, tail: 19},
+		{name: "steady: 20 pods", figures: toy, initial: 20, length: 180 * time.Second, tail: 18},
 		// Per-process budgets: each pod allows the whole 20/s, so the fleet
 		// makes 400/s under either rules; what fleet budgets exist for.
 		{name: "per-process budgets: 20 pods, 20/s each", figures: perProcess, initial: 20, length: 120 * time.Second, tail: 380,
@@ -369,20 +389,23 @@ func TestFleetBudgetSimulation(t *testing.T) {
 			tokens: 10, partitions: 1}, initial: 1, startNow: true, greedy: true, length: 180 * time.Second, tail: 9.5, oldBreaks: "window"},
 		{name: "20 pods restarting together, 10 tokens over 20 partitions", figures: simFigures{uid: "u", generation: 1, percent: 10,
 			window: time.Minute, tokens: 10, partitions: 20}, initial: 20, startNow: true, length: 90 * time.Second, oldBreaks: "window"},
+		// Once the last count is stale, no pod holds a share: fewer
+		// retries, never more, until the controller counts again.
 		{name: "the controller down at 30 s, the last count 4, the fleet grown to 20 at 40 s (partitions 1)", figures: partitionsDefault,
-			initial: 4, added: 16, addAt: 40 * time.Second, stopAt: 30 * time.Second, length: 240 * time.Second, tail: 19, oldBreaks: "second"},
+			initial: 4, added: 16, addAt: 40 * time.Second, stopAt: 30 * time.Second, length: 240 * time.Second, oldBreaks: "second"},
 		{name: "a count of 0, the controller down at 10 s, then 20 pods (partitions 1)", figures: partitionsDefault,
 			added: 20, addAt: 20 * time.Second, stopAt: 10 * time.Second, length: 180 * time.Second, oldBreaks: "second"},
-		{name: "scale-up 2 → 20, every payload reaching each pod up to the delivery bound late (partitions 20)", figures: toy,
-			initial: 2, added: 18, addAt: 60 * time.Second, lag: policyconfig.ConsumerCountDelivery - 100*time.Millisecond,
-			length: 200 * time.Second, tail: 19},
+		scaleUpWithDeliverySpread,
+		{name: "scale-up 2 → 20 at 80 s, old pod 0's watch broken from 10 s, its count stale from 70 s (partitions 1)",
+			figures: partitionsDefault, initial: 2, added: 18, addAt: 80 * time.Second, cutOff: 1, cutAt: 10 * time.Second,
+			lag: 200 * time.Millisecond, length: 200 * time.Second, tail: 17, oldBreaks: "second"},
 		{name: "scale-up 2 → 20, the 2 old pods reading a mounted volume 30–60 s late (partitions 20)", figures: toy, initial: 2,
 			added: 18, addAt: 60 * time.Second, lag: 200 * time.Millisecond, oldLag: time.Minute, oldMounted: true,
-			length: 200 * time.Second, tail: 17.5, oldBreaks: "second"},
+			length: 200 * time.Second, tail: 16.5, oldBreaks: "second"},
 		{name: "10 pods, 9 relabelled out of the selector at 60 s (partitions 1)", figures: partitionsDefault, initial: 10,
-			relabel: 9, relabelAt: 60 * time.Second, lag: time.Second, length: 180 * time.Second, tail: 19, oldBreaks: "second"},
+			relabel: 9, relabelAt: 60 * time.Second, lag: time.Second, length: 180 * time.Second, tail: 18, oldBreaks: "second"},
 		{name: "a budget of 40/s at generation 5 recreated at 60 s as 20/s, generation 1", figures: old, recreated: &recreated,
-			recreateAt: 60 * time.Second, initial: 20, lag: time.Second, length: 180 * time.Second, tail: 19, oldBreaks: "second"},
+			recreateAt: 60 * time.Second, initial: 20, lag: time.Second, length: 180 * time.Second, tail: 18, oldBreaks: "second"},
 		{name: "8 pods: 20/8 rounds down to 2 each", figures: toy, initial: 8, length: 120 * time.Second, tail: 15.5},
 		{name: "30 pods, above the allowance per second", figures: toy, initial: 30, length: 120 * time.Second},
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -37,12 +38,21 @@ const PodUIDEnv = "POD_UID"
 
 // Registry holds one Budget per RetryBudget (namespace/name), shared by
 // every policy that names it. Each payload carries the budget's UID, figures
-// and generation: a new UID (the budget was deleted and created again) makes
-// the entry a new budget, its figures, tokens and count; within one UID the
-// newest generation's figures win, so a payload cannot rewrite the budget
-// other policies' operations draw on. A payload may also carry the budget's
-// consumer count; the most recently taken count wins, whichever policy's
-// payload brought it. It is safe for concurrent use.
+// and generation: a new UID (the budget was deleted and created again) gives
+// the entry the new budget's figures and count, and keeps its window and
+// tokens (see Resolve); within one UID the newest generation's figures win,
+// so a payload cannot rewrite the budget other policies' operations draw
+// on. A payload may also carry the budget's consumer count; the count the
+// controller took last wins, whichever policy's payload brought it.
+//
+// A share is the process's, not the registry's: every Registry of one
+// process on the same clock, for the same pod UID and the same kind of
+// source (see WithDelivery), holds the same budgets, so a process with
+// several executors, each with its own registry, still holds one share of
+// each budget. Each container of a pod is a process of its own: the
+// containers that call through a counted budget each take a share, so give
+// POD_UID to one container only (the others then take no share of it).
+// It is safe for concurrent use.
 type Registry struct {
 	clock clock.Clock
 	// pod is this pod's UID, which a count must name to give it a share.
@@ -51,15 +61,47 @@ type Registry struct {
 	delivery  time.Duration
 	logger    *slog.Logger
 	conflicts atomic.Uint64
-	mu        sync.RWMutex
-	budgets   map[string]*entry
+	*table
 }
 
+// table is the budgets of one process's pod identity on one clock.
+type table struct {
+	mu      sync.RWMutex
+	budgets map[string]*entry
+}
+
+// tableKey names a table: a clock, a pod UID, and whether the pod's
+// payloads arrive later than the delivery bound.
+type tableKey struct {
+	clock    clock.Clock
+	pod      string
+	unshared bool
+}
+
+// tables holds the process's tables (tableKey → *table).
+var tables sync.Map
+
+// tableOf returns the process's table for r's clock, pod and source: the
+// same one for every registry that shares them. A clock that cannot key a
+// map gets a table of its own.
+func tableOf(r *Registry) *table {
+	if !reflect.ValueOf(r.clock).Comparable() {
+		return &table{budgets: map[string]*entry{}}
+	}
+	t, _ := tables.LoadOrStore(tableKey{r.clock, r.pod, r.unshared()}, &table{budgets: map[string]*entry{}})
+	return t.(*table)
+}
+
+// unshared says r's source delivers later than the delivery bound.
+func (r *Registry) unshared() bool { return r.delivery > policyconfig.ConsumerCountDelivery }
+
 type entry struct {
-	budget     *Budget
-	config     Config
-	generation int64
-	uid        string
+	budget *Budget
+	// config is what the budget enforces; offered is the same as the
+	// payload carried it, its count dated on the controller's clock.
+	config, offered Config
+	generation      int64
+	uid             string
 	// retired are the UIDs this name had before: a payload of a deleted
 	// budget never replaces its successor (the last maxRetiredUIDs).
 	retired []string
@@ -86,7 +128,8 @@ func WithPod(uid string) RegistryOption { return func(r *Registry) { r.pod = uid
 // share grows elsewhere, nor within the count's lease: the pod then takes
 // no share of a counted budget's absolute figures (denial SlowDelivery),
 // and logs why once per budget. retry.New passes the bound a Source states
-// (a DeliveryBound() time.Duration method).
+// (a DeliveryBound() time.Duration method); a Source that states none
+// takes no share of a counted budget.
 func WithDelivery(d time.Duration) RegistryOption { return func(r *Registry) { r.delivery = d } }
 
 // NewRegistry returns an empty registry on clk (the real clock when nil).
@@ -94,10 +137,11 @@ func NewRegistry(clk clock.Clock, opts ...RegistryOption) *Registry {
 	if clk == nil {
 		clk = clock.Real{}
 	}
-	r := &Registry{clock: clk, pod: os.Getenv(PodUIDEnv), logger: slog.Default(), budgets: map[string]*entry{}}
+	r := &Registry{clock: clk, pod: os.Getenv(PodUIDEnv), logger: slog.Default()}
 	for _, o := range opts {
 		o(r)
 	}
+	r.table = tableOf(r)
 	return r
 }
 
@@ -129,25 +173,32 @@ func (c *Conflict) Error() string {
 }
 
 // Resolve returns the budget a payload of namespace names. The first
-// payload creates it; a new UID resets it to a new budget; a newer
+// payload creates it; a new UID (the budget deleted and created again)
+// replaces its figures and count, and clamps its tokens to the new
+// capacity, keeping its window and its start credit, so that a recreation
+// grants no second burst: the window's retries still count against
+// retryPercent (INV-RTY-04: "over any 60-second rolling window"). A newer
 // generation updates its figures (keeping its tokens). Figures of an older
 // generation, other figures under the same generation, or a retired UID are
 // not applied: Resolve still returns the budget, with a *Conflict that it
-// has also logged and counted. A consumer count is applied when it was
-// taken after the one the budget holds, from a payload of the budget's
-// generation or a newer one; a newer generation without a count (its budget
-// selects no consumers any more) drops the count.
+// has also logged and counted. A consumer count is applied when the
+// controller took it after the one the budget holds, from a payload of the
+// budget's generation or a newer one; a newer generation without a count
+// (its budget selects no consumers any more) drops the count.
+//
+// Counts are ordered by their observedAt against each other, both on the
+// controller's clock, never against this pod's clock: a pod whose clock
+// runs behind still takes every newer count. A count dated more than the
+// clock skew ahead of this pod's clock is enforced as if taken when the pod
+// read it, so its lease runs from then (see Denominator). A controller
+// whose clock steps back publishes counts older than the one held: they
+// are refused until its clock passes it, and the held count goes stale
+// meanwhile, which gives no share: fewer retries, never more.
 func (r *Registry) Resolve(namespace string, b *policyconfig.Budget) (*Budget, error) {
-	key, c := b.Key(namespace), ConfigOf(b, r.pod)
-	if c.Consumers.Counted && c.Consumers.ObservedAt.After(r.clock.Now().Add(policyconfig.ConsumerCountClockSkew)) {
-		// A count from the future (a controller clock far ahead) is held
-		// as a stale one, so that the next true count replaces it rather
-		// than losing to it until that future comes.
-		c.Consumers.ObservedAt = time.Time{}
-	}
+	key, offered := b.Key(namespace), ConfigOf(b, r.pod)
 	r.mu.RLock()
 	e, ok := r.budgets[key]
-	if ok && e.uid == b.UID && e.generation == b.Generation && e.config == c {
+	if ok && e.uid == b.UID && e.generation == b.Generation && e.offered == offered {
 		r.mu.RUnlock()
 		return e.budget, nil
 	}
@@ -155,10 +206,14 @@ func (r *Registry) Resolve(namespace string, b *policyconfig.Budget) (*Budget, e
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok = r.budgets[key]
+	c := offered
+	if now := r.clock.Now(); c.Consumers.Counted && c.Consumers.ObservedAt.After(now.Add(policyconfig.ConsumerCountClockSkew)) {
+		c.Consumers.ObservedAt = now
+	}
 	switch {
 	case !ok:
-		unshared := func(nb *Budget) { nb.unshared = r.delivery > policyconfig.ConsumerCountDelivery }
-		e = &entry{budget: New(c, r.clock, unshared), config: c, generation: b.Generation, uid: b.UID}
+		unshared := func(nb *Budget) { nb.unshared = r.unshared() }
+		e = &entry{budget: New(c, r.clock, unshared), config: c, offered: offered, generation: b.Generation, uid: b.UID}
 		r.budgets[key] = e
 		r.explainNoShare(key, c)
 		return e.budget, nil
@@ -167,25 +222,26 @@ func (r *Registry) Resolve(namespace string, b *policyconfig.Budget) (*Budget, e
 			return e.budget, r.conflict(&Conflict{Budget: key, UID: b.UID, Generation: b.Generation, Offered: c,
 				KeptUID: e.uid, KeptGeneration: e.generation, Kept: e.config})
 		}
-		// The budget was deleted and created again: a new budget, whose
-		// generations start again. Policies that drew on the old one hold
-		// this same *Budget, so it is reset in place.
+		// The budget was deleted and created again: new figures and a new
+		// count, whatever its date, and generations that start again.
+		// Policies that drew on the old one hold this same *Budget, which
+		// keeps its window, its start credit and its tokens (clamped):
+		// the same pod's retries, the same 60 s window.
 		e.retired = append(e.retired, e.uid)
 		e.retired = e.retired[max(0, len(e.retired)-maxRetiredUIDs):]
-		e.uid, e.generation, e.config = b.UID, b.Generation, c
-		e.budget.mu.Lock()
-		e.budget.reset(c, r.clock.Now())
-		e.budget.mu.Unlock()
+		e.uid, e.generation, e.config, e.offered = b.UID, b.Generation, c, offered
+		e.budget.Update(c)
 		return e.budget, nil
 	case b.Generation > e.generation:
-		if !newerCount(c.Consumers, e.config.Consumers) && c.Consumers.Counted {
-			c.Consumers = e.config.Consumers // an older count never replaces a newer one
+		if !newerCount(offered.Consumers, e.offered.Consumers) && offered.Consumers.Counted {
+			// An older count never replaces a newer one.
+			c.Consumers, offered.Consumers = e.config.Consumers, e.offered.Consumers
 		}
 		e.generation = b.Generation
 	case c.figures() != e.config.figures():
 		return e.budget, r.conflict(&Conflict{Budget: key, UID: b.UID, Generation: b.Generation, Offered: c,
 			KeptUID: e.uid, KeptGeneration: e.generation, Kept: e.config})
-	case b.Generation == e.generation && newerCount(c.Consumers, e.config.Consumers):
+	case b.Generation == e.generation && newerCount(offered.Consumers, e.offered.Consumers):
 	default:
 		return e.budget, nil
 	}
@@ -193,6 +249,7 @@ func (r *Registry) Resolve(namespace string, b *policyconfig.Budget) (*Budget, e
 		e.budget.Update(c)
 		e.config = c
 	}
+	e.offered = offered
 	return e.budget, nil
 }
 
@@ -209,7 +266,7 @@ func (r *Registry) conflict(c *Conflict) *Conflict {
 func (r *Registry) explainNoShare(key string, c Config) {
 	switch {
 	case !c.Consumers.Counted:
-	case r.delivery > policyconfig.ConsumerCountDelivery:
+	case r.unshared():
 		r.logger.Warn("no share of a fleet budget: this pod's payloads arrive later than the delivery bound, so it makes no retry under it",
 			"budget", key, "delivery", r.delivery, "bound", policyconfig.ConsumerCountDelivery, "denial", SlowDelivery)
 	case r.pod == "":
@@ -218,7 +275,8 @@ func (r *Registry) explainNoShare(key string, c Config) {
 	}
 }
 
-// newerCount says offered is a count taken after kept (or the first one).
+// newerCount says offered is a count taken after kept (or the first one),
+// both dated on the controller's clock.
 func newerCount(offered, kept Consumers) bool {
 	return offered.Counted && (!kept.Counted || offered.ObservedAt.After(kept.ObservedAt))
 }

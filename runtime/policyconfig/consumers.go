@@ -45,13 +45,12 @@ const (
 	// republishes, with a new ObservedAt, even when nothing changed.
 	ConsumerCountRefresh = 15 * time.Second
 	// ConsumerCountStaleAfter is how old a count may be before a pod stops
-	// trusting it and takes the conservative share (the allowance over
-	// max(partitions, count), and only if the count names it): four
-	// refreshes missed.
+	// trusting it and takes no share at all (the fleet may have grown
+	// meanwhile): four refreshes missed.
 	ConsumerCountStaleAfter = 4 * ConsumerCountRefresh
 	// ConsumerCountClockSkew is the skew allowed between the controller's
 	// and a pod's wall clocks: a count dated further ahead of the pod's
-	// clock is held as stale.
+	// clock is enforced as if taken when the pod read it.
 	ConsumerCountClockSkew = time.Second
 	// ConsumerCountDelivery is the delivery bound: the longest a new count
 	// takes to reach every pod that watches its ConfigMap through the API

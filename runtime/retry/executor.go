@@ -91,10 +91,11 @@ func WithDeadLetters(s DeadLetterSink) Option { return func(e *Executor) { e.dea
 // WithMetrics records metrics in m.
 func WithMetrics(m *Metrics) Option { return func(e *Executor) { e.metrics = m } }
 
-// WithBudgets shares a budget registry (one per process is right). Without
-// it the executor makes its own, on the executor's clock, told the Source's
-// delivery bound (budget.WithDelivery); a shared registry is told by its
-// creator.
+// WithBudgets shares a budget registry. Without it the executor makes its
+// own, on the executor's clock, told the Source's delivery bound
+// (budget.WithDelivery); a shared registry is told by its creator. Either
+// way the process holds one share of each budget: registries on one clock
+// for one pod share their budgets (see budget.Registry).
 func WithBudgets(r *budget.Registry) Option { return func(e *Executor) { e.budgets = r } }
 
 // New returns an Executor reading policies from src.
@@ -104,15 +105,16 @@ func New(src Source, opts ...Option) *Executor {
 		o(e)
 	}
 	if e.budgets == nil {
-		// After the options, so WithClock reaches it. A Source that states
-		// how late it may deliver a payload (a mounted volume) tells the
-		// registry, which then takes no share of a counted budget when that
-		// is later than the count's delivery bound (docs/runtime.md).
-		var opts []budget.RegistryOption
+		// After the options, so WithClock reaches it. A Source states how
+		// late it may deliver a payload; the registry takes no share of a
+		// counted budget when that is later than the count's delivery
+		// bound (a mounted volume), or when the Source states no bound at
+		// all: an unknown delay is not a bounded one (docs/runtime.md).
+		delivery := time.Duration(math.MaxInt64)
 		if d, ok := src.(interface{ DeliveryBound() time.Duration }); ok {
-			opts = append(opts, budget.WithDelivery(d.DeliveryBound()))
+			delivery = d.DeliveryBound()
 		}
-		e.budgets = budget.NewRegistry(e.clock, opts...)
+		e.budgets = budget.NewRegistry(e.clock, budget.WithDelivery(delivery))
 	}
 	if _, real := e.clock.(clock.Real); real {
 		e.realBase = time.Now()

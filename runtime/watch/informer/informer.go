@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -55,6 +56,13 @@ var _ watch.Watcher = (*Informer)(nil)
 
 // Policy returns the last good payload published under name.
 func (i *Informer) Policy(name string) (*policyconfig.Payload, bool) { return i.store.Policy(name) }
+
+// DeliveryBound is how late the informer may deliver a change: the consumer
+// count's delivery bound, policyconfig.ConsumerCountDelivery, which its
+// measured spread (BenchmarkInformerDeliverySpread, docs/benchmarks.md)
+// stays well below. retry.New reads it: a Source that states no bound takes
+// no share of a counted budget.
+func (*Informer) DeliveryBound() time.Duration { return policyconfig.ConsumerCountDelivery }
 
 // OnChange registers f to run after every applied change.
 func (i *Informer) OnChange(f func(name string)) { i.store.OnChange(f) }

@@ -231,9 +231,11 @@ func writeBudget(w io.Writer, in Input) {
 				shareText(budget.ShareOver(cfg, counted)), policyconfig.ConsumerCountDelivery, s.RetryPercent)
 		}
 		fmt.Fprintln(w, "  a pod no count names holds nothing, whatever the count's age: a pod without POD_UID, one the selector misses, "+
-			"one started while the controller is down, one that reads its policy from a mounted volume")
-		fmt.Fprintf(w, "  with the count stale (controller down, %s) each pod it named holds %s\n",
-			policyconfig.ConsumerCountStaleAfter, shareText(budget.ShareOver(cfg, max(parts, counted))))
+			"one started while the controller is down")
+		fmt.Fprintln(w, "  a pod whose policy source states no delivery bound within it holds nothing: "+
+			"one that reads its policy from a mounted volume (watch.Files), or through a source of its own")
+		fmt.Fprintf(w, "  with the count stale (controller down or the pod's watch cut off, %s) each pod it named holds nothing, "+
+			"no retry at all until a fresh count names it: the fleet may have grown meanwhile\n", policyconfig.ConsumerCountStaleAfter)
 	}
 	names := make([]string, len(b.Users))
 	for i, u := range b.Users {
