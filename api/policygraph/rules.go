@@ -196,22 +196,14 @@ func ValidateRetryBudget(b *v1.RetryBudget, limits Limits, fldPath *field.Path) 
 			*f, int64(*f)*100/int64(max(b.Spec.RetryPercent, 1)), b.Spec.RetryPercent))
 	}
 	partitions := *b.Spec.WithDefaults().Partitions
-	if m := b.Spec.MaxRetriesPerSecond; m != nil && *m > 0 && *m < partitions {
-		// A pod's share is the allowance over its denominator, at worst
-		// partitions, rounded down to whole retries a second so that the
-		// pods together never exceed it: below one, a pod does not retry.
+	if m := b.Spec.MaxRetriesPerSecond; m != nil && *m > 0 && *m < partitions && b.Spec.Consumers == nil {
+		// Without consumers a pod's share is the allowance over partitions
+		// (with them, over the count that names it), rounded down to whole
+		// retries a second so that the pods together never exceed it: below
+		// one, a pod does not retry.
 		v.Warnings = append(v.Warnings, fmt.Sprintf(
 			"maxRetriesPerSecond: %d retries/s shared by up to %d partitions is below one retry/s per pod; a pod taking the conservative share (1/%d) does not retry at all",
 			*m, partitions, partitions))
-	}
-	if b.Spec.Consumers != nil && partitions == 1 {
-		// With consumers, partitions is the declared largest fleet: the
-		// share of a pod that has no fresh count (the controller down, or no
-		// count published) is the allowance over max(partitions, last count).
-		v.Warnings = append(v.Warnings,
-			"partitions: 1 with consumers declares a fleet of at most one pod, so the share a pod takes without a fresh count is the whole allowance "+
-				"(divided only by the last count, if any); if the controller stops while pods are added, together they exceed maxTokens, "+
-				"minRetriesPerSecond and maxRetriesPerSecond. Set partitions to the largest number of pods consumers.podSelector can match")
 	}
 	return v
 }

@@ -39,9 +39,10 @@ type RetryBudgetSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 1000",message="ERR_OUT_OF_RANGE: maxTokens must be between 1 and 1000"
 	MaxTokens *int32 `json:"maxTokens,omitempty"`
 
-	// minRetriesPerSecond is a floor of retries allowed whatever the ratio, so
-	// that low-traffic callers can still retry. Below that traffic the ratio
-	// guarantee does not hold.
+	// minRetriesPerSecond is a floor of retries allowed whatever the tokens,
+	// so that low-traffic callers can still retry: it applies while a pod's
+	// window holds fewer primaries than its start credit, and past them the
+	// ratio rules (INV-RTY-04).
 	// +optional
 	// +default=0
 	// +kubebuilder:validation:XValidation:rule="self >= 0 && self <= 10000",message="ERR_OUT_OF_RANGE: minRetriesPerSecond must be between 0 and 10000"
@@ -50,10 +51,9 @@ type RetryBudgetSpec struct {
 	// partitions is the number of pods that share the budget. Each pod gets
 	// maxTokens/partitions, minRetriesPerSecond/partitions and
 	// maxRetriesPerSecond/partitions, each rounded down, so the pods together
-	// never exceed any figure. With consumers set it is the declared largest
-	// number of consumers: a pod the live count names takes
-	// 1/max(partitions, count) once that count is stale; a pod no count
-	// names takes nothing.
+	// never exceed any figure. With consumers set the count divides them
+	// instead: a pod a fresh count names takes 1/count, and a pod no fresh
+	// count names (a stale count included) takes nothing.
 	// +optional
 	// +default=1
 	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 1000",message="ERR_OUT_OF_RANGE: partitions must be between 1 and 1000"
