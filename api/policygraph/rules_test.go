@@ -359,7 +359,7 @@ func TestValidateRetryBudget(t *testing.T) {
 		{20, 20, true, nil}, // seed 003's toy: one retry/s each
 		{0, 20, true, nil},  // no retry at all, on purpose
 		{20, 50, false, []string{"maxRetriesPerSecond: 20 retries/s shared by up to 50 partitions is below one retry/s per pod", "does not retry at all"}},
-		{20, 1, true, nil}, // with consumers only a fresh count that names a pod gives it a share: partitions cannot overshoot
+		{20, 1, true, nil},  // with consumers only a fresh count that names a pod gives it a share: partitions cannot overshoot
 		{20, 1, false, nil}, // one pod, by declaration: its share is the allowance
 	} {
 		v := fleet(tc.allowance, tc.partitions, tc.consumers)
