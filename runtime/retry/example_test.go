@@ -36,8 +36,15 @@ const smsPayload = `{
   "enforcement": {"mode": "Enforced"}
 }`
 
-func policies() retry.Source {
-	p, err := policyconfig.Parse([]byte(smsPayload))
+func policies() retry.Source { return policiesIn("auth") }
+
+// policiesIn serves the same policy published in namespace ns. The
+// process's registries share a budget by its namespace and name (one
+// share a process: budget.Registry), so an example that runs on the real
+// clock names a namespace of its own, and no other test's use of the
+// budget spends its tokens or sets its figures first.
+func policiesIn(ns string) retry.Source {
+	p, err := policyconfig.Parse([]byte(strings.Replace(smsPayload, `"namespace": "auth"`, `"namespace": "`+ns+`"`, 1)))
 	if err != nil {
 		panic(err)
 	}
@@ -87,7 +94,7 @@ func ExampleRoundTripper() {
 		_, _ = io.WriteString(w, `{"id":"msg-1"}`)
 	}))
 	defer vendor.Close()
-	policies := policies() // in a pod: informer.New(cs, namespace), started
+	policies := policiesIn("example-roundtripper") // in a pod: informer.New(cs, namespace), started
 
 	// readme:start
 	ex := retry.New(policies)
