@@ -61,7 +61,8 @@ type VirtualServiceRouting struct {
 //   - Host names are resolved as Istio does for Kubernetes, relative to the
 //     VirtualService's namespace: "svc", "svc.ns", "svc.ns.svc" and
 //     "svc.ns.svc.cluster.local" all name the service, and so do the
-//     wildcards "*" and "*.<suffix>" whose suffix ends its full name.
+//     wildcards "*" and "*.<suffix>" whose suffix ends its full name, in a
+//     VirtualService of the service's own namespace only.
 //   - A VirtualService whose hosts name the service applies every HTTP
 //     route (which one a call takes depends on its headers and path, so
 //     the worst counts). One whose hosts do not, but whose HTTP route sends
@@ -224,15 +225,19 @@ func reachesMesh(route map[string]any, meshByDefault bool) bool {
 type hostName struct{ service, namespace string }
 
 // namedBy says whether host, written in a VirtualService of vsNamespace,
-// names the service.
+// names the service. A wildcard names it only from the service's own
+// namespace: from any other, one VirtualService would reach the policies of
+// every namespace it covers (docs/hidden-layers.md, any namespace, as
+// exported).
 func (h hostName) namedBy(host, vsNamespace string) bool {
 	host = strings.TrimSuffix(strings.ToLower(host), ".")
 	fqdn := h.service + "." + h.namespace + ".svc." + ClusterDomain
+	wildcardHere := strings.EqualFold(vsNamespace, h.namespace)
 	switch {
 	case host == "*":
-		return true
+		return wildcardHere
 	case strings.HasPrefix(host, "*."):
-		return strings.HasSuffix(fqdn, host[1:])
+		return wildcardHere && strings.HasSuffix(fqdn, host[1:])
 	case host == h.service:
 		return strings.EqualFold(vsNamespace, h.namespace)
 	}

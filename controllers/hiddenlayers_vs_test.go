@@ -98,6 +98,13 @@ func TestRoutingOf(t *testing.T) {
 		{"from another namespace, exported to its own only ('.'): invisible here",
 			other + "spec: {hosts: [payments.shop.svc.cluster.local], exportTo: ['.'], http: [{}]}", "payments", false, 1},
 		{"from another namespace, a short name resolves there, not here", other + "spec: {hosts: [payments], http: [{}]}", "payments", false, 1},
+		// A wildcard of another namespace would let any tenant's one VirtualService reach every
+		// policy of the cluster (docs/hidden-layers.md, any namespace, as exported): it does not count.
+		{"from another namespace, the mesh-wide wildcard", other + "spec: {hosts: ['*'], http: [{}]}", "payments", false, 1},
+		{"from another namespace, a wildcard over the policy's namespace", other + "spec: {hosts: ['*.shop.svc.cluster.local'], http: [{}]}",
+			"payments", false, 1},
+		{"from another namespace, a wildcard over every service", other + "spec: {hosts: ['*.svc.cluster.local'], exportTo: [shop], http: [{}]}",
+			"payments", false, 1},
 		{"huge attempts saturate", meta + "spec: {hosts: [payments], http: [{retries: {attempts: 99999999999}}]}",
 			"payments", true, math.MaxInt32},
 		{"negative attempts disable retries", meta + "spec: {hosts: [payments], http: [{retries: {attempts: -3}}]}",
