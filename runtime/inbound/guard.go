@@ -84,8 +84,9 @@ type Guard struct {
 	// proxy you trust sets it: a caller chooses its own headers. Behind a
 	// sidecar (Istio, any local proxy) every request comes from the proxy's
 	// loopback address, so the address names no caller: name the peer the
-	// sidecar authenticated (the URI of the X-Forwarded-Client-Cert it sets
-	// under mTLS), or every caller shares one count.
+	// sidecar authenticated (its mTLS identity, in the element of
+	// X-Forwarded-Client-Cert that the sidecar itself added, never one the
+	// caller sent), or every caller shares one count.
 	Caller func(r *http.Request) string
 	Clock  clock.Clock
 
