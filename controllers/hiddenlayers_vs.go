@@ -65,9 +65,9 @@ type VirtualServiceRouting struct {
 //     VirtualService of the service's own namespace only.
 //   - A VirtualService whose hosts name the service applies every HTTP
 //     route (which one a call takes depends on its headers and path, so
-//     the worst counts). One whose hosts do not, but whose HTTP route sends
-//     traffic to the service (route[].destination.host), applies only that
-//     route.
+//     the worst counts). One of the policy's namespace whose hosts do not,
+//     but whose HTTP route sends traffic to the service
+//     (route[].destination.host), applies only that route.
 //   - gateways: a VirtualService bound only to gateways other than "mesh"
 //     does not reach the sidecars; an http[].match[].gateways list
 //     overrides it for that match, as in Istio.
@@ -107,7 +107,10 @@ func RoutingOf(obj map[string]any, service, namespace string) VirtualServiceRout
 		if !ok {
 			continue
 		}
-		sendsToService := routeSendsTo(route, names)
+		// Only a route of the policy's own namespace counts by its destination: elsewhere it carries
+		// calls to that VirtualService's own hosts (or, host-less, is a delegate Istio applies only
+		// through a root), so a tenant's route to the service would switch off a policy it never reaches.
+		sendsToService := strings.EqualFold(vsNamespace, namespace) && routeSendsTo(route, names)
 		out.Routes = out.Routes || sendsToService
 		if !(hostsName || sendsToService) || !reachesMesh(route, meshByDefault) {
 			continue
