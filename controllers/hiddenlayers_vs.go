@@ -61,12 +61,13 @@ type VirtualServiceRouting struct {
 //   - Host names are resolved as Istio does for Kubernetes, relative to the
 //     VirtualService's namespace: "svc", "svc.ns", "svc.ns.svc" and
 //     "svc.ns.svc.cluster.local" all name the service, and so do the
-//     wildcards "*" and "*.<suffix>" whose suffix ends its full name.
+//     wildcards "*" and "*.<suffix>" whose suffix ends its full name, in a
+//     VirtualService of the service's own namespace only.
 //   - A VirtualService whose hosts name the service applies every HTTP
 //     route (which one a call takes depends on its headers and path, so
-//     the worst counts). One whose hosts do not, but whose HTTP route sends
-//     traffic to the service (route[].destination.host), applies only that
-//     route.
+//     the worst counts). One of the policy's namespace whose hosts do not,
+//     but whose HTTP route sends traffic to the service
+//     (route[].destination.host), applies only that route.
 //   - gateways: a VirtualService bound only to gateways other than "mesh"
 //     does not reach the sidecars; an http[].match[].gateways list
 //     overrides it for that match, as in Istio.
@@ -106,7 +107,10 @@ func RoutingOf(obj map[string]any, service, namespace string) VirtualServiceRout
 		if !ok {
 			continue
 		}
-		sendsToService := routeSendsTo(route, names)
+		// Only a route of the policy's own namespace counts by its destination: elsewhere it carries
+		// calls to that VirtualService's own hosts (or, host-less, is a delegate Istio applies only
+		// through a root), so a tenant's route to the service would switch off a policy it never reaches.
+		sendsToService := strings.EqualFold(vsNamespace, namespace) && routeSendsTo(route, names)
 		out.Routes = out.Routes || sendsToService
 		if !(hostsName || sendsToService) || !reachesMesh(route, meshByDefault) {
 			continue
@@ -224,15 +228,19 @@ func reachesMesh(route map[string]any, meshByDefault bool) bool {
 type hostName struct{ service, namespace string }
 
 // namedBy says whether host, written in a VirtualService of vsNamespace,
-// names the service.
+// names the service. A wildcard names it only from the service's own
+// namespace: from any other, one VirtualService would reach the policies of
+// every namespace it covers (docs/hidden-layers.md, any namespace, as
+// exported).
 func (h hostName) namedBy(host, vsNamespace string) bool {
 	host = strings.TrimSuffix(strings.ToLower(host), ".")
 	fqdn := h.service + "." + h.namespace + ".svc." + ClusterDomain
+	wildcardHere := strings.EqualFold(vsNamespace, h.namespace)
 	switch {
 	case host == "*":
-		return true
+		return wildcardHere
 	case strings.HasPrefix(host, "*."):
-		return strings.HasSuffix(fqdn, host[1:])
+		return wildcardHere && strings.HasSuffix(fqdn, host[1:])
 	case host == h.service:
 		return strings.EqualFold(vsNamespace, h.namespace)
 	}

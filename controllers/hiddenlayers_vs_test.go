@@ -98,6 +98,20 @@ func TestRoutingOf(t *testing.T) {
 		{"from another namespace, exported to its own only ('.'): invisible here",
 			other + "spec: {hosts: [payments.shop.svc.cluster.local], exportTo: ['.'], http: [{}]}", "payments", false, 1},
 		{"from another namespace, a short name resolves there, not here", other + "spec: {hosts: [payments], http: [{}]}", "payments", false, 1},
+		// A wildcard of another namespace would let any tenant's one VirtualService reach every
+		// policy of the cluster (docs/hidden-layers.md, any namespace, as exported): it does not count.
+		// Nor does a route of another namespace's VirtualService that only sends its own host's calls to
+		// the service, or a delegate (no hosts), which Istio applies only through a root that names the host.
+		{"from another namespace, a route to the service from another host", other +
+			"spec: {hosts: [front.team-b.svc.cluster.local], http: [{route: [{destination: {host: payments.shop.svc.cluster.local}}]}]}",
+			"payments", false, 1},
+		{"from another namespace, a delegate", other + "spec: {http: [{route: [{destination: {host: payments.shop.svc.cluster.local}}]}]}",
+			"payments", false, 1},
+		{"from another namespace, the mesh-wide wildcard", other + "spec: {hosts: ['*'], http: [{}]}", "payments", false, 1},
+		{"from another namespace, a wildcard over the policy's namespace", other + "spec: {hosts: ['*.shop.svc.cluster.local'], http: [{}]}",
+			"payments", false, 1},
+		{"from another namespace, a wildcard over every service", other + "spec: {hosts: ['*.svc.cluster.local'], exportTo: [shop], http: [{}]}",
+			"payments", false, 1},
 		{"huge attempts saturate", meta + "spec: {hosts: [payments], http: [{retries: {attempts: 99999999999}}]}",
 			"payments", true, math.MaxInt32},
 		{"negative attempts disable retries", meta + "spec: {hosts: [payments], http: [{retries: {attempts: -3}}]}",

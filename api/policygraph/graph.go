@@ -288,7 +288,10 @@ func Analyze(ctx context.Context, lk Lookup, p *v1.RetryPolicy) (Analysis, error
 		onPath[key] = true
 		cur = parent
 	}
-	desc, deep, err := worstDescendants(ctx, lk, consent, p, onPath, 0, &a.Unpermitted)
+	// The walk down starts at p's own depth, so that a chain too deep is
+	// refused at the policy whose change completes it (an attach of a deep
+	// subtree below a shallow parent), never left to turn its root too deep.
+	desc, deep, err := worstDescendants(ctx, lk, consent, p, onPath, len(a.Ancestors), &a.Unpermitted)
 	a.Descendants, a.TooDeep = desc, deep
 	return a, err
 }
@@ -310,10 +313,11 @@ func cycleFrom(path []types.NamespacedName, key types.NamespacedName, home strin
 	return append(out, displayName(key, home))
 }
 
-// worstDescendants returns the path below parent with the largest product.
-// Each policy has one parent, so the walk visits each descendant once. A
-// child the parent does not consent to is skipped; the ones directly below
-// the analysed policy are reported in unpermitted.
+// worstDescendants returns the path below parent, which has depth
+// ancestors, with the largest product. Each policy has one parent, so the
+// walk visits each descendant once. A child the parent does not consent to
+// is skipped; the ones directly below the analysed policy are reported in
+// unpermitted (nil below it).
 func worstDescendants(ctx context.Context, lk Lookup, consent *consent, parent *v1.RetryPolicy,
 	onPath map[types.NamespacedName]bool, depth int, unpermitted *[]types.NamespacedName) (Chain, bool, error) {
 	if depth > MaxDepth {
@@ -343,13 +347,13 @@ func worstDescendants(ctx context.Context, lk Lookup, consent *consent, parent *
 			return nil, false, err
 		}
 		if !permitted {
-			if depth == 0 {
+			if unpermitted != nil {
 				*unpermitted = append(*unpermitted, key)
 			}
 			continue
 		}
 		onPath[key] = true
-		below, deep, err := worstDescendants(ctx, lk, consent, c, onPath, depth+1, unpermitted)
+		below, deep, err := worstDescendants(ctx, lk, consent, c, onPath, depth+1, nil)
 		delete(onPath, key)
 		if err != nil {
 			return nil, false, err

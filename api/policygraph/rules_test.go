@@ -460,3 +460,39 @@ func TestRefusalsNameOnlyWhatTheRequestReferenced(t *testing.T) {
 		})
 	}
 }
+
+// Depth is charged where a chain is completed, as the product is: a
+// tenant that builds a chain of MaxDepth layers below a root of its own,
+// then attaches that root under another team's parent, is refused at the
+// attach; before, the attach was admitted (each walk counted only its own
+// direction) and the parent in the other namespace turned too deep, not
+// Ready and NoRetry, and could not be updated.
+func TestADescendantChainCannotMakeAnAncestorTooDeep(t *testing.T) {
+	workflow := polIn("team-b", "workflow", "workflow", 1, allow(v1.NamespacesFromAll, nil))
+	stored := []v1.RetryPolicy{workflow}
+	for i := range policygraph.MaxDepth + 1 {
+		var opts []fixtures.Option
+		if i > 0 {
+			opts = append(opts, parent(fmt.Sprintf("c%d", i-1)))
+		}
+		stored = append(stored, polIn("team-a", fmt.Sprintf("c%d", i), "layer", 1, opts...))
+	}
+	ctx := context.Background()
+	attach := polIn("team-a", "c0", "layer", 1, parentIn("team-b", "workflow"))
+	v, err := policygraph.ValidateRetryPolicy(ctx, policygraph.NewStaticLookup(stored...), &attach, policygraph.DefaultLimits(), field.NewPath("spec"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := codesOf(v.Errors); !slices.Equal(got, []string{"spec.layer.parentRef.name ERR_LAYER_CYCLE"}) {
+		t.Fatalf("attaching a chain of %d layers under team-b/workflow: %v, want it refused as too deep", policygraph.MaxDepth+1, v.Errors)
+	}
+	// One layer less is admitted, and the parent stays within the depth.
+	short := append([]v1.RetryPolicy{workflow, attach}, stored[2:len(stored)-1]...)
+	if v, err := policygraph.ValidateRetryPolicy(ctx, policygraph.NewStaticLookup(short...), &attach, policygraph.DefaultLimits(), nil); err != nil || len(v.Errors) > 0 {
+		t.Fatalf("a chain of %d layers: %v %v", policygraph.MaxDepth, err, v.Errors)
+	}
+	if v, err := policygraph.ValidateRetryPolicy(ctx, policygraph.NewStaticLookup(short...), &workflow, policygraph.DefaultLimits(), nil); err != nil ||
+		len(v.Errors) > 0 || v.Analysis.TooDeep {
+		t.Fatalf("the parent above a chain of %d layers: %v %v", policygraph.MaxDepth, err, v.Errors)
+	}
+}

@@ -107,7 +107,24 @@ func TestChartAdmissionPolicyReservesPublishedConfigMaps(t *testing.T) {
 		reserved(t, "alice deletes "+cm.Name, alice.Delete(ctx, cm))
 	}
 	reserved(t, "alice squats a retrybudget-* name", alice.Create(ctx, configMap("retrybudget-squat", nil)))
-	reserved(t, "the garbage collector updates", gc.Update(ctx, byNameCM))
+	gcWrites := byNameCM.DeepCopy()
+	gcWrites.Data = map[string]string{"k": "by the garbage collector"}
+	reserved(t, "the garbage collector updates", gc.Update(ctx, gcWrites))
+	// Orphaning (kubectl delete --cascade=orphan): the garbage collector
+	// removes the owner reference and nothing else; refused, the
+	// RetryPolicy would stay Terminating with its orphan finalizer forever.
+	owned := configMap(policyconfig.ConfigMapName("owned"), policyLabels)
+	owned.OwnerReferences = []metav1.OwnerReference{{APIVersion: "policy.retryguard.io/v1alpha1", Kind: "RetryPolicy", Name: "owned", UID: "1234"}}
+	allowed(t, "the operator creates "+owned.Name+" with its owner", operator.Create(ctx, owned))
+	orphan := owned.DeepCopy()
+	orphan.OwnerReferences = nil
+	allowed(t, "the garbage collector orphans "+owned.Name, gc.Update(ctx, orphan))
+	forgedByGC := orphan.DeepCopy()
+	forgedByGC.Data = map[string]string{"k": "forged"}
+	reserved(t, "the garbage collector changes the data", gc.Update(ctx, forgedByGC))
+	relabelledByGC := orphan.DeepCopy()
+	relabelledByGC.Labels = nil
+	reserved(t, "the garbage collector removes a label", gc.Update(ctx, relabelledByGC))
 
 	// Kubernetes' own cleanup still works.
 	allowed(t, "the garbage collector deletes", gc.Delete(ctx, byNameCM))

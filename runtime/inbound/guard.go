@@ -81,7 +81,12 @@ type Guard struct {
 	// Caller names who sent r: an authenticated principal (a client
 	// certificate's subject, a verified token's subject). Nil or "" is the
 	// client's address (the host of r.RemoteAddr). Name a forwarded address only when a
-	// proxy you trust sets it: a caller chooses its own headers.
+	// proxy you trust sets it: a caller chooses its own headers. Behind a
+	// sidecar (Istio, any local proxy) every request comes from the proxy's
+	// loopback address, so the address names no caller: name the peer the
+	// sidecar authenticated (its mTLS identity, in the element of
+	// X-Forwarded-Client-Cert that the sidecar itself added, never one the
+	// caller sent), or every caller shares one count.
 	Caller func(r *http.Request) string
 	Clock  clock.Clock
 

@@ -74,7 +74,14 @@ func (i *Informer) Rejected() uint64 { return i.store.Rejected() }
 func (i *Informer) Ignored() uint64 { return i.store.Ignored() }
 
 // Start runs the informer until ctx ends and returns after its first sync.
+// An unknown namespace ("") is refused: an informer reads it as every
+// namespace, and a policy is served by its name alone, so another
+// namespace's policy of the same name would be enforced (docs/security.md,
+// tenant boundaries).
 func (i *Informer) Start(ctx context.Context) error {
+	if i.Namespace == "" {
+		return fmt.Errorf("watch: the pod's namespace is unknown; set POD_NAMESPACE from the downward API (fieldRef metadata.namespace)")
+	}
 	factory := informers.NewSharedInformerFactoryWithOptions(i.Client, 0,
 		informers.WithNamespace(i.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = managedSelector(policyconfig.PolicyLabel) }))

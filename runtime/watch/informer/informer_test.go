@@ -197,6 +197,27 @@ func TestInformerNeverReceivesUnmanagedConfigMaps(t *testing.T) {
 	}
 }
 
+// An informer told no namespace (a pod whose POD_NAMESPACE is unset) does
+// not start: informers read "" as every namespace, and policies are served
+// by name alone, so another namespace's policy of the same name would be
+// enforced. Before, it started and served auth's sms to a pod of any
+// namespace.
+func TestInformerWithoutANamespaceDoesNotStart(t *testing.T) {
+	cs := startAPIServer(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	raw, _ := policyconfig.Marshal(fixtures.Named("sms", 1))
+	if _, err := cs.CoreV1().ConfigMaps("auth").Create(ctx, configMap("sms", raw), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w := informer.New(cs, "")
+	w.Logger = slog.New(slog.DiscardHandler)
+	err := w.Start(ctx)
+	if _, served := w.Policy("sms"); err == nil || served || !strings.Contains(err.Error(), "namespace") {
+		t.Fatalf("Start = %v, served %v: want a refusal naming the namespace and nothing served", err, served)
+	}
+}
+
 // lockedWriter serialises a test's log sink.
 type lockedWriter struct {
 	mu *sync.Mutex
