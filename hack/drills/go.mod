@@ -9,9 +9,9 @@ replace github.com/retryguard/retryguard => ../..
 
 require (
 	github.com/prometheus/client_golang v1.24.0
-	github.com/retryguard/retryguard v0.0.0-00010101000000-000000000000
-	github.com/retryguard/retryguard/runtime v0.0.0
-	github.com/retryguard/retryguard/runtime/watch/informer v0.0.0-00010101000000-000000000000
+	github.com/retryguard/retryguard v0.1.0
+	github.com/retryguard/retryguard/runtime v0.1.0
+	github.com/retryguard/retryguard/runtime/watch/informer v0.1.0
 	gonum.org/v1/plot v0.17.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
