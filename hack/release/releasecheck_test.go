@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,17 +16,41 @@ import (
 // names a version the proxy does not hold, and the check fails on it.
 const checkVersion = "v0.99.0-releasecheck"
 
-// The consumer app imports the runtime and both of its optional modules.
-const consumerMain = `package main
+// runtimeModules are the published modules an application imports: the
+// runtime and the optional modules beside it (the informer, the Kafka sink).
+func runtimeModules(t *testing.T, root string) []string {
+	t.Helper()
+	_, published, err := tree(root, checkVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mods []string
+	for path, dir := range published {
+		if dir == "runtime" || strings.HasPrefix(dir, "runtime/") {
+			mods = append(mods, path)
+		}
+	}
+	slices.Sort(mods)
+	return mods
+}
 
-import (
-	_ "github.com/retryguard/retryguard/runtime/events/kafka"
-	_ "github.com/retryguard/retryguard/runtime/retry"
-	_ "github.com/retryguard/retryguard/runtime/watch/informer"
-)
-
-func main() {}
-`
+// consumerMain is an application that imports runtime/retry and every
+// optional runtime module (each is a package at its module root).
+func consumerMain(mods []string) string {
+	imports := []string{"github.com/retryguard/retryguard/runtime/retry"}
+	for _, m := range mods {
+		if m != "github.com/retryguard/retryguard/runtime" {
+			imports = append(imports, m)
+		}
+	}
+	var b strings.Builder
+	b.WriteString("package main\n\nimport (\n")
+	for _, imp := range imports {
+		fmt.Fprintf(&b, "\t_ %q\n", imp)
+	}
+	b.WriteString(")\n\nfunc main() {}\n")
+	return b.String()
+}
 
 // TestReleaseInstallsFromAModuleProxy is make release-check: a user who
 // installs the plugin or adds the runtime to an application resolves
@@ -50,7 +75,8 @@ func TestReleaseInstallsFromAModuleProxy(t *testing.T) {
 	}
 	env := userEnv(t, tmp, proxy)
 
-	docs := docCommands(t, repoRoot(t))
+	mods := runtimeModules(t, src)
+	docs := docCommands(t, repoRoot(t), mods)
 	t.Run("go install the plugin", func(t *testing.T) {
 		for _, line := range docs["go install"] {
 			goCmd(t, env, tmp, strings.Fields(line)[1:]...)
@@ -63,10 +89,10 @@ func TestReleaseInstallsFromAModuleProxy(t *testing.T) {
 		}
 	})
 
-	t.Run("go get the runtime, the informer and the Kafka sink", func(t *testing.T) {
+	t.Run("go get the runtime modules", func(t *testing.T) {
 		app := filepath.Join(tmp, "app")
 		writeFile(t, filepath.Join(app, "go.mod"), "module example.com/app\n\ngo 1.26.0\n")
-		writeFile(t, filepath.Join(app, "main.go"), consumerMain)
+		writeFile(t, filepath.Join(app, "main.go"), consumerMain(mods))
 		// Known third-party checksums, so the check needs no checksum database;
 		// ours are verified by nothing (GONOSUMDB), as a private module's are.
 		writeFile(t, filepath.Join(app, "go.sum"), publishedSums(t, src))
@@ -74,11 +100,6 @@ func TestReleaseInstallsFromAModuleProxy(t *testing.T) {
 			goCmd(t, env, app, strings.Fields(line)[1:]...)
 		}
 		goCmd(t, env, app, "build", "-o", filepath.Join(tmp, "bin", "app"), ".")
-		mods := []string{
-			"github.com/retryguard/retryguard/runtime",
-			"github.com/retryguard/retryguard/runtime/watch/informer",
-			"github.com/retryguard/retryguard/runtime/events/kafka",
-		}
 		out := goCmd(t, env, app, append([]string{"list", "-m", "-f", "{{.Path}} {{.Version}}"}, mods...)...)
 		for _, m := range mods {
 			if want := m + " " + checkVersion; !strings.Contains(out, want+"\n") {
@@ -92,8 +113,8 @@ func TestReleaseInstallsFromAModuleProxy(t *testing.T) {
 // that the docs tell users to run, keyed by the command, comments dropped: the
 // check runs exactly those. docs/kubectl-plugin.md must give the one install
 // line, and README.md and docs/runtime.md between them a go get line for each
-// of the runtime, the informer and the Kafka sink.
-func docCommands(t *testing.T, root string) map[string][]string {
+// of the runtime modules (the runtime, the informer and the Kafka sink).
+func docCommands(t *testing.T, root string, mods []string) map[string][]string {
 	t.Helper()
 	line := regexp.MustCompile(`(?m)^(go (?:install|get) github\.com/retryguard/[^#\n]*?)\s*(?:#.*)?$`)
 	cmds := map[string][]string{}
@@ -113,8 +134,8 @@ func docCommands(t *testing.T, root string) map[string][]string {
 		t.Fatalf("the docs give the install lines %q, want one go install of cmd/kubectl-retryguard", got)
 	}
 	gets := strings.Join(cmds["go get"], " ") + " "
-	for _, m := range []string{"runtime", "runtime/watch/informer", "runtime/events/kafka"} {
-		if !strings.Contains(gets, " github.com/retryguard/retryguard/"+m+"@") {
+	for _, m := range mods {
+		if !strings.Contains(gets, " "+m+"@") {
 			t.Fatalf("the docs give the go get lines %q, none for %s", cmds["go get"], m)
 		}
 	}
