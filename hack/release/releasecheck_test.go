@@ -133,9 +133,18 @@ func docCommands(t *testing.T, root string, mods []string) map[string][]string {
 	if got := cmds["go install"]; len(got) != 1 || !strings.HasPrefix(got[0], "go install github.com/retryguard/retryguard/cmd/kubectl-retryguard@") {
 		t.Fatalf("the docs give the install lines %q, want one go install of cmd/kubectl-retryguard", got)
 	}
-	gets := strings.Join(cmds["go get"], " ") + " "
+	var got []string
+	for _, line := range cmds["go get"] {
+		for _, arg := range strings.Fields(line)[2:] {
+			path, _, _ := strings.Cut(arg, "@")
+			if !slices.Contains(mods, path) {
+				t.Fatalf("the docs tell users to run %q, but %s is not a published runtime module (hack/release/modules.go)", line, path)
+			}
+			got = append(got, path)
+		}
+	}
 	for _, m := range mods {
-		if !strings.Contains(gets, " "+m+"@") {
+		if !slices.Contains(got, m) {
 			t.Fatalf("the docs give the go get lines %q, none for %s", cmds["go get"], m)
 		}
 	}
@@ -209,4 +218,13 @@ func repoRoot(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return root
+}
+
+// The docs give one go install line for the plugin and a go get line for
+// every published runtime module, and no go get line for a module that is not
+// published (a user could not fetch it).
+func TestDocsGiveTheInstallLines(t *testing.T) {
+	root := repoRoot(t)
+	cmds := docCommands(t, root, runtimeModules(t, root))
+	t.Logf("%q", cmds)
 }
