@@ -3,7 +3,7 @@ module github.com/retryguard/retryguard/runtime/grpc
 go 1.26.0
 
 require (
-	github.com/retryguard/retryguard/runtime v0.0.0
+	github.com/retryguard/retryguard/runtime v0.1.0
 	google.golang.org/grpc v1.82.1
 )
 
@@ -23,4 +23,3 @@ require (
 	google.golang.org/protobuf v1.36.11 // indirect
 )
 
-replace github.com/retryguard/retryguard/runtime => ../
