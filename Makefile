@@ -1,9 +1,12 @@
 # Retryguard's build. The two commands a newcomer needs are `make demo` and
 # `make test`; everything else is for working on the project.
 
-IMG ?= retryguard/manager:dev
+# The image is tagged with the chart's appVersion (IMAGE_VERSION below), as the
+# chart and config/manager pull it; hack/release stamps all three alike.
+IMG ?= retryguard/manager:$(IMAGE_VERSION)
 GO ?= go
 CONTROLLER_GEN ?= $(GO) tool controller-gen
+GOFMT ?= $(shell $(GO) env GOROOT)/bin/gofmt
 # Tests and the local control plane run kube-apiserver and etcd built from
 # source by hack/envtest-assets.sh (cached outside the checkout).
 ENVTEST_ASSETS = $(shell hack/envtest-assets.sh)
@@ -37,7 +40,7 @@ demo: manifests envtest ## Run the story on an embedded local control plane, the
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) run ./hack/demo
 
 .PHONY: test
-test: manifests generate fmt vet api-lint envtest chart-check image-check drill-check consumer-check ## Regenerate, check and run every test against a real API server.
+test: manifests generate fmt vet api-lint envtest chart-check image-check drill-check consumer-check release-check ## Regenerate, check and run every test against a real API server.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test $(TEST_FLAGS) $(TEST_PKGS)
 	for m in $(RUNTIME_TEST_MODULES); do KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) -C $$m test $(TEST_FLAGS) ./...; done
 
@@ -66,7 +69,9 @@ generate: ## Generate DeepCopy methods.
 .PHONY: fmt
 fmt: ## go fmt the code.
 	$(GO) fmt ./...
-	for m in $(RUNTIME_MODULES); do $(GO) -C $$m fmt ./...; done
+	@# go fmt ignores go.work (go1.26), so in a nested module it cannot resolve the
+	@# module's own packages; gofmt -l -w is all it would run on them.
+	$(GOFMT) -l -w $(RUNTIME_MODULES)
 
 .PHONY: vet
 vet: ## go vet the code.
@@ -91,6 +96,10 @@ chart-check: manifests envtest ## Lint, render, install, upgrade and uninstall t
 .PHONY: consumer-check
 consumer-check: ## Check that an application importing the runtime takes none of the operator's dependencies.
 	cd hack/consumer && $(GO) test -count=1 ./...
+
+.PHONY: release-check
+release-check: ## Publish the modules at a test version to a file-based module proxy, then go install the plugin and go get the runtime from it, as docs/release.md says.
+	cd hack/release && $(GO) test -count=1 ./...
 
 .PHONY: drill-check
 drill-check: envtest ## Run the real-time recovery drill's tests, its --quick run included (about a minute).
@@ -157,6 +166,15 @@ image: ## Build the manager image without Docker into bin/image/retryguard-manag
 image-check: image ## Read the image back: user, entrypoint, labels, no shell, the manager inside.
 	cd hack/image && RETRYGUARD_IMAGE_ARCHIVE=$(abspath $(IMAGE_DIR))/retryguard-manager.tar \
 		RETRYGUARD_IMAGE_BINARY=$(abspath $(IMAGE_DIR))/manager $(GO) test -count=1 ./...
+
+.PHONY: release
+release: ## Stamp VERSION (vX.Y.Z) into every sibling require, the chart and the kustomize image tag; print the tags (docs/release.md).
+	@if [[ -z "$(VERSION)" ]]; then echo "usage: make release VERSION=vX.Y.Z"; exit 2; fi
+	$(GO) -C hack/release run . $(VERSION)
+
+.PHONY: tidy
+tidy: ## go mod tidy the published modules (go mod tidy ignores go.work; this replaces their siblings by directory meanwhile).
+	$(GO) -C hack/release run . -tidy
 
 ##@ Deployment
 

@@ -9,8 +9,8 @@ require (
 	github.com/open-policy-agent/cert-controller v0.16.0
 	github.com/prometheus/client_golang v1.24.0
 	github.com/prometheus/client_model v0.6.2
-	github.com/retryguard/retryguard/runtime v0.0.0
-	github.com/retryguard/retryguard/runtime/watch/informer v0.0.0-00010101000000-000000000000
+	github.com/retryguard/retryguard/runtime v0.1.0
+	github.com/retryguard/retryguard/runtime/watch/informer v0.1.0
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kadm v1.18.0
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
@@ -127,9 +127,3 @@ require (
 )
 
 tool sigs.k8s.io/controller-tools/cmd/controller-gen
-
-// The runtime modules are developed in this repository.
-replace (
-	github.com/retryguard/retryguard/runtime => ./runtime
-	github.com/retryguard/retryguard/runtime/watch/informer => ./runtime/watch/informer
-)

@@ -5,8 +5,8 @@ module github.com/retryguard/retryguard/hack/chartcheck
 go 1.26.0
 
 require (
-	github.com/retryguard/retryguard/runtime v0.0.0
-	github.com/retryguard/retryguard/runtime/watch/informer v0.0.0-00010101000000-000000000000
+	github.com/retryguard/retryguard/runtime v0.1.0
+	github.com/retryguard/retryguard/runtime/watch/informer v0.1.0
 	helm.sh/helm/v3 v3.22.0
 	sigs.k8s.io/controller-runtime v0.25.2
 	sigs.k8s.io/yaml v1.6.0
@@ -115,7 +115,7 @@ require (
 	github.com/peterbourgon/diskv v2.0.1+incompatible // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
-	github.com/retryguard/retryguard v0.0.0
+	github.com/retryguard/retryguard v0.1.0
 	github.com/rubenv/sql-migrate v1.8.1 // indirect
 	github.com/russross/blackfriday/v2 v2.1.0 // indirect
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -15,19 +17,36 @@ var operatorModules = []string{"k8s.io/", "sigs.k8s.io/", "github.com/onsi/ginkg
 // client, no controller-runtime, no test framework, no Kafka client and no
 // grpc-go (runtime/grpc is a module of its own, for gRPC callers only).
 func TestModuleGraphHasNoOperatorDependencies(t *testing.T) {
-	checkModuleGraph(t, ".", append(operatorModules, "google.golang.org/grpc"))
+	// The consumer's own graph, as an application outside the repository sees
+	// it: in the workspace (go.work) it would be the union of every module's.
+	checkModuleGraph(t, ".", "off", append(operatorModules, "google.golang.org/grpc"))
 }
 
 // The gRPC interceptor's module takes grpc-go, and still none of the
-// operator's dependencies.
+// operator's dependencies. Its graph is read in a workspace of it alone,
+// with the runtime it requires taken from the work tree: what an
+// application that requires it resolves (the repository's go.work would
+// give the union of every module's).
 func TestGRPCModuleGraphHasNoOperatorDependencies(t *testing.T) {
-	checkModuleGraph(t, "../../runtime/grpc", operatorModules)
+	grpcDir, err := filepath.Abs("../../runtime/grpc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := filepath.Join(t.TempDir(), "go.work")
+	body := "go 1.26.0\n\nuse " + grpcDir + "\n\nreplace github.com/retryguard/retryguard/runtime => " + filepath.Dir(grpcDir) + "\n"
+	if err := os.WriteFile(work, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	checkModuleGraph(t, grpcDir, work, operatorModules)
 }
 
-func checkModuleGraph(t *testing.T, dir string, forbidden []string) {
+// checkModuleGraph lists the module graph of dir under the workspace
+// setting gowork (GOWORK's value) and fails on any forbidden module.
+func checkModuleGraph(t *testing.T, dir, gowork string, forbidden []string) {
 	t.Helper()
 	cmd := exec.Command("go", "list", "-m", "all")
 	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOWORK="+gowork)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list -m all in %s: %v\n%s", dir, err, out)

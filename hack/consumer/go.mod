@@ -2,7 +2,7 @@ module github.com/retryguard/retryguard/hack/consumer
 
 go 1.26.0
 
-require github.com/retryguard/retryguard/runtime v0.0.0
+require github.com/retryguard/retryguard/runtime v0.1.0
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect

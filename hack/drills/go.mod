@@ -9,10 +9,10 @@ replace github.com/retryguard/retryguard => ../..
 
 require (
 	github.com/prometheus/client_golang v1.24.0
-	github.com/retryguard/retryguard v0.0.0-00010101000000-000000000000
-	github.com/retryguard/retryguard/runtime v0.0.0
-	github.com/retryguard/retryguard/runtime/events/kafka v0.0.0
-	github.com/retryguard/retryguard/runtime/watch/informer v0.0.0-00010101000000-000000000000
+	github.com/retryguard/retryguard v0.1.0
+	github.com/retryguard/retryguard/runtime v0.1.0
+	github.com/retryguard/retryguard/runtime/events/kafka v0.1.0
+	github.com/retryguard/retryguard/runtime/watch/informer v0.1.0
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	gonum.org/v1/plot v0.17.0

@@ -50,7 +50,9 @@ work=$(mktemp -d "$cache_root/.node-build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
 cd "$here/envtest"
-export GOFLAGS="-mod=readonly -buildvcs=false" CGO_ENABLED=0
+# GOWORK=off: the binaries are pinned by hack/envtest/go.mod alone, not by the
+# union of the workspace's modules (go.work).
+export GOWORK=off GOFLAGS="-mod=readonly -buildvcs=false" CGO_ENABLED=0
 ldflags="-s -w -X k8s.io/component-base/version.gitVersion=v${K8S_VERSION}"
 ldflags+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${K8S_MINOR}"
 

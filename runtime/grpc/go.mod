@@ -3,7 +3,7 @@ module github.com/retryguard/retryguard/runtime/grpc
 go 1.26.0
 
 require (
-	github.com/retryguard/retryguard/runtime v0.0.0
+	github.com/retryguard/retryguard/runtime v0.1.0
 	google.golang.org/grpc v1.82.1
 )
 
@@ -22,5 +22,3 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260414002931-afd174a4e478 // indirect
 	google.golang.org/protobuf v1.36.11 // indirect
 )
-
-replace github.com/retryguard/retryguard/runtime => ../

@@ -14,10 +14,10 @@ replace (
 require (
 	github.com/onsi/ginkgo/v2 v2.34.0
 	github.com/onsi/gomega v1.44.0
-	github.com/retryguard/retryguard v0.0.0
+	github.com/retryguard/retryguard v0.1.0
 	github.com/retryguard/retryguard/hack/e2e v0.0.0
-	github.com/retryguard/retryguard/runtime v0.0.0
-	github.com/retryguard/retryguard/runtime/watch/informer v0.0.0-00010101000000-000000000000
+	github.com/retryguard/retryguard/runtime v0.1.0
+	github.com/retryguard/retryguard/runtime/watch/informer v0.1.0
 	golang.org/x/sync v0.23.0
 	helm.sh/helm/v3 v3.22.0
 	k8s.io/api v0.37.2

@@ -3,7 +3,7 @@ module github.com/retryguard/retryguard/runtime/events/kafka
 go 1.26.0
 
 require (
-	github.com/retryguard/retryguard/runtime v0.0.0
+	github.com/retryguard/retryguard/runtime v0.1.0
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1
@@ -23,5 +23,3 @@ require (
 	golang.org/x/sys v0.47.0 // indirect
 	google.golang.org/protobuf v1.36.11 // indirect
 )
-
-replace github.com/retryguard/retryguard/runtime => ../..
