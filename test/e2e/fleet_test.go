@@ -292,9 +292,13 @@ func fleetBudgetSpec(ctx context.Context, vendorSvc *corev1.Service) {
 	overPartitions := float64(fleetAllowance) * fleetReplicas / fleetPartitions
 	Expect(fleet.mean()).To(BeNumerically(">", overPartitions+1), "shared by %d pods: %s", fleetReplicas, fleet)
 	// Under the same load, per-pod budgets let the fleet exceed the
-	// allowance: the bound above is the fleet budget's doing.
-	Expect(perPod.max()).To(BeNumerically(">", fleetAllowance+1), "per pod: %s", perPod)
-	Expect(perPod.mean()).To(BeNumerically(">", 2*fleetAllowance), "per pod: %s", perPod)
+	// allowance: the bound above is the fleet budget's doing. Each pod's
+	// floor grants its whole allowance only while its window holds fewer
+	// primaries than its start credit (docs/runtime.md, the floor); past
+	// them its 10% ratio rules, so the excess is in the first seconds and
+	// the mean over the run stays above the fleet's bound.
+	Expect(perPod.max()).To(BeNumerically(">", 2*fleetAllowance), "per pod: %s", perPod)
+	Expect(perPod.mean()).To(BeNumerically(">", fleetAllowance+1), "per pod: %s", perPod)
 }
 
 // lateJoinerSpec: a pod that starts while the controller is stopped is named
