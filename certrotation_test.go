@@ -120,9 +120,25 @@ func expectRefusedByWebhook(ctx context.Context, t *testing.T, c client.Client, 
 	if err := c.Create(ctx, parent); err != nil {
 		t.Fatalf("the webhook refused a valid policy: %v", err)
 	}
-	err := c.Create(ctx, fixtures.Policy("default", "connector-"+suffix, "connector", 3, fixtures.Parent(parent.Name)))
-	if err == nil || !strings.Contains(err.Error(), string(codes.LayerAmplification)) {
-		t.Fatalf("want a refusal with %s from the webhook, got %v", codes.LayerAmplification, err)
+	// The webhook judges the chain from its informer cache, which sees the
+	// parent a moment after the API server stored it: until then the child
+	// is admitted (its parent unknown, the controller holds it NoRetry).
+	// Such an admission is undone and tried again; what must come, and
+	// within the deadline, is the webhook's refusal.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		child := fixtures.Policy("default", "connector-"+suffix, "connector", 3, fixtures.Parent(parent.Name))
+		err := c.Create(ctx, child)
+		if err != nil && strings.Contains(err.Error(), string(codes.LayerAmplification)) {
+			return
+		}
+		if err != nil || time.Now().After(deadline) {
+			t.Fatalf("want a refusal with %s from the webhook, got %v", codes.LayerAmplification, err)
+		}
+		if err := c.Delete(ctx, child); err != nil {
+			t.Fatalf("deleting a child admitted before the webhook's cache saw its parent: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
