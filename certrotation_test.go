@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/runtime/codes"
 )
 
@@ -53,7 +53,7 @@ func TestManagerRotatesItsOwnCertificate(t *testing.T) {
 	}
 	// The manager runs as its ServiceAccount with config/rbac's rules and
 	// config/components/cert-rotation's.
-	saKubeconfig := asServiceAccount(ctx, t, c, kubeconfig, ns, devenv.Path("config", "components", "cert-rotation", "rbac.yaml"))
+	saKubeconfig := asServiceAccount(ctx, t, c, kubeconfig, ns, testenv.Path("config", "components", "cert-rotation", "rbac.yaml"))
 	certDir := t.TempDir()
 	go mountSecret(ctx, c, client.ObjectKeyFromObject(secret), certDir)
 
@@ -146,7 +146,7 @@ func expectRefusedByWebhook(ctx context.Context, t *testing.T, c client.Client, 
 // `make manifests` generates it, pointed at url.
 func webhookConfigurationByURL(t *testing.T, url string) *admissionv1.ValidatingWebhookConfiguration {
 	var vwc admissionv1.ValidatingWebhookConfiguration
-	raw, err := os.ReadFile(devenv.Path("config", "webhook", "manifests.yaml"))
+	raw, err := os.ReadFile(testenv.Path("config", "webhook", "manifests.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

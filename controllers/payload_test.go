@@ -12,7 +12,7 @@ import (
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/controllers"
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
@@ -68,13 +68,13 @@ func specOf(p *policyconfig.Policy) v1.RetryPolicySpec {
 func TestEverySampleRoundTrips(t *testing.T) {
 	budgets := map[string]*v1.RetryBudget{}
 	for _, f := range []string{"policy_v1alpha1_retrybudget.yaml", "policy_v1alpha1_retrybudget_marketing.yaml"} {
-		b := devenv.Sample[v1.RetryBudget](t, f)
+		b := testenv.Sample[v1.RetryBudget](t, f)
 		b.Generation = 4
 		budgets[b.Name] = b
 	}
 	for _, f := range []string{"policy_v1alpha1_retrypolicy.yaml", "policy_v1alpha1_retrypolicy_marketing.yaml"} {
 		t.Run(f, func(t *testing.T) {
-			p := devenv.Sample[v1.RetryPolicy](t, f)
+			p := testenv.Sample[v1.RetryPolicy](t, f)
 			p.Namespace, p.Generation = "auth", 2
 			budget := budgets[p.Spec.BudgetRef.Name]
 			raw, err := policyconfig.Marshal(controllers.BuildPayload(p, budget, 3, policyconfig.Enforcement{Mode: policyconfig.Enforced}))
@@ -113,7 +113,7 @@ func TestEverySampleRoundTrips(t *testing.T) {
 // rather than one that Parse refuses, so the pods do not keep an older,
 // Enforced payload.
 func TestNoRetryPayloadDropsATemplateThatCannotRender(t *testing.T) {
-	p := devenv.Sample[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
+	p := testenv.Sample[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
 	p.Namespace, p.Generation = "auth", 2
 	p.Spec.Idempotency.KeyTemplate = ptr.To("SMS-{user_id")
 	noRetry := policyconfig.Enforcement{Mode: policyconfig.NoRetry, Reason: v1.ReasonInvalidSpec, Message: "bad template"}
@@ -134,9 +134,9 @@ func TestNoRetryPayloadDropsATemplateThatCannotRender(t *testing.T) {
 // A fleet budget's allowance always reaches the pods; its consumer count
 // only when the budget selects consumers and the controller counted them.
 func TestFleetBudgetPayload(t *testing.T) {
-	p := devenv.Sample[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
+	p := testenv.Sample[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
 	p.Namespace, p.Generation = "auth", 2
-	budget := devenv.Sample[v1.RetryBudget](t, "policy_v1alpha1_retrybudget.yaml")
+	budget := testenv.Sample[v1.RetryBudget](t, "policy_v1alpha1_retrybudget.yaml")
 	enforced := policyconfig.Enforcement{Mode: policyconfig.Enforced}
 	counted := policyconfig.Consumers{Count: 7, ObservedAt: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
 	publish := func(b *v1.RetryBudget, opts ...controllers.PayloadOption) *policyconfig.Budget {
@@ -182,7 +182,7 @@ func TestFleetBudgetPayload(t *testing.T) {
 // floor above it, is published as written and refused by the pods, as
 // admission would have refused it.
 func TestFleetBudgetOutOfRangeIsRefusedByThePods(t *testing.T) {
-	p := devenv.Sample[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
+	p := testenv.Sample[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
 	p.Namespace, p.Generation = "auth", 2
 	for name, edit := range map[string]func(*v1.RetryBudgetSpec){
 		"a negative allowance":       func(s *v1.RetryBudgetSpec) { s.MaxRetriesPerSecond = ptr.To[int32](-1) },
@@ -192,7 +192,7 @@ func TestFleetBudgetOutOfRangeIsRefusedByThePods(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			budget := devenv.Sample[v1.RetryBudget](t, "policy_v1alpha1_retrybudget.yaml")
+			budget := testenv.Sample[v1.RetryBudget](t, "policy_v1alpha1_retrybudget.yaml")
 			edit(&budget.Spec)
 			if len(v1.ValidateRetryBudgetSpec(&budget.Spec, field.NewPath("spec"))) == 0 {
 				t.Fatal("admission accepts it")

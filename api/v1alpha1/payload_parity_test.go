@@ -11,7 +11,7 @@ import (
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/controllers"
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
@@ -43,7 +43,7 @@ func onlyUnpublished(want []string) bool {
 // with encoding/json, not Marshal, so that nothing but Parse judges it.
 func TestParseIsAsStrictAsAdmission(t *testing.T) {
 	enforced := policyconfig.Enforcement{Mode: policyconfig.Enforced}
-	sampleBudget := devenv.Sample[v1.RetryBudget](t, "policy_v1alpha1_retrybudget.yaml")
+	sampleBudget := testenv.Sample[v1.RetryBudget](t, "policy_v1alpha1_retrybudget.yaml")
 	for _, tc := range policyCases {
 		t.Run("policy/"+tc.Name, func(t *testing.T) {
 			p := policyFor(t, tc)
@@ -70,7 +70,7 @@ func TestParseIsAsStrictAsAdmission(t *testing.T) {
 			expectParse(t, payload, len(tc.Want) == 0, v1.ValidateRetryPolicySpec(&p.Spec, field.NewPath("spec")))
 		})
 	}
-	samplePolicy := devenv.Sample[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
+	samplePolicy := testenv.Sample[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
 	samplePolicy.Namespace, samplePolicy.Generation = "auth", 1
 	for _, tc := range budgetCases {
 		t.Run("budget/"+tc.Name, func(t *testing.T) {

@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/retryguard/retryguard/api/policygraph"
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/webhooks"
 )
 
@@ -39,8 +39,8 @@ func run() error {
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
-	kubeconfig := devenv.Path("bin", "dev", "kubeconfig")
-	cluster, err := devenv.Up(context.Background(), kubeconfig, limits)
+	kubeconfig := testenv.Path("bin", "dev", "kubeconfig")
+	cluster, err := testenv.Up(context.Background(), kubeconfig, limits)
 	if err != nil {
 		return err
 	}
@@ -48,9 +48,9 @@ func run() error {
 	signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
 
 	fmt.Printf("API server: %s (the manager and its webhooks run in this process)\n", cluster.Config.Host)
-	fmt.Printf("Controllers: kube-controller-manager's %s (log: %s)\n", devenv.ControllerManagerControllers, cluster.ControllerManager.LogPath)
+	fmt.Printf("Controllers: kube-controller-manager's %s (log: %s)\n", testenv.ControllerManagerControllers, cluster.ControllerManager.LogPath)
 	fmt.Printf("Try:        kubectl --kubeconfig %s apply -k config/samples\n", "bin/dev/kubeconfig")
-	fmt.Printf("Then:       kubectl --kubeconfig %s delete rp sms-2fa-dispatch   # its ConfigMap goes within %s\n", "bin/dev/kubeconfig", devenv.CollectionDeadline)
+	fmt.Printf("Then:       kubectl --kubeconfig %s delete rp sms-2fa-dispatch   # its ConfigMap goes within %s\n", "bin/dev/kubeconfig", testenv.CollectionDeadline)
 	fmt.Println("retryguard dev cluster ready")
 
 	<-stop
