@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
@@ -252,13 +253,20 @@ func contentHash(data string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// labelValue keeps a policy name usable as a label value (63 characters).
+// labelHashLength is how many hex digits of a name's SHA-256 stand for the
+// part of a long name that a label value cannot hold.
+const labelHashLength = 12
+
+// labelValue keeps a policy name usable as a label value
+// (validation.LabelValueMaxLength characters): a longer name keeps its head
+// and ends in a hash of the whole, so that two long names stay apart.
 func labelValue(name string) string {
-	if len(name) <= 63 {
+	if len(name) <= validation.LabelValueMaxLength {
 		return name
 	}
 	sum := sha256.Sum256([]byte(name))
-	return name[:50] + "-" + hex.EncodeToString(sum[:])[:12]
+	head := validation.LabelValueMaxLength - len("-") - labelHashLength
+	return name[:head] + "-" + hex.EncodeToString(sum[:])[:labelHashLength]
 }
 
 func isSubset(want, have map[string]string) bool {
