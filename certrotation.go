@@ -41,10 +41,30 @@ type certRotation struct {
 func (r *certRotation) bindFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&r.Enabled, "cert-rotation", false,
 		"Issue and rotate the webhook serving certificate in-process and inject its CA into the webhook configuration (for clusters without cert-manager).")
-	fs.StringVar(&r.Namespace, "namespace", os.Getenv(podNamespaceEnv), "Namespace of the manager, its certificate Secret and webhook Service (default $"+podNamespaceEnv+").")
-	fs.StringVar(&r.Secret, "cert-secret", DefaultCertSecret, "Secret, in --namespace, that holds the rotated CA and serving certificate and is mounted at --webhook-cert-dir.")
-	fs.StringVar(&r.Service, "webhook-service", DefaultWebhookService, "Service in front of the webhooks; the certificate is issued for <service>.<namespace>.svc.")
-	fs.StringVar(&r.WebhookConfiguration, "webhook-configuration", DefaultWebhookConfiguration, "ValidatingWebhookConfiguration whose caBundle the rotator fills in.")
+	fs.StringVar(
+		&r.Namespace,
+		"namespace",
+		os.Getenv(podNamespaceEnv),
+		"Namespace of the manager, its certificate Secret and webhook Service (default $"+podNamespaceEnv+").",
+	)
+	fs.StringVar(
+		&r.Secret,
+		"cert-secret",
+		DefaultCertSecret,
+		"Secret, in --namespace, that holds the rotated CA and serving certificate and is mounted at --webhook-cert-dir.",
+	)
+	fs.StringVar(
+		&r.Service,
+		"webhook-service",
+		DefaultWebhookService,
+		"Service in front of the webhooks; the certificate is issued for <service>.<namespace>.svc.",
+	)
+	fs.StringVar(
+		&r.WebhookConfiguration,
+		"webhook-configuration",
+		DefaultWebhookConfiguration,
+		"ValidatingWebhookConfiguration whose caBundle the rotator fills in.",
+	)
 	fs.StringVar(&r.ExtraDNSNames, "webhook-cert-dns-names", "", "Comma-separated further DNS names for the serving certificate.")
 }
 

@@ -82,8 +82,13 @@ func run(ctx context.Context, args []string) error {
 	fs.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles at a time.")
 	fs.StringVar(&certDir, "webhook-cert-dir", DefaultWebhookCertDir, "Directory with the webhook serving tls.crt and tls.key; reloaded when they change.")
 	fs.IntVar(&webhookPort, "webhook-port", DefaultWebhookPort, "Port the admission webhooks listen on.")
-	fs.StringVar(&clientCAName, "webhook-client-ca-name", "",
-		"File in --webhook-cert-dir with the CA of the API server's webhook client certificate; when set, only callers presenting a certificate it signed are answered.")
+	fs.StringVar(
+		&clientCAName,
+		"webhook-client-ca-name",
+		"",
+		"File in --webhook-cert-dir with the CA of the API server's webhook client certificate; when set, only callers presenting a certificate it signed "+
+			"are answered.",
+	)
 	fs.BoolVar(&enableWebhooks, "enable-webhooks", true, "Serve the validating admission webhooks.")
 	fs.IntVar(&concurrency, "max-concurrent-reconciles", 4, "RetryPolicy reconciles run at once.")
 	fs.DurationVar(&resync, "resync-period", controllers.DefaultResyncPeriod,

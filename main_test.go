@@ -252,7 +252,11 @@ func loadYAMLBytes(t *testing.T, raw []byte, into any) {
 
 func negotiatedProtocol(t *testing.T, addr string) string {
 	t.Helper()
-	conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2", "http/1.1"}}) //nolint:gosec // only the protocol is under test
+	conn, err := tls.Dial(
+		"tcp",
+		addr,
+		&tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2", "http/1.1"}},
+	) //nolint:gosec // only the protocol is under test
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +284,10 @@ func get(url, token string) (int, string) {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	// The metrics server's certificate is self-signed unless one is mounted.
-	insecure := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // see above
+	insecure := &http.Client{
+		Timeout:   5 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}},
+	} //nolint:gosec // see above
 	res, err := insecure.Do(req)
 	if err != nil {
 		return 0, ""

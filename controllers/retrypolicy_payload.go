@@ -28,7 +28,13 @@ func WithConsumers(c policyconfig.Consumers) PayloadOption {
 // when absent) and the controller's verdict into the published payload.
 // A budget with consumers but no WithConsumers count is published without
 // one, so that its pods take the conservative share.
-func BuildPayload(p *v1.RetryPolicy, budget *v1.RetryBudget, leafAttempts int64, enforcement policyconfig.Enforcement, opts ...PayloadOption) *policyconfig.Payload {
+func BuildPayload(
+	p *v1.RetryPolicy,
+	budget *v1.RetryBudget,
+	leafAttempts int64,
+	enforcement policyconfig.Enforcement,
+	opts ...PayloadOption,
+) *policyconfig.Payload {
 	s := p.Spec.WithDefaults()
 	dur := func(d interface{ Nanoseconds() int64 }) policyconfig.Duration {
 		return policyconfig.Duration(d.Nanoseconds())

@@ -155,8 +155,9 @@ func TestValidateRetryPolicy(t *testing.T) {
 			},
 			incoming: polIn("payments", "connector", "connector", 3, parentIn("checkout", "job")),
 			want:     []string{"spec.maxAttempts ERR_LAYER_AMPLIFICATION"},
-			message:  "gateway/workflow(3) × checkout/job(3) × payments/connector(3) = 27 > 3: attempts multiply across layers (gateway/workflow → checkout/job → payments/connector)",
-			leaf:     27,
+			message: "gateway/workflow(3) × checkout/job(3) × payments/connector(3) = 27 > 3: attempts multiply across layers (gateway/workflow → " +
+				"checkout/job → payments/connector)",
+			leaf: 27,
 		},
 		"a parent in another namespace counts its foreign child on update": {
 			stored:   []v1.RetryPolicy{polIn("payments", "connector", "connector", 3, parentIn("gateway", "job"))},
@@ -488,7 +489,8 @@ func TestADescendantChainCannotMakeAnAncestorTooDeep(t *testing.T) {
 	}
 	// One layer less is admitted, and the parent stays within the depth.
 	short := append([]v1.RetryPolicy{workflow, attach}, stored[2:len(stored)-1]...)
-	if v, err := policygraph.ValidateRetryPolicy(ctx, policygraph.NewStaticLookup(short...), &attach, policygraph.DefaultLimits(), nil); err != nil || len(v.Errors) > 0 {
+	if v, err := policygraph.ValidateRetryPolicy(ctx, policygraph.NewStaticLookup(short...), &attach, policygraph.DefaultLimits(), nil); err != nil ||
+		len(v.Errors) > 0 {
 		t.Fatalf("a chain of %d layers: %v %v", policygraph.MaxDepth, err, v.Errors)
 	}
 	if v, err := policygraph.ValidateRetryPolicy(ctx, policygraph.NewStaticLookup(short...), &workflow, policygraph.DefaultLimits(), nil); err != nil ||

@@ -121,7 +121,8 @@ func runAsServiceAccount(t *testing.T, ns, sa string, rbac []object) {
 	}
 	for _, name := range []string{"job", "connector"} {
 		var p v1.RetryPolicy
-		if err := admin.Get(ctx, client.ObjectKey{Namespace: app, Name: name}, &p); err != nil || !meta.IsStatusConditionTrue(p.Status.Conditions, v1.ConditionReady) {
+		if err := admin.Get(ctx, client.ObjectKey{Namespace: app, Name: name}, &p); err != nil ||
+			!meta.IsStatusConditionTrue(p.Status.Conditions, v1.ConditionReady) {
 			t.Fatalf("policy %s not Ready: %v %v", name, err, p.Status.Conditions)
 		}
 	}
@@ -253,7 +254,10 @@ func scrape(addr, token string) int {
 	req, _ := http.NewRequest(http.MethodGet, "https://"+addr+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer "+token)
 	// The metrics server's certificate is self-signed.
-	insecure := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // see above
+	insecure := &http.Client{
+		Timeout:   5 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}},
+	} //nolint:gosec // see above
 	res, err := insecure.Do(req)
 	if err != nil {
 		return 0

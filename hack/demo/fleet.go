@@ -58,7 +58,9 @@ func (s *story) fleet(ctx context.Context, tmp string) error {
 		return err
 	}
 	for _, replicas := range []int{2, 20} {
-		s.note(fmt.Sprintf("The SMS gateway runs %d pods (no kubelet here: they stay Pending, and they count, since a pod may retry from the moment it starts):", replicas))
+		s.note(
+			fmt.Sprintf("The SMS gateway runs %d pods (no kubelet here: they stay Pending, and they count, since a pod may retry from the moment it starts):", replicas),
+		)
 		pods := filepath.Join(tmp, fmt.Sprintf("sms-gateway-%d.yaml", replicas))
 		if err := os.WriteFile(pods, []byte(smsGatewayPods(replicas)), 0o644); err != nil {
 			return err

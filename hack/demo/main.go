@@ -89,7 +89,8 @@ func run(w io.Writer) error {
 	s.chapter("2. The API server filled in every default",
 		"The marketing policy did not say how long to wait for a Retry-After or what to retry on:")
 	if err := s.kubectl("get", "rp", "marketing-campaign-notify", "-o",
-		`jsonpath={"backoff: "}{.spec.backoff}{"\nminRemaining: "}{.spec.minRemaining}{"\nretryAfter: "}{.spec.retryAfter}{"\nretryOn: "}{.spec.retryOn}{"\n"}`); err != nil {
+		`jsonpath={"backoff: "}{.spec.backoff}{"\nminRemaining: "}{.spec.minRemaining}{"\nretryAfter: "}{.spec.retryAfter}{"\nretryOn: "}{.spec.retryOn}`+
+			`{"\n"}`); err != nil {
 		return err
 	}
 
@@ -171,7 +172,14 @@ func run(w io.Writer) error {
 	if err := s.cleanup(ctx); err != nil {
 		return err
 	}
-	s.chapter("The end", fmt.Sprintf("%d unsafe objects refused; the %d policies stored were the safe ones, pods enforced them, and deleting cleaned up after them.", s.refused, len(stored)))
+	s.chapter(
+		"The end",
+		fmt.Sprintf(
+			"%d unsafe objects refused; the %d policies stored were the safe ones, pods enforced them, and deleting cleaned up after them.",
+			s.refused,
+			len(stored),
+		),
+	)
 	return nil
 }
 

@@ -50,7 +50,11 @@ func run() error {
 	fmt.Printf("API server: %s (the manager and its webhooks run in this process)\n", cluster.Config.Host)
 	fmt.Printf("Controllers: kube-controller-manager's %s (log: %s)\n", testenv.ControllerManagerControllers, cluster.ControllerManager.LogPath)
 	fmt.Printf("Try:        kubectl --kubeconfig %s apply -k config/samples\n", "bin/dev/kubeconfig")
-	fmt.Printf("Then:       kubectl --kubeconfig %s delete rp sms-2fa-dispatch   # its ConfigMap goes within %s\n", "bin/dev/kubeconfig", testenv.CollectionDeadline)
+	fmt.Printf(
+		"Then:       kubectl --kubeconfig %s delete rp sms-2fa-dispatch   # its ConfigMap goes within %s\n",
+		"bin/dev/kubeconfig",
+		testenv.CollectionDeadline,
+	)
 	fmt.Println("retryguard dev cluster ready")
 
 	<-stop

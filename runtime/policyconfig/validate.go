@@ -168,7 +168,12 @@ func validateDeadlines(pol *Policy) error {
 	case retries && pol.MinRemaining >= pol.Deadline:
 		return bad("policy.minRemaining", "%s is not below deadline %s, so no retry could ever start", pol.MinRemaining.D(), pol.Deadline.D())
 	case retries && pol.RetryAfterMax >= pol.Deadline:
-		return bad("policy.retryAfterMaxDelay", "%s is not below deadline %s, so an honoured Retry-After would outlive the operation", pol.RetryAfterMax.D(), pol.Deadline.D())
+		return bad(
+			"policy.retryAfterMaxDelay",
+			"%s is not below deadline %s, so an honoured Retry-After would outlive the operation",
+			pol.RetryAfterMax.D(),
+			pol.Deadline.D(),
+		)
 	case pol.PerAttemptTimeout > pol.Deadline:
 		return bad("policy.perAttemptTimeout", "%s exceeds deadline %s", pol.PerAttemptTimeout.D(), pol.Deadline.D())
 	}
@@ -239,7 +244,12 @@ func validateFallback(pol *Policy) error {
 		case slices.ContainsFunc(pol.Fallback[:i], func(g FallbackChannel) bool { return g.Name == f.Name }):
 			return bad(at+".name", "%q is listed twice", f.Name)
 		case len(f.Endpoint) > limits.MaxFallbackEndpointLength || !httprules.IsSecureEndpoint(f.Endpoint):
-			return bad(at+".endpoint", "%q is not an https URL of at most %d bytes; secrets must not leave on an unencrypted channel", f.Endpoint, limits.MaxFallbackEndpointLength)
+			return bad(
+				at+".endpoint",
+				"%q is not an https URL of at most %d bytes; secrets must not leave on an unencrypted channel",
+				f.Endpoint,
+				limits.MaxFallbackEndpointLength,
+			)
 		case !f.Verified:
 			return bad(at+".verified", "an unverified channel must not receive operations")
 		}

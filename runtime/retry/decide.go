@@ -157,7 +157,12 @@ func Decide(in DecisionInput) Decision {
 	case in.Attempt >= in.MaxAttempts:
 		d = stop(end, codes.RetryLimitExceeded, fmt.Sprintf("all %d attempts failed", in.MaxAttempts)+earlier(in), deniedExhausted)
 	case ev.RetryAfter > in.RetryAfterMax:
-		d = stop(end, codes.RetryAfterTooLong, fmt.Sprintf("Retry-After %s is beyond retryAfter.maxDelay %s", ev.RetryAfter, in.RetryAfterMax)+earlier(in), deniedRetryAfter)
+		d = stop(
+			end,
+			codes.RetryAfterTooLong,
+			fmt.Sprintf("Retry-After %s is beyond retryAfter.maxDelay %s", ev.RetryAfter, in.RetryAfterMax)+earlier(in),
+			deniedRetryAfter,
+		)
 	case !backoff.CanStart(in.Remaining-sleep, in.AttemptCost, in.MinRemaining):
 		d = stop(end, codes.DeadlineExceeded, fmt.Sprintf("%s left cannot hold a %s wait and a %s attempt and keep the %s reserve",
 			in.Remaining.Round(time.Millisecond), sleep, in.AttemptCost, in.MinRemaining)+earlier(in), deniedDeadline)

@@ -397,7 +397,11 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 		if serr := e.clock.Sleep(ctx, d.Sleep); serr != nil {
 			c.metrics.denied(deniedCancelled)
 			c.metrics.finished(n)
-			return r.finish(ctx, stop(end, codes.DeadlineExceeded, "the caller's context ended during the backoff: "+serr.Error(), deniedCancelled), errors.Join(err, serr))
+			return r.finish(
+				ctx,
+				stop(end, codes.DeadlineExceeded, "the caller's context ended during the backoff: "+serr.Error(), deniedCancelled),
+				errors.Join(err, serr),
+			)
 		}
 		now = e.clock.Now()
 		if left := r.remaining(ctx, now); !backoff.CanStart(left, c.cost, c.reserve) {
