@@ -12,7 +12,7 @@ import (
 	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/kube"
 	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/lint"
 	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/manifest"
-	"github.com/retryguard/retryguard/webhooks"
+	"github.com/retryguard/retryguard/internal/options"
 )
 
 // Exit codes. Lint's are its contract with CI: 1 means the API server would
@@ -127,7 +127,7 @@ func bindCluster(fs *flag.FlagSet, f *kube.ConfigFlags) {
 // bindLimits registers the platform limits with the manager's own flag
 // names and defaults.
 func bindLimits(fs *flag.FlagSet, limits *policygraph.Limits) {
-	webhooks.BindFlags(fs, limits)
+	options.BindPlatformLimits(fs, limits)
 }
 
 func runLint(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {

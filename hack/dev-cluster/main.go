@@ -21,8 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/retryguard/retryguard/api/policygraph"
+	"github.com/retryguard/retryguard/internal/options"
 	"github.com/retryguard/retryguard/internal/testenv"
-	"github.com/retryguard/retryguard/webhooks"
 )
 
 func main() {
@@ -34,7 +34,7 @@ func main() {
 
 func run() error {
 	var limits policygraph.Limits
-	webhooks.BindFlags(flag.CommandLine, &limits)
+	options.BindPlatformLimits(flag.CommandLine, &limits)
 	zapOpts := zap.Options{Development: true}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
