@@ -111,8 +111,8 @@ func (r *RetryPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	facts.HiddenLayers = hidden
 	enforcement, ready := evaluatePolicy(facts, p.Generation)
-	nameHiddenLayers(&enforcement, &ready, hidden)
 	leaf := facts.Verdict.Analysis.LeafAttempts()
 	consumers, renewIn, err := r.consumerCount(ctx, &p, budget)
 	if err != nil {
