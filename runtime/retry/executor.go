@@ -327,12 +327,20 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 	r.m.state = Submitted
 	r.emit("", Submitted, 0, "")
 	var prevDelay time.Duration
-	for n := 1; ; n++ {
+	// A call that does not succeed leaves the loop with the decision that
+	// ended it, the error to return and the attempts made, for the one exit
+	// below.
+	var (
+		d   Decision
+		err error
+		n   int
+	)
+	for n = 1; ; n++ {
 		r.to(Attempting, n, "")
 		if n == 1 && c.budget != nil {
 			c.budget.PrimaryAt(now)
 		}
-		err := r.attempt(ctx, op, Attempt{Number: n, Policy: c.name, Key: r.key, Header: c.header}, now)
+		err = r.attempt(ctx, op, Attempt{Number: n, Policy: c.name, Key: r.key, Header: c.header}, now)
 		if err == nil {
 			if n == 1 && c.budget != nil {
 				c.budget.Success() // only a primary success deposits
@@ -362,7 +370,7 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 		if c.notEnforced == "" && ev.Class != Permanent {
 			in.Wait = c.strategy.Delay(n, prevDelay)
 		}
-		d := Decide(in)
+		d = Decide(in)
 		if d.AskBudget && r.call != nil {
 			if in.Unrepeatable = r.call.prepare(); in.Unrepeatable != "" {
 				d = Decide(in) // no token for an attempt that cannot be sent
@@ -382,9 +390,7 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 		}
 		r.records = append(r.records, rec)
 		if !d.Retry() {
-			c.metrics.denied(d.Reason)
-			c.metrics.finished(n)
-			return r.finish(ctx, d, err)
+			break
 		}
 		if r.call != nil {
 			r.call.discard() // at once, not when the next attempt starts
@@ -395,25 +401,24 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 			end = UnknownOutcome
 		}
 		if serr := e.clock.Sleep(ctx, d.Sleep); serr != nil {
-			c.metrics.denied(deniedCancelled)
-			c.metrics.finished(n)
-			return r.finish(
-				ctx,
-				stop(end, codes.DeadlineExceeded, "the caller's context ended during the backoff: "+serr.Error(), deniedCancelled),
-				errors.Join(err, serr),
-			)
+			d, err = stop(end, codes.DeadlineExceeded, "the caller's context ended during the backoff: "+serr.Error(), deniedCancelled), errors.Join(err, serr)
+			break
 		}
 		now = e.clock.Now()
 		if left := r.remaining(ctx, now); !backoff.CanStart(left, c.cost, c.reserve) {
 			// The wait overran what Decide foresaw: the rule holds when the
 			// attempt would start, not only when the wait was chosen.
-			c.metrics.denied(deniedDeadlineAtStart)
-			c.metrics.finished(n)
-			return r.finish(ctx, stop(end, codes.DeadlineExceeded, fmt.Sprintf("%s left when the backoff ended, below the %s reserve or short of a %s attempt",
-				left.Round(time.Millisecond), c.reserve, c.cost), deniedDeadlineAtStart), err)
+			d = stop(end, codes.DeadlineExceeded, fmt.Sprintf("%s left when the backoff ended, below the %s reserve or short of a %s attempt",
+				left.Round(time.Millisecond), c.reserve, c.cost), deniedDeadlineAtStart)
+			break
 		}
 		prevDelay = d.Sleep
 	}
+	// The one way out of a call that did not succeed: the refusal counted by
+	// its reason, the attempts made, and the terminal state finish records.
+	c.metrics.denied(d.Reason)
+	c.metrics.finished(n)
+	return r.finish(ctx, d, err)
 }
 
 // attempt runs one attempt, bounded by perAttemptTimeout and the
