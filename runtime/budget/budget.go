@@ -105,8 +105,8 @@ func (c Config) figures() Config {
 	return c
 }
 
-// ZeroShare is the Denominator of a pod whose share is zero.
-const ZeroShare = 0
+// zeroShare is the Denominator of a pod whose share is zero.
+const zeroShare = 0
 
 // Denominator returns D, the number of pods the budget's absolute figures
 // (maxRetriesPerSecond, maxTokens, minRetriesPerSecond) are divided over,
@@ -139,17 +139,17 @@ func Denominator(c Config, now time.Time) int64 {
 	}
 	n := int64(c.Consumers.N)
 	if !c.Consumers.Included || n < 1 {
-		return ZeroShare
+		return zeroShare
 	}
 	if age := now.Sub(c.Consumers.ObservedAt); age > policyconfig.ConsumerCountStaleAfter || age < -policyconfig.ConsumerCountClockSkew {
-		return ZeroShare
+		return zeroShare
 	}
 	return n
 }
 
 // grows says a share over d pods is larger than one over cur pods.
 func grows(d, cur int64) bool {
-	return d != ZeroShare && (cur == ZeroShare || d < cur)
+	return d != zeroShare && (cur == zeroShare || d < cur)
 }
 
 // Denial says why a retry was refused.
@@ -203,8 +203,8 @@ func paramsOf(c Config, d int64) *params {
 	percent := int64(max(c.RetryPercent, 1))
 	p := &params{config: c, share: d, deposit: int64(c.RetryPercent) * scale / 100, percent: int64(c.RetryPercent),
 		width: int64(window) / bucketsPerWindow, limited: c.LimitRetriesPerSecond}
-	if d <= ZeroShare {
-		p.share = ZeroShare
+	if d <= zeroShare {
+		p.share = zeroShare
 		return p
 	}
 	tokens := int64(max(c.MaxTokens, 1)) / d
@@ -222,10 +222,10 @@ func paramsOf(c Config, d int64) *params {
 // divides them: over Partitions.
 func partitioned(c Config) *params { return paramsOf(c, int64(max(c.Partitions, 1))) }
 
-// Credit is the start credit of a budget without a consumer count: the
+// credit is the start credit of a budget without a consumer count: the
 // primaries that let the ratio allow its full bucket (this pod's share of
 // maxTokens, rounded down) of retries, ceil(tokens·100/retryPercent).
-func Credit(c Config) int64 { return partitioned(c).credit }
+func credit(c Config) int64 { return partitioned(c).credit }
 
 // Share is one pod's share of a budget's absolute figures.
 type Share struct {
@@ -317,7 +317,7 @@ func New(c Config, clk clock.Clock, opts ...Option) *Budget {
 // reset makes b a new budget of c: no tokens, no window, no share until
 // offer gives it one. The caller holds mu, or owns b alone.
 func (b *Budget) reset(c Config, now time.Time) {
-	b.params.Store(paramsOf(c, ZeroShare))
+	b.params.Store(paramsOf(c, zeroShare))
 	b.tokens.Store(0)
 	b.high.Store(0)
 	for i := range b.primaries {
@@ -333,7 +333,7 @@ func (b *Budget) reset(c Config, now time.Time) {
 // fill gives a budget its full bucket and start credit the first time its
 // share is non-zero. The caller holds mu, or owns b alone.
 func (b *Budget) fill(p *params, now time.Time) {
-	if b.filled || p.share == ZeroShare {
+	if b.filled || p.share == zeroShare {
 		return
 	}
 	b.filled = true
@@ -354,7 +354,7 @@ func (b *Budget) Update(c Config) {
 // its payloads arrive too late to share one.
 func (b *Budget) denominator(c Config, now time.Time) int64 {
 	if b.unshared && c.Consumers.Counted {
-		return ZeroShare
+		return zeroShare
 	}
 	return Denominator(c, now)
 }
@@ -495,9 +495,9 @@ func (b *Budget) TryRetry() Denial {
 		b.second, b.secondRetries = sec, 0
 	}
 	switch {
-	case p.share == ZeroShare && b.unshared && b.config.Consumers.Counted:
+	case p.share == zeroShare && b.unshared && b.config.Consumers.Counted:
 		return SlowDelivery
-	case p.share == ZeroShare:
+	case p.share == zeroShare:
 		return NoShare
 	case p.limited && b.rate < scale:
 		return RateExceeded

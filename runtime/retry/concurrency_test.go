@@ -27,7 +27,7 @@ func (c *lifecycleChecker) Emit(ev Event) {
 	switch {
 	case !seen && ev.To != Submitted:
 		c.illegal = append(c.illegal, "started in "+string(ev.To))
-	case seen && !CanTransition(from, ev.To):
+	case seen && !canTransition(from, ev.To):
 		c.illegal = append(c.illegal, string(from)+" → "+string(ev.To))
 	case seen && ev.From != from:
 		c.illegal = append(c.illegal, "event says from "+string(ev.From)+", was "+string(from))

@@ -7,6 +7,7 @@ import (
 
 	"github.com/retryguard/retryguard/runtime/budget"
 	"github.com/retryguard/retryguard/runtime/codes"
+	"github.com/retryguard/retryguard/runtime/limits"
 	"github.com/retryguard/retryguard/runtime/retry"
 )
 
@@ -50,10 +51,10 @@ func check(t *testing.T, name string, in retry.DecisionInput, w want) {
 // Seed 000, MC-FM-01 and MC-ST-01: every failure mode of the matrix, and
 // every transition out of ATTEMPTING, routed exactly.
 func TestDecideFailureModeMatrix(t *testing.T) {
-	reset := retry.Evidence{Class: retry.Ambiguous, Transport: retry.ConnectionReset, Dispatched: true}
-	timeout := retry.Evidence{Class: retry.Ambiguous, Transport: retry.Timeout, Dispatched: true}
-	refused := retry.Evidence{Class: retry.Transient, Transport: retry.ConnectionRefused}
-	notSent := retry.Evidence{Class: retry.Transient, Transport: retry.ConnectionReset}
+	reset := retry.Evidence{Class: retry.Ambiguous, Transport: limits.ConnectionReset, Dispatched: true}
+	timeout := retry.Evidence{Class: retry.Ambiguous, Transport: limits.Timeout, Dispatched: true}
+	refused := retry.Evidence{Class: retry.Transient, Transport: limits.ConnectionRefused}
+	notSent := retry.Evidence{Class: retry.Transient, Transport: limits.ConnectionReset}
 	gateway := retry.Evidence{Class: retry.Ambiguous, Status: 504, Dispatched: true}
 	for name, tc := range map[string]struct {
 		in   func(retry.DecisionInput) retry.DecisionInput
@@ -83,7 +84,7 @@ func TestDecideFailureModeMatrix(t *testing.T) {
 			want: want{retry.TerminalExhausted, codes.PermanentFailure, false}},
 		"an unparseable header is terminal": {ev: retry.Evidence{Class: retry.Transient, Status: 503, Dispatched: true, RetryAfterUnparseable: true},
 			want: want{retry.TerminalExhausted, codes.PermanentFailure, false}},
-		"an unlisted drop after send is unknown": {ev: retry.Evidence{Class: retry.Unrecognized, Transport: retry.ConnectionReset, Dispatched: true},
+		"an unlisted drop after send is unknown": {ev: retry.Evidence{Class: retry.Unrecognized, Transport: limits.ConnectionReset, Dispatched: true},
 			want: want{retry.UnknownOutcome, codes.UnknownOutcome, false}},
 		"a drop after send without replay safety":  {ev: reset, in: unsafe, want: want{retry.UnknownOutcome, codes.UnknownOutcome, false}},
 		"a 503 without replay safety":              {ev: status(503), in: unsafe, want: want{retry.TerminalExhausted, codes.AmbiguousWithoutIdempotency, false}},
@@ -160,7 +161,7 @@ func applied(change func(retry.DecisionInput) retry.DecisionInput) func(retry.De
 // code of the rule that stopped it; only a retry (and then a success) goes on.
 func TestDecideAmbiguityIsSticky(t *testing.T) {
 	unknown := func(c codes.Code, eligible bool) want { return want{retry.UnknownOutcome, c, eligible} }
-	refused := retry.Evidence{Class: retry.Transient, Transport: retry.ConnectionRefused}
+	refused := retry.Evidence{Class: retry.Transient, Transport: limits.ConnectionRefused}
 	for name, tc := range map[string]struct {
 		in   func(retry.DecisionInput) retry.DecisionInput
 		ev   retry.Evidence

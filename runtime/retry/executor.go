@@ -79,8 +79,8 @@ type Option func(*Executor)
 // WithClock injects a clock (tests use clock.Fake).
 func WithClock(c clock.Clock) Option { return func(e *Executor) { e.clock = c } }
 
-// WithRand injects the random source of the backoff draws.
-func WithRand(r backoff.Rand) Option { return func(e *Executor) { e.rand = r } }
+// withRand injects the random source of the backoff draws.
+func withRand(r backoff.Rand) Option { return func(e *Executor) { e.rand = r } }
 
 // WithEventSink sends lifecycle events to s.
 func WithEventSink(s EventSink) Option { return func(e *Executor) { e.events = s } }
@@ -234,10 +234,6 @@ func (c *compiled) retryOnError(name string) bool {
 	return c.payload != nil && slices.Contains(c.payload.Policy.RetryOnErrors, name)
 }
 
-// ErrRetryLimitExceeded matches, with errors.Is, every operation that
-// ended because its attempts were spent (RETRY-SMS-001 ADV-IR-01).
-var ErrRetryLimitExceeded = Sentinel(codes.RetryLimitExceeded)
-
 // Do runs op as one logical operation under the named policy. It returns nil
 // once an attempt succeeds, or an *Error saying why it stopped. The key is
 // rendered once from vars; a missing variable, or a key that is too long or
@@ -331,7 +327,7 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 	// ended it, the error to return and the attempts made, for the one exit
 	// below.
 	var (
-		d   Decision
+		d   decision
 		err error
 		n   int
 	)
@@ -348,7 +344,7 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 			if n == 1 {
 				c.metrics.succeededFirst()
 			} else {
-				c.metrics.attempt(Success)
+				c.metrics.attempt(classSuccess)
 				c.metrics.finished(n)
 			}
 			r.to(Dispatched, n, "")
@@ -360,7 +356,7 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 		now = e.clock.Now()
 		ev := classify(clientResent(err, r.call == nil, r.key != ""), c.retryOnStatus, c.retryOnError, now)
 		c.metrics.attempt(ev.Class)
-		in := DecisionInput{Evidence: ev, NotEnforced: c.notEnforced, ReplaySafe: c.replaySafe, MayHaveApplied: r.applied,
+		in := decisionInput{Evidence: ev, NotEnforced: c.notEnforced, ReplaySafe: c.replaySafe, MayHaveApplied: r.applied,
 			Attempt: n, MaxAttempts: c.maxAttempts, Remaining: r.remaining(ctx, now), AttemptCost: c.cost,
 			MinRemaining: c.reserve, RetryAfterMax: c.afterMax}
 		if r.call != nil {
@@ -370,10 +366,10 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 		if c.notEnforced == "" && ev.Class != Permanent {
 			in.Wait = c.strategy.Delay(n, prevDelay)
 		}
-		d = Decide(in)
+		d = decide(in)
 		if d.AskBudget && r.call != nil {
 			if in.Unrepeatable = r.call.prepare(); in.Unrepeatable != "" {
-				d = Decide(in) // no token for an attempt that cannot be sent
+				d = decide(in) // no token for an attempt that cannot be sent
 			}
 		}
 		rec := AttemptRecord{Attempt: n, Evidence: ev, RetryEligible: d.Eligible, Error: err.Error()}
@@ -385,7 +381,7 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 					c.tokens.Set(c.budget.Tokens())
 				}
 			}
-			d = Decide(in)
+			d = decide(in)
 			rec.BudgetConsumed, rec.BudgetDenied = d.Retry(), in.Budget
 		}
 		r.records = append(r.records, rec)
@@ -406,7 +402,7 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 		}
 		now = e.clock.Now()
 		if left := r.remaining(ctx, now); !backoff.CanStart(left, c.cost, c.reserve) {
-			// The wait overran what Decide foresaw: the rule holds when the
+			// The wait overran what decide foresaw: the rule holds when the
 			// attempt would start, not only when the wait was chosen.
 			d = stop(end, codes.DeadlineExceeded, fmt.Sprintf("%s left when the backoff ended, below the %s reserve or short of a %s attempt",
 				left.Round(time.Millisecond), c.reserve, c.cost), deniedDeadlineAtStart)
@@ -485,7 +481,7 @@ func (r *run) letterContext(ctx context.Context) (context.Context, context.Cance
 
 // finish ends the operation in d's state, dead-lettering it when the state
 // calls for it.
-func (r *run) finish(ctx context.Context, d Decision, last error) error {
+func (r *run) finish(ctx context.Context, d decision, last error) error {
 	r.to(d.Next, len(r.records), d.Code)
 	e := &Error{Code: d.Code, State: d.Next, Policy: r.c.name, Key: r.key, Attempts: len(r.records), Detail: d.Detail, Err: last}
 	if n := len(r.records); n > 0 {

@@ -88,7 +88,7 @@ type policyMetrics struct {
 // on the hot path.
 var (
 	stateNames = [...]State{Submitted, Attempting, BackoffWait, Dispatched, BudgetExhausted, TerminalExhausted, UnknownOutcome}
-	classNames = [...]Class{Success, Transient, Ambiguous, Permanent, Unrecognized}
+	classNames = [...]Class{classSuccess, Transient, Ambiguous, Permanent, Unrecognized}
 )
 
 func stateIndex(s State) int {
@@ -111,7 +111,7 @@ func stateIndex(s State) int {
 
 func classIndex(c Class) int {
 	switch c {
-	case Success:
+	case classSuccess:
 		return 0
 	case Transient:
 		return 1
@@ -171,7 +171,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		}
 		for i, c := range classNames {
 			v := pm.attempts[i].Load()
-			if c == Success {
+			if c == classSuccess {
 				v += first
 			}
 			counter(m.attempts, v, pm.name, string(c))
