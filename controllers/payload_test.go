@@ -27,7 +27,7 @@ func specOf(p *policyconfig.Policy) v1.RetryPolicySpec {
 		Backoff:      v1.Backoff{Jitter: v1.JitterMode(p.Backoff.Jitter), Base: d(p.Backoff.Base), Cap: d(p.Backoff.Cap), Multiplier: ptr.To(p.Backoff.Multiplier)},
 		Deadline:     *d(p.Deadline),
 		MinRemaining: d(p.MinRemaining),
-		RetryAfter:   &v1.RetryAfter{MaxDelay: d(p.RetryAfterMax)},
+		RetryAfter:   &v1.RetryAfter{MaxDelay: d(p.RetryAfterMaxDelay)},
 		RetryOn:      &v1.RetryOn{StatusCodes: p.RetryOnStatus},
 		Idempotency:  &v1.Idempotency{Header: ptr.To(p.IdempotencyHeader)},
 		Criticality:  ptr.To(v1.Criticality(p.Criticality)),

@@ -65,7 +65,7 @@ func letterID(l retry.DeadLetter) string {
 	if l.Key == "" {
 		return deadletter.Identity(l) // already names the operation number and time
 	}
-	return fmt.Sprintf("%s#%d@%s", deadletter.Identity(l), l.Operation, l.At.UTC().Format(time.RFC3339Nano))
+	return fmt.Sprintf("%s#%d@%s", deadletter.Identity(l), l.OperationID, l.At.UTC().Format(time.RFC3339Nano))
 }
 
 // entry is one dead letter and its reconciliation, if any.

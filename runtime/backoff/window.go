@@ -37,16 +37,16 @@ func DecorrelatedMax(base, cap time.Duration, retry int) time.Duration {
 }
 
 // CanStart reports whether a retry may start with left of the deadline
-// remaining: enough for the attempt's expected cost and for the reserve,
-// minRemaining. Seed 003 fixes the boundary: 1,500 ms left holds a 1,000 ms
+// remaining: enough for the attempt (perAttemptTimeout, when the policy sets
+// one) and for minRemaining. Seed 003 fixes the boundary: 1,500 ms left holds a 1,000 ms
 // wait and a 500 ms attempt (500 ms left when the attempt starts: allowed),
 // and 1,499 ms does not. MC-ST-01's "remaining > 500 ms" is read with that
 // boundary: a retry never starts with less than minRemaining left, and one
 // that starts with exactly minRemaining left is the seed 003 fixture.
-// It is the one deadline-feasibility rule: the runtime's Decide applies it
+// It is the one deadline-feasibility rule: the runtime's decide applies it
 // to the time left once the wait is over (and Do again when the wait has
 // ended, on the clock), and admission's worst-case schedule
 // (api/policygraph) predicts with it, so the two cannot disagree.
-func CanStart(left, attemptCost, minRemaining time.Duration) bool {
-	return left >= attemptCost && left >= minRemaining
+func CanStart(left, perAttemptTimeout, minRemaining time.Duration) bool {
+	return left >= perAttemptTimeout && left >= minRemaining
 }

@@ -15,7 +15,7 @@ import (
 )
 
 func letter(i int) retry.DeadLetter {
-	return retry.DeadLetter{Operation: uint64(i), Policy: "sms-2fa-dispatch", Key: fmt.Sprintf("SMS-2FA-%d", i),
+	return retry.DeadLetter{OperationID: uint64(i), Policy: "sms-2fa-dispatch", Key: fmt.Sprintf("SMS-2FA-%d", i),
 		State: retry.UnknownOutcome, Code: "ERR_UNKNOWN_OUTCOME",
 		Attempts: []retry.AttemptRecord{{Attempt: 1, Evidence: retry.Evidence{Class: retry.Ambiguous, Transport: limits.Timeout, Dispatched: true}}}}
 }
@@ -42,7 +42,7 @@ func TestConcurrentWritesAreAllKept(t *testing.T) {
 	}
 	seen := map[uint64]bool{}
 	for _, l := range got {
-		seen[l.Operation] = true
+		seen[l.OperationID] = true
 		if l.Attempts[0].Evidence.Transport != limits.Timeout {
 			t.Fatalf("record lost its evidence: %+v", l)
 		}

@@ -163,15 +163,15 @@ func validateDeadlines(pol *Policy) error {
 	switch {
 	case pol.Deadline <= 0:
 		return bad("policy.deadline", "must be positive")
-	case pol.MinRemaining < 0 || pol.PerAttemptTimeout < 0 || pol.RetryAfterMax < 0:
+	case pol.MinRemaining < 0 || pol.PerAttemptTimeout < 0 || pol.RetryAfterMaxDelay < 0:
 		return bad("policy", "durations must not be negative")
 	case retries && pol.MinRemaining >= pol.Deadline:
 		return bad("policy.minRemaining", "%s is not below deadline %s, so no retry could ever start", pol.MinRemaining.D(), pol.Deadline.D())
-	case retries && pol.RetryAfterMax >= pol.Deadline:
+	case retries && pol.RetryAfterMaxDelay >= pol.Deadline:
 		return bad(
 			"policy.retryAfterMaxDelay",
 			"%s is not below deadline %s, so an honoured Retry-After would outlive the operation",
-			pol.RetryAfterMax.D(),
+			pol.RetryAfterMaxDelay.D(),
 			pol.Deadline.D(),
 		)
 	case pol.PerAttemptTimeout > pol.Deadline:

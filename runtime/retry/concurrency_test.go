@@ -23,7 +23,7 @@ type lifecycleChecker struct {
 func (c *lifecycleChecker) Emit(ev Event) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	from, seen := c.state[ev.Operation]
+	from, seen := c.state[ev.OperationID]
 	switch {
 	case !seen && ev.To != Submitted:
 		c.illegal = append(c.illegal, "started in "+string(ev.To))
@@ -32,9 +32,9 @@ func (c *lifecycleChecker) Emit(ev Event) {
 	case seen && ev.From != from:
 		c.illegal = append(c.illegal, "event says from "+string(ev.From)+", was "+string(from))
 	}
-	c.state[ev.Operation] = ev.To
+	c.state[ev.OperationID] = ev.To
 	if ev.To.Terminal() {
-		c.terminal[ev.Operation]++
+		c.terminal[ev.OperationID]++
 	}
 }
 

@@ -18,7 +18,7 @@ const ms = time.Millisecond
 // backoff draw and the budget's grant.
 func smsInput(ev retry.Evidence) retry.DecisionInput {
 	return retry.DecisionInput{Evidence: ev, ReplaySafe: true, Attempt: 1, MaxAttempts: 3,
-		Remaining: 3000 * ms, Wait: 150 * ms, MinRemaining: 500 * ms, RetryAfterMax: 3 * time.Second,
+		Remaining: 3000 * ms, Wait: 150 * ms, MinRemaining: 500 * ms, RetryAfterMaxDelay: 3 * time.Second,
 		BudgetAsked: true, Budget: budget.Allowed}
 }
 
@@ -217,7 +217,7 @@ func left(d time.Duration) func(retry.DecisionInput) retry.DecisionInput {
 func TestDecideSeed003Countermodels(t *testing.T) {
 	p := func(ev retry.Evidence) retry.DecisionInput {
 		return retry.DecisionInput{Evidence: ev, ReplaySafe: true, Attempt: 1, MaxAttempts: 3,
-			Remaining: 1500 * ms, Wait: 1000 * ms, AttemptCost: 500 * ms, RetryAfterMax: 3 * time.Second,
+			Remaining: 1500 * ms, Wait: 1000 * ms, PerAttemptTimeout: 500 * ms, RetryAfterMaxDelay: 3 * time.Second,
 			BudgetAsked: true, Budget: budget.Allowed}
 	}
 	if d := retry.Decide(p(status(429))); !d.Retry() || d.Sleep != 1000*ms {

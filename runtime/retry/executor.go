@@ -64,9 +64,9 @@ type Executor struct {
 	// compiled maps policy names to compiled policies. It is copied on
 	// write (rare: a new name or payload) so that the hot path reads a
 	// plain map, cheaper than sync.Map's interface-keyed lookup.
-	compiled  atomic.Pointer[map[string]*compiled]
-	compileMu sync.Mutex
-	opSeq     atomic.Uint64
+	compiled     atomic.Pointer[map[string]*compiled]
+	compileMu    sync.Mutex
+	operationIDs atomic.Uint64
 
 	// realBase is a wall-and-monotonic reading taken by New when the clock
 	// is the real one (zero otherwise); see now.
@@ -145,21 +145,21 @@ func (e *Executor) Budget(policy string) (*budget.Budget, bool) {
 // compiled is a policy prepared for the hot path; rebuilt when its payload
 // changes.
 type compiled struct {
-	payload     *policyconfig.Payload
-	name        string
-	notEnforced string // why the policy is not in force; "" when it is
-	maxAttempts int
-	key         *keyTemplate
-	strategy    backoff.Strategy
-	budget      *budget.Budget
-	replaySafe  bool // a key, or an idempotent method
-	header      string
-	deadline    time.Duration
-	cost        time.Duration // perAttemptTimeout
-	reserve     time.Duration // minRemaining
-	afterMax    time.Duration
-	metrics     *policyMetrics
-	tokens      prometheus.Gauge // the budget's tokens, when metrics are on
+	payload            *policyconfig.Payload
+	name               string
+	notEnforced        string // why the policy is not in force; "" when it is
+	maxAttempts        int
+	key                *keyTemplate
+	strategy           backoff.Strategy
+	budget             *budget.Budget
+	replaySafe         bool // a key, or an idempotent method
+	header             string
+	deadline           time.Duration
+	perAttemptTimeout  time.Duration
+	minRemaining       time.Duration
+	retryAfterMaxDelay time.Duration
+	metrics            *policyMetrics
+	tokens             prometheus.Gauge // the budget's tokens, when metrics are on
 }
 
 // failClosed is the policy of a name the Source does not know: one attempt.
@@ -212,7 +212,7 @@ func (e *Executor) compile(name string, p *policyconfig.Payload, ok bool) *compi
 	c.strategy = backoff.Strategy{Jitter: backoff.Jitter(pol.Backoff.Jitter), Base: pol.Backoff.Base.D(),
 		Cap: pol.Backoff.Cap.D(), Multiplier: pol.Backoff.Multiplier, Rand: e.rand}
 	c.replaySafe = c.key != nil || httprules.IsIdempotentOperation(pol.Operation)
-	c.cost, c.reserve, c.afterMax = pol.PerAttemptTimeout.D(), pol.MinRemaining.D(), pol.RetryAfterMax.D()
+	c.perAttemptTimeout, c.minRemaining, c.retryAfterMaxDelay = pol.PerAttemptTimeout.D(), pol.MinRemaining.D(), pol.RetryAfterMaxDelay.D()
 	if b := p.Budget; b != nil {
 		var err error
 		c.budget, err = e.budgets.Resolve(pol.Namespace, b)
@@ -266,13 +266,13 @@ func (e *Executor) do(ctx context.Context, policy string, vars Vars, op Operatio
 
 // run is one logical operation's state, on the caller's stack.
 type run struct {
-	e        *Executor
-	c        *compiled
-	op       uint64
-	key      string
-	deadline time.Time // zero when the policy sets none
-	m        machine
-	records  []AttemptRecord
+	e           *Executor
+	c           *compiled
+	operationID uint64
+	key         string
+	deadline    time.Time // zero when the policy sets none
+	m           machine
+	records     []AttemptRecord
 	// applied: an attempt so far may have been applied (mayHaveApplied);
 	// every later stop ends UNKNOWN_OUTCOME.
 	applied bool
@@ -283,17 +283,17 @@ type run struct {
 // first time an event or a dead letter needs it: a successful operation with
 // no event sink never pays for the shared counter.
 func (r *run) id() uint64 {
-	if r.op == 0 {
-		r.op = r.e.opSeq.Add(1)
+	if r.operationID == 0 {
+		r.operationID = r.e.operationIDs.Add(1)
 	}
-	return r.op
+	return r.operationID
 }
 
 func (r *run) emit(from, to State, attempt int, code codes.Code) {
 	if r.e.events == nil {
 		return
 	}
-	ev := Event{Operation: r.id(), Policy: r.c.name, From: from, To: to, Attempt: attempt, At: r.e.clock.Now(), Key: r.key, Code: code}
+	ev := Event{OperationID: r.id(), Policy: r.c.name, From: from, To: to, Attempt: attempt, At: r.e.clock.Now(), Key: r.key, Code: code}
 	if p := r.c.payload; p != nil {
 		ev.Namespace, ev.Topic = p.Policy.Namespace, p.Policy.EventsTopic
 	}
@@ -357,8 +357,8 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 		ev := classify(clientResent(err, r.call == nil, r.key != ""), c.retryOnStatus, c.retryOnError, now)
 		c.metrics.attempt(ev.Class)
 		in := decisionInput{Evidence: ev, NotEnforced: c.notEnforced, ReplaySafe: c.replaySafe, MayHaveApplied: r.applied,
-			Attempt: n, MaxAttempts: c.maxAttempts, Remaining: r.remaining(ctx, now), AttemptCost: c.cost,
-			MinRemaining: c.reserve, RetryAfterMax: c.afterMax}
+			Attempt: n, MaxAttempts: c.maxAttempts, Remaining: r.remaining(ctx, now), PerAttemptTimeout: c.perAttemptTimeout,
+			MinRemaining: c.minRemaining, RetryAfterMaxDelay: c.retryAfterMaxDelay}
 		if r.call != nil {
 			in.ReplaySafe, in.Unrepeatable = r.call.replaySafe(r.key), r.call.unrepeatable
 		}
@@ -401,11 +401,11 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 			break
 		}
 		now = e.clock.Now()
-		if left := r.remaining(ctx, now); !backoff.CanStart(left, c.cost, c.reserve) {
+		if left := r.remaining(ctx, now); !backoff.CanStart(left, c.perAttemptTimeout, c.minRemaining) {
 			// The wait overran what decide foresaw: the rule holds when the
 			// attempt would start, not only when the wait was chosen.
 			d = stop(end, codes.DeadlineExceeded, fmt.Sprintf("%s left when the backoff ended, below the %s reserve or short of a %s attempt",
-				left.Round(time.Millisecond), c.reserve, c.cost), deniedDeadlineAtStart)
+				left.Round(time.Millisecond), c.minRemaining, c.perAttemptTimeout), deniedDeadlineAtStart)
 			break
 		}
 		prevDelay = d.Sleep
@@ -426,7 +426,7 @@ func (r *run) attempt(ctx context.Context, op Operation, a Attempt, now time.Tim
 	var limit time.Duration
 	if !r.deadline.IsZero() {
 		limit = r.deadline.Sub(now)
-		if t := r.c.cost; t > 0 && t < limit {
+		if t := r.c.perAttemptTimeout; t > 0 && t < limit {
 			limit = t
 		}
 	}
@@ -488,7 +488,7 @@ func (r *run) finish(ctx context.Context, d decision, last error) error {
 		e.Last = r.records[n-1].Evidence
 	}
 	if d.Next.DeadLettered() && r.e.deadLetters != nil {
-		letter := DeadLetter{Operation: r.id(), Policy: r.c.name, Key: r.key, State: d.Next, Code: d.Code, Attempts: r.records, At: r.e.clock.Now()}
+		letter := DeadLetter{OperationID: r.id(), Policy: r.c.name, Key: r.key, State: d.Next, Code: d.Code, Attempts: r.records, At: r.e.clock.Now()}
 		if p := r.c.payload; p != nil {
 			letter.Namespace = p.Policy.Namespace
 		}

@@ -137,8 +137,8 @@ func writeSchedule(w io.Writer, spec *v1.RetryPolicySpec) {
 	s := policygraph.WorstCase(spec)
 	lo, hi := sleepBounds(spec, s)
 	cost := "unbounded (no perAttemptTimeout: one attempt may use the whole deadline)"
-	if s.AttemptCost > 0 {
-		cost = s.AttemptCost.String() + " (perAttemptTimeout)"
+	if s.PerAttemptTimeout > 0 {
+		cost = s.PerAttemptTimeout.String() + " (perAttemptTimeout)"
 	}
 	fmt.Fprintf(w, "\nWorst-case schedule: deadline %s, minRemaining %s, each attempt %s, jitter %s\n",
 		s.Deadline, s.MinRemaining, cost, spec.Backoff.Jitter)
@@ -160,10 +160,10 @@ func writeSchedule(w io.Writer, spec *v1.RetryPolicySpec) {
 			elapsed += hi[k-2]
 		}
 		start := elapsed.String()
-		elapsed += s.AttemptCost
+		elapsed += s.PerAttemptTimeout
 		end := elapsed.String()
 		rem := remainingText(k, remaining)
-		if s.AttemptCost == 0 {
+		if s.PerAttemptTimeout == 0 {
 			// Attempts of unbounded cost: only the sleeps are known.
 			start, end = "≥ "+start, "deadline "+s.Deadline.String()
 			if k > 1 {
