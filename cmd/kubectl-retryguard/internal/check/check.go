@@ -41,10 +41,11 @@ const (
 // Names lists every check in order.
 var Names = []string{NameCRDs, NameWebhook, NameAnswers, NameCertificate, NamePolicy, NameLeader}
 
-// DefaultMinValidity is how long the webhook's CA must stay valid for
-// the certificate check to pass: the self-managed rotation and
-// cert-manager both renew well before it.
-const DefaultMinValidity = 7 * 24 * time.Hour
+// DefaultMinValidity is how long the webhook's CA must stay valid for the
+// certificate check to pass. cert-manager renews a 90-day certificate 30
+// days before its end, and the manager's own rotation renews far earlier,
+// so less than 3 days left means renewal is failing.
+const DefaultMinValidity = 72 * time.Hour
 
 // DefaultManagerNamespace is where the chart and config/default install the
 // manager; the webhook's Service says so when it has one.
