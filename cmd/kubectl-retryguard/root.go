@@ -178,8 +178,13 @@ func newVersionCommand() *cobra.Command {
 	return cmd
 }
 
+// releaseVersion is the version hack/release -dist stamps into the archives
+// it builds (-ldflags -X): a build from a checkout has no module version.
+var releaseVersion string
+
 // versionInfo reads the module version from the binary's build information:
-// the tag that `go install ...@vX.Y.Z` built, "(devel)" in a checkout.
+// the tag that `go install ...@vX.Y.Z` built, else the release version
+// hack/release stamped, else "(devel)" for a build from a checkout.
 func versionInfo(read func() (*debug.BuildInfo, bool)) output.Version {
 	v := output.Version{TypeMeta: output.Meta(output.KindVersion), Module: "unknown", GoVersion: "unknown",
 		PolicyAPIVersion: v1.GroupVersion.String(), PayloadVersion: policyconfig.SchemaVersion}
@@ -188,6 +193,9 @@ func versionInfo(read func() (*debug.BuildInfo, bool)) output.Version {
 		if bi.Main.Version != "" {
 			v.Module = bi.Main.Version
 		}
+	}
+	if releaseVersion != "" && (v.Module == "(devel)" || v.Module == "unknown") {
+		v.Module = releaseVersion
 	}
 	return v
 }
