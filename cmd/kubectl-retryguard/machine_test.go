@@ -150,7 +150,8 @@ func TestVersion(t *testing.T) {
 	v := versionInfo(func() (*debug.BuildInfo, bool) {
 		return &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Path: "github.com/retryguard/retryguard", Version: "v0.3.1"}}, true
 	})
-	if v.Module != "v0.3.1" || v.GoVersion != "go1.26.0" || v.PayloadVersion != policyconfig.SchemaVersion || v.PolicyAPIVersion != "policy.retryguard.io/v1alpha1" {
+	if v.Module != "v0.3.1" || v.GoVersion != "go1.26.0" || v.PayloadVersion != policyconfig.SchemaVersion ||
+		v.PolicyAPIVersion != "policy.retryguard.io/v1alpha1" {
 		t.Errorf("%+v", v)
 	}
 	if v := versionInfo(func() (*debug.BuildInfo, bool) { return nil, false }); v.Module != "unknown" {

@@ -93,7 +93,8 @@ func TestCheckNamesEveryProblem(t *testing.T) {
 	if data, err = os.ReadFile(krew); err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, krew, strings.Replace(string(data), "/download/"+version+"/kubectl-retryguard_darwin_arm64", "/download/v0.0.9/kubectl-retryguard_darwin_arm64", 1))
+	writeFile(t, krew, strings.Replace(string(data),
+		"/download/"+version+"/kubectl-retryguard_darwin_arm64", "/download/v0.0.9/kubectl-retryguard_darwin_arm64", 1))
 
 	problems, err := Check(tmp, version)
 	if err != nil {
