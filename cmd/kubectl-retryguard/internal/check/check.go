@@ -67,12 +67,16 @@ type Options struct {
 // The names the installation's objects have under any release name or
 // prefix: the webhooks' own names, the CRDs', and the policy's suffix.
 var (
-	crdNames      = []string{"retrypolicies." + v1.GroupVersion.Group, "retrybudgets." + v1.GroupVersion.Group}
-	webhookNames  = []string{"vretrypolicy-v1alpha1." + v1.GroupVersion.Group, "vretrybudget-v1alpha1." + v1.GroupVersion.Group}
-	policySuffix  = "published-configmaps"
-	probeName     = "retryguard-check-probe"
-	errNoWebhooks = errors.New("no ValidatingWebhookConfiguration holds Retryguard's webhooks")
+	crdNames     = []string{"retrypolicies." + v1.GroupVersion.Group, "retrybudgets." + v1.GroupVersion.Group}
+	webhookNames = []string{"vretrypolicy-v1alpha1." + v1.GroupVersion.Group, "vretrybudget-v1alpha1." + v1.GroupVersion.Group}
 )
+
+const (
+	policySuffix = "published-configmaps"
+	probeName    = "retryguard-check-probe"
+)
+
+var errNoWebhooks = errors.New("no ValidatingWebhookConfiguration holds Retryguard's webhooks")
 
 // run is the state one run carries from check to check.
 type run struct {
