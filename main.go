@@ -133,7 +133,7 @@ func run(ctx context.Context, args []string) error {
 		Metrics:                metricsOpts,
 		HealthProbeBindAddress: probeAddr,
 		LeaderElection:         leaderElect,
-		LeaderElectionID:       "retryguard-manager.policy.retryguard.io",
+		LeaderElectionID:       controllers.LeaderElectionID,
 		WebhookServer:          webhooks.CountDenials(webhookServer),
 		Cache:                  controllers.CacheOptions(),
 		Controller:             controllerOptions,

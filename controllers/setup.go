@@ -25,6 +25,10 @@ import (
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
+// LeaderElectionID names the Lease the manager's replicas elect their
+// leader with, in the manager's namespace; kubectl retryguard check reads it.
+const LeaderElectionID = "retryguard-manager.policy.retryguard.io"
+
 // CacheOptions limits what the manager's cache holds: the ConfigMaps
 // Retryguard publishes (never every ConfigMap of the cluster), Istio's
 // VirtualService CRD alone among CRDs, and pods as trimmed metadata.

@@ -194,7 +194,7 @@ func startManagerAs(ctx context.Context, t *testing.T, env *envtest.Environment,
 		HealthProbeBindAddress:  "0",
 		LeaderElection:          true,
 		LeaderElectionNamespace: ns,
-		LeaderElectionID:        "retryguard-manager.policy.retryguard.io",
+		LeaderElectionID:        controllers.LeaderElectionID,
 		Cache:                   controllers.CacheOptions(),
 		Controller:              config.Controller{SkipNameValidation: ptr.To(true)},
 	})

@@ -31,4 +31,8 @@ const (
 	chartFile         = "charts/retryguard/Chart.yaml"
 	kustomizationFile = "config/manager/kustomization.yaml"
 	workFile          = "go.work"
+	// krewFile is the plugin's krew manifest: its spec.version and the
+	// version in each platform's uri are stamped, and -dist writes each
+	// archive's sha256 (dist.go).
+	krewFile = "plugins/retryguard.yaml"
 )

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -96,6 +97,26 @@ var _ = Describe("Retryguard installed from its chart", Ordered, Label("e2e"), f
 			Should(MatchError(ContainSubstring("ERR_BUDGET_ABOVE_PLATFORM_CAP")))
 		record("helm install to admission answering", time.Since(start))
 	}, NodeTimeout(6*time.Minute))
+
+	It("passes kubectl retryguard check: CRDs, the webhook answering with a valid CA, the admission policy, a fresh leader lease", func(ctx SpecContext) {
+		// The plugin as a user builds it, found by kubectl on PATH.
+		bin := GinkgoT().TempDir()
+		build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(bin, "kubectl-retryguard"), "./cmd/kubectl-retryguard")
+		build.Dir = repoRoot
+		out, err := build.CombinedOutput()
+		Expect(err).NotTo(HaveOccurred(), "%s", out)
+		check := exec.CommandContext(ctx, "kubectl", "retryguard", "check", "--kubeconfig", node.Kubeconfig, "-n", appNamespace)
+		check.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+		out, err = check.CombinedOutput()
+		logf("kubectl retryguard check:\n%s", out)
+		Expect(err).NotTo(HaveOccurred(), "%s", out)
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		Expect(lines).To(HaveLen(6))
+		for _, l := range lines {
+			Expect(l).To(HavePrefix("ok "))
+		}
+		Expect(string(out)).To(ContainSubstring("Lease " + releaseNamespace + "/" + leaderLease + " held by"))
+	}, NodeTimeout(4*time.Minute))
 
 	It("refuses INC-2901 in the CRD and unsafe cross-object policies through the webhook Service", func(ctx SpecContext) {
 		err := create(ctx, unsafe("01-inc-2901-immediate-retries.yaml"), appNamespace)
