@@ -37,6 +37,21 @@ func expectKstatus(kind, ns, name string, want status.Status) *status.Result {
 	return res
 }
 
+// expectInProgressOnUpdate sets one spec field of an object and judges the
+// object the update returns: the one stored before any reconcile of the new
+// generation could run.
+func expectInProgressOnUpdate(kind, ns, name string, value any, fields ...string) {
+	GinkgoHelper()
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(v1.GroupVersion.WithKind(kind))
+	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, u)).To(Succeed())
+	Expect(unstructured.SetNestedField(u.Object, value, fields...)).To(Succeed())
+	Expect(k8s.Update(ctx, u)).To(Succeed())
+	res, err := status.Compute(u)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(res.Status).To(Equal(status.InProgressStatus), res.Message)
+}
+
 // eventsOf lists the events recorded about one object.
 func eventsOf(g Gomega, ns, name string) []eventsv1.Event {
 	var evs eventsv1.EventList
@@ -61,16 +76,7 @@ var _ = Describe("kstatus of a RetryPolicy", func() {
 	It("is InProgress while a new generation is not yet published, then Current again", func() {
 		ns, p := publishedConnector("edited")
 		expectKstatus("RetryPolicy", ns, p.Name, status.CurrentStatus)
-		// The object the update returns is the one stored before any
-		// reconcile of the new generation could run.
-		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(v1.GroupVersion.WithKind("RetryPolicy"))
-		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(p), u)).To(Succeed())
-		Expect(unstructured.SetNestedField(u.Object, int64(2), "spec", "maxAttempts")).To(Succeed())
-		Expect(k8s.Update(ctx, u)).To(Succeed())
-		res, err := status.Compute(u)
-		Expect(err).NotTo(HaveOccurred())
-		Expect(res.Status).To(Equal(status.InProgressStatus), res.Message)
+		expectInProgressOnUpdate("RetryPolicy", ns, p.Name, int64(2), "spec", "maxAttempts")
 		expectKstatus("RetryPolicy", ns, p.Name, status.CurrentStatus)
 	})
 
@@ -114,12 +120,14 @@ var _ = Describe("kstatus of a RetryPolicy", func() {
 })
 
 var _ = Describe("kstatus and events of a RetryBudget", func() {
-	It("is Current once Accepted, with a Normal Accepted event", func() {
+	It("is Current once Accepted, with a Normal Accepted event, and InProgress while a change is not yet observed", func() {
 		ns := newNamespace()
 		Expect(k8s.Create(ctx, fixtures.Budget(ns, "ok", 10))).To(Succeed())
 		expectKstatus("RetryBudget", ns, "ok", status.CurrentStatus)
 		Eventually(func(g Gomega) []eventsv1.Event { return eventsOf(g, ns, "ok") }).Should(ContainElement(And(
 			HaveField("Type", "Normal"), HaveField("Reason", v1.ReasonAccepted))))
+		expectInProgressOnUpdate("RetryBudget", ns, "ok", int64(5), "spec", "retryPercent")
+		expectKstatus("RetryBudget", ns, "ok", status.CurrentStatus)
 	})
 
 	It("is Failed above the platform cap (Stalled), with a Warning event", func() {
