@@ -240,13 +240,18 @@ func (r *RetryPolicyReconciler) patchStatus(ctx context.Context, before, p *v1.R
 		setProgressConditions(&p.Status.Conditions, *now)
 		policyMetrics.set(client.ObjectKeyFromObject(p).String(), string(now.Status), now.Reason)
 	}
+	if equality.Semantic.DeepEqual(before.Status, p.Status) {
+		return nil // an unchanged status calls for no event either
+	}
+	if err := r.Status().Patch(ctx, p, client.MergeFrom(before)); err != nil {
+		// The next reconcile starts from the old status again, and records
+		// the event then.
+		return client.IgnoreNotFound(err)
+	}
 	if e := policyEvent(&before.Status, &p.Status); e != nil {
 		r.Recorder.Eventf(p, nil, e.Type, e.Reason, eventActionPublish, "%s", e.Message)
 	}
-	if equality.Semantic.DeepEqual(before.Status, p.Status) {
-		return nil
-	}
-	return client.IgnoreNotFound(r.Status().Patch(ctx, p, client.MergeFrom(before)))
+	return nil
 }
 
 // contentHash is the hex SHA-256 of a payload, as the annotation holds it.
