@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -23,6 +24,8 @@ import (
 type RetryBudgetReconciler struct {
 	client.Client
 	Limits policygraph.Limits
+	// Recorder records the events of budgetEvents; nil records none.
+	Recorder events.EventRecorder
 }
 
 // Reconcile fetches the budget, counts its users and patches status once.
@@ -33,6 +36,7 @@ func (r *RetryBudgetReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 	before := b.DeepCopy()
 	defer func() {
+		r.reportStatus(before, &b)
 		if !equality.Semantic.DeepEqual(before.Status, b.Status) {
 			retErr = errors.Join(retErr, client.IgnoreNotFound(r.Status().Patch(ctx, &b, client.MergeFrom(before))))
 		}

@@ -84,6 +84,9 @@ type RetryPolicyReconciler struct {
 // consistent, a missed watch event) lasts at most this long.
 const DefaultResyncPeriod = 10 * time.Minute
 
+// eventActionPublish is the action of every event on a RetryPolicy.
+const eventActionPublish = "Publish"
+
 // FieldOwner is the server-side apply field manager of every ConfigMap the
 // controller publishes.
 const FieldOwner = "retryguard"
@@ -229,21 +232,26 @@ func controlledBy(cm *corev1.ConfigMap, owner metav1.OwnerReference) bool {
 		c.Name == owner.Name && c.BlockOwnerDeletion != nil && *c.BlockOwnerDeletion
 }
 
-// patchStatus writes status once per reconcile when it changed, counts the
-// policy by reason, and records a Warning event on a turn to not Ready.
+// patchStatus writes status once per reconcile when it changed, with the
+// kstatus conditions that follow from Ready, counts the policy by reason,
+// and records an event on a change of verdict (policyEvent).
 func (r *RetryPolicyReconciler) patchStatus(ctx context.Context, before, p *v1.RetryPolicy) error {
-	now := meta.FindStatusCondition(p.Status.Conditions, v1.ConditionReady)
-	if now != nil {
+	if now := meta.FindStatusCondition(p.Status.Conditions, v1.ConditionReady); now != nil {
+		setProgressConditions(&p.Status.Conditions, *now)
 		policyMetrics.set(client.ObjectKeyFromObject(p).String(), string(now.Status), now.Reason)
-		was := meta.FindStatusCondition(before.Status.Conditions, v1.ConditionReady)
-		if now.Status == metav1.ConditionFalse && (was == nil || was.Status != metav1.ConditionFalse || was.Reason != now.Reason) {
-			r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, now.Reason, "Publish", "%s", now.Message)
-		}
 	}
 	if equality.Semantic.DeepEqual(before.Status, p.Status) {
-		return nil
+		return nil // an unchanged status calls for no event either
 	}
-	return client.IgnoreNotFound(r.Status().Patch(ctx, p, client.MergeFrom(before)))
+	if err := r.Status().Patch(ctx, p, client.MergeFrom(before)); err != nil {
+		// The next reconcile starts from the old status again, and records
+		// the event then.
+		return client.IgnoreNotFound(err)
+	}
+	if e := policyEvent(&before.Status, &p.Status); e != nil {
+		r.Recorder.Eventf(p, nil, e.Type, e.Reason, eventActionPublish, "%s", e.Message)
+	}
+	return nil
 }
 
 // contentHash is the hex SHA-256 of a payload, as the annotation holds it.

@@ -93,7 +93,7 @@ func SetupWithManager(_ context.Context, mgr ctrl.Manager, opts Options) error {
 	if err := setupVirtualServices(mgr, policies, pr); err != nil {
 		return err
 	}
-	br := &RetryBudgetReconciler{Client: mgr.GetClient(), Limits: opts.Limits}
+	br := &RetryBudgetReconciler{Client: mgr.GetClient(), Limits: opts.Limits, Recorder: mgr.GetEventRecorder("retryguard-retrybudget")}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("retrybudget").
 		For(&v1.RetryBudget{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
