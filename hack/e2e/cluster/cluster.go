@@ -474,11 +474,9 @@ func (c *Cluster) startNode(ctx context.Context) error {
 		"--v=1"); err != nil {
 		return err
 	}
-	if _, err := c.start("kube-proxy", filepath.Join(c.opts.NodeAssets, "kube-proxy"),
-		"--config="+c.path("kube-proxy.yaml"), "--v=1"); err != nil {
-		return err
-	}
-	return c.startNetworkPolicy(ctx)
+	_, err := c.start("kube-proxy", filepath.Join(c.opts.NodeAssets, "kube-proxy"),
+		"--config="+c.path("kube-proxy.yaml"), "--v=1")
+	return err
 }
 
 // ImportImage loads a docker-archive or OCI tarball into containerd's k8s.io
@@ -507,6 +505,10 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 		}
 		return false, nil
 	}); err != nil {
+		return err
+	}
+	// The enforcer reads its Node object at start and exits without one.
+	if err := c.startNetworkPolicy(ctx); err != nil {
 		return err
 	}
 	if err := c.poll(ctx, "kube-proxy to program the kubernetes Service", 500*time.Millisecond, func(ctx context.Context) (bool, error) {
