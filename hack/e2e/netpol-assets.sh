@@ -15,7 +15,9 @@
 #   RETRYGUARD_ENVTEST_CACHE  cache root (default ~/.cache/retryguard/k8s)
 set -euo pipefail
 
-# v2.1.0 is the newest version the module proxy serves here.
+# v2.1.0 is the newest version the module proxy serves here. Security flaws are
+# reported against it; it runs only on the throwaway e2e node, with a read-only
+# ClusterRole and no listening port (hack/e2e/cluster/netpol.go).
 KUBE_ROUTER_VERSION=v2.1.0
 cache_root=${RETRYGUARD_ENVTEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/retryguard/k8s}
 platform="$(go env GOOS)-$(go env GOARCH)"
