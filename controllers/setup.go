@@ -75,12 +75,10 @@ func SetupWithManager(_ context.Context, mgr ctrl.Manager, opts Options) error {
 		// namespace's children; metadata is all that is read.
 		WatchesMetadata(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(pr.foreignChildren),
 			builder.WithPredicates(predicate.LabelChangedPredicate{})).
-		// A budget change is republished into every payload that inlines it.
+		// A budget change is republished into every payload that inlines its
+		// figures; its count is not in them (RetryBudgetReconciler).
 		Watches(&v1.RetryBudget{}, handler.EnqueueRequestsFromMapFunc(pr.budgetUsers),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		// A change in a fleet budget's consumers is republished at once.
-		WatchesMetadata(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(pr.consumersOfPod),
-			builder.WithPredicates(podMembershipChanged)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}).
 		Build(pr)
 	if err != nil {
@@ -89,10 +87,12 @@ func SetupWithManager(_ context.Context, mgr ctrl.Manager, opts Options) error {
 	if err := setupVirtualServices(mgr, policies, pr); err != nil {
 		return err
 	}
-	br := &RetryBudgetReconciler{Client: mgr.GetClient(), Limits: opts.Limits}
+	br := &RetryBudgetReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), Limits: opts.Limits}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("retrybudget").
 		For(&v1.RetryBudget{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// The budget's count ConfigMap, repaired as a policy's is.
+		Owns(&corev1.ConfigMap{}, builder.WithPredicates(publishedFieldsChanged)).
 		Watches(&v1.RetryPolicy{}, handler.EnqueueRequestsFromMapFunc(budgetOf),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesMetadata(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(budgetsOfPod(br.Client)),

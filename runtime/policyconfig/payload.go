@@ -133,8 +133,15 @@ type Budget struct {
 	// MaxRetriesPerSecond is the fleet's absolute retry allowance; absent
 	// when the budget sets none (0 allows no retry).
 	MaxRetriesPerSecond *int32 `json:"maxRetriesPerSecond,omitempty"`
-	// Consumers is the controller's count of the pods that share the
-	// budget; absent when the budget selects no consumers.
+	// Counted says the budget selects consumers: its count is published
+	// once, in the budget's own ConfigMap (BudgetConfigMapName), never in a
+	// policy's payload, and a pod without a count that names it takes no
+	// share (docs/configmap-format.md). Absent when the budget selects none.
+	Counted bool `json:"counted,omitempty"`
+	// Consumers is the count of the pods that share the budget, as a
+	// watcher joins it from the budget's ConfigMap (Payload.Join). A
+	// controller that predates the budget's ConfigMap inlined it here,
+	// without Counted; a payload the controllers publish now never carries it.
 	Consumers *Consumers `json:"consumers,omitempty"`
 }
 
