@@ -138,6 +138,26 @@ var _ = Describe("Fleet budgets", func() {
 		Expect(ready.Message).To(ContainSubstring("1 consumers"))
 	})
 
+	It("keeps no managed fields in the manager's cache: policies, budgets and published ConfigMaps", func() {
+		ns := newNamespace()
+		Expect(k8s.Create(ctx, fleetBudget(ns, "checkout", "checkout", 5))).To(Succeed())
+		createPods(ns, "checkout", "c1")
+		Expect(k8s.Create(ctx, fixtures.Policy(ns, "cart", "connector", 3, fixtures.BudgetRef("checkout")))).To(Succeed())
+		expectPublishedCount(ns, "checkout", 1)
+		expectReason(ns, "cart", v1.ReasonPublished)
+		for _, obj := range []client.Object{
+			&v1.RetryPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cart"}},
+			&v1.RetryBudget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "checkout"}},
+			&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: policyconfig.ConfigMapName("cart")}},
+			&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: policyconfig.BudgetConfigMapName("checkout")}},
+		} {
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+			Expect(obj.GetManagedFields()).NotTo(BeEmpty(), "the API server keeps %s's managed fields", obj.GetName())
+			Expect(mgr.GetCache().Get(ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+			Expect(obj.GetManagedFields()).To(BeEmpty(), "the cache holds %T %s's managed fields", obj, obj.GetName())
+		}
+	})
+
 	It("says in Ready when the count exceeds partitions, the declared maximum", func() {
 		ns := newNamespace()
 		Expect(k8s.Create(ctx, fleetBudget(ns, "small", "web", 2))).To(Succeed())

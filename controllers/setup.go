@@ -27,14 +27,18 @@ import (
 
 // CacheOptions limits what the manager's cache holds: the ConfigMaps
 // Retryguard publishes (never every ConfigMap of the cluster), Istio's
-// VirtualService CRD alone among CRDs, and pods as trimmed metadata.
+// VirtualService CRD alone among CRDs, pods as trimmed metadata, and no
+// object's managed fields, which nothing reads from the cache (server-side
+// apply computes them on the API server) and which are a large part of
+// every cached policy and ConfigMap (docs/benchmarks.md, the manager at
+// scale).
 func CacheOptions() cache.Options {
 	crd, crdCache := virtualServiceCRDCache()
 	// Pods, for counting budget consumers, are held as metadata only and
 	// trimmed to what counting reads.
 	pods := &metav1.PartialObjectMetadata{}
 	pods.SetGroupVersionKind(podGVK)
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+	return cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
 		&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{policyconfig.ManagedByLabel: policyconfig.ManagedByValue})},
 		crd:                 crdCache,
 		pods:                {Transform: keepCountedPodFields},
