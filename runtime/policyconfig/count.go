@@ -2,8 +2,6 @@ package policyconfig
 
 import (
 	"encoding/json"
-	"reflect"
-	"strings"
 
 	"github.com/retryguard/retryguard/runtime/limits"
 )
@@ -61,22 +59,14 @@ func MarshalCount(c *Count) ([]byte, error) {
 // count that does not parse is not joined: the pod keeps the last good
 // count it joined, which goes stale and then gives no share.
 func ParseCount(data []byte) (*Count, error) {
-	dec := json.NewDecoder(strings.NewReader(string(data)))
-	dec.DisallowUnknownFields()
-	var c Count
-	if err := dec.Decode(&c); err != nil {
-		return nil, &ParseError{Field: "count", Reason: err.Error()}
-	}
-	if dec.More() {
-		return nil, &ParseError{Field: "count", Reason: "trailing data after the JSON object"}
-	}
-	if err := checkKeys(data, reflect.TypeFor[Count](), ""); err != nil {
+	c, err := decodeStrict[Count](data, "count")
+	if err != nil {
 		return nil, err
 	}
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	return &c, nil
+	return c, nil
 }
 
 func (c *Count) validate() error {

@@ -184,16 +184,8 @@ func Marshal(p *Payload) ([]byte, error) {
 // or an out-of-range value is an error, and the caller keeps its last good
 // policy (or fails closed when it has none).
 func Parse(data []byte) (*Payload, error) {
-	dec := json.NewDecoder(strings.NewReader(string(data)))
-	dec.DisallowUnknownFields()
-	var p Payload
-	if err := dec.Decode(&p); err != nil {
-		return nil, &ParseError{Field: "payload", Reason: err.Error()}
-	}
-	if dec.More() {
-		return nil, &ParseError{Field: "payload", Reason: "trailing data after the JSON object"}
-	}
-	if err := checkKeys(data, reflect.TypeFor[Payload](), ""); err != nil {
+	p, err := decodeStrict[Payload](data, "payload")
+	if err != nil {
 		return nil, err
 	}
 	if err := p.Validate(); err != nil {
@@ -202,5 +194,23 @@ func Parse(data []byte) (*Payload, error) {
 	if len(p.Policy.Fallback) == 0 {
 		p.Policy.Fallback = nil // [] and absent mean the same; keep one form
 	}
-	return &p, nil
+	return p, nil
+}
+
+// decodeStrict decodes one JSON object of type T (named what in errors):
+// unknown fields, keys in another case and trailing data are errors.
+func decodeStrict[T any](data []byte, what string) (*T, error) {
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	var v T
+	if err := dec.Decode(&v); err != nil {
+		return nil, &ParseError{Field: what, Reason: err.Error()}
+	}
+	if dec.More() {
+		return nil, &ParseError{Field: what, Reason: "trailing data after the JSON object"}
+	}
+	if err := checkKeys(data, reflect.TypeFor[T](), ""); err != nil {
+		return nil, err
+	}
+	return &v, nil
 }
