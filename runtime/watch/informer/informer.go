@@ -109,13 +109,13 @@ func (i *Informer) Start(ctx context.Context) error {
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = managedSelector(w.label) }))
 		inf := factory.Core().V1().ConfigMaps().Informer()
 		reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(o any) { withConfigMap(o, w.upsert) },
-			UpdateFunc: func(_, o any) { withConfigMap(o, w.upsert) },
+			AddFunc:    func(o any) { withConfigMap(o, w.label, w.upsert) },
+			UpdateFunc: func(_, o any) { withConfigMap(o, w.label, w.upsert) },
 			DeleteFunc: func(o any) {
 				if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
 					o = t.Obj
 				}
-				withConfigMap(o, w.remove)
+				withConfigMap(o, w.label, w.remove)
 			},
 		})
 		if err != nil {
@@ -132,9 +132,14 @@ func (i *Informer) Start(ctx context.Context) error {
 	return nil
 }
 
-func withConfigMap(o any, f func(*corev1.ConfigMap)) {
+// withConfigMap passes o to f when it is a ConfigMap of the informer's
+// kind (kindLabel): the API server selects no other, and a client that does
+// not select (a fake) must not make one informer judge the other's.
+func withConfigMap(o any, kindLabel string, f func(*corev1.ConfigMap)) {
 	if cm, ok := o.(*corev1.ConfigMap); ok {
-		f(cm)
+		if _, kind := cm.Labels[kindLabel]; kind {
+			f(cm)
+		}
 	}
 }
 
