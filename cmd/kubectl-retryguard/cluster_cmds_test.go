@@ -184,6 +184,7 @@ func TestExplainAFleetBudget(t *testing.T) {
 	assertContains(t, out,
 		"fleet allowance: at most 20 retries/s across every pod that shares it",
 		"shared by the pods matching app=sms: 8 counted (status.consumers)",
+		"the pods read the count from ConfigMap retrybudget-"+fixtures.DefaultBudget+", joined to this budget by its UID",
 		"each pod the count names (by its POD_UID) holds 1 token(s) and a floor of 2 retries/s, at most 2 retries/s (each rounded down), 2s after it reads the count",
 		"a pod no count names holds nothing, whatever the count's age",
 		"one started while the controller is down",

@@ -86,8 +86,9 @@ type Config struct {
 // Consumers is a published count of the pods that share a budget, as this
 // pod reads it.
 type Consumers struct {
-	// Counted says the budget selects its consumers and the payload
-	// carries their count.
+	// Counted says the budget selects its consumers. The payload says so;
+	// its count comes from the budget's ConfigMap, and until one is joined
+	// (policyconfig.Payload.Join) N is 0 and Included false: no share.
 	Counted bool
 	// N is the number of pod objects the controller counted at ObservedAt.
 	N int32

@@ -218,6 +218,8 @@ func writeBudget(w io.Writer, in Input) {
 		}
 		fmt.Fprintf(w, "  shared by the pods matching %s: %d counted (status.consumers)\n",
 			metav1.FormatLabelSelector(s.Consumers.PodSelector), counted)
+		fmt.Fprintf(w, "  the pods read the count from ConfigMap %s, joined to this budget by its UID\n",
+			policyconfig.BudgetConfigMapName(b.Budget.Name))
 		if counted > 0 {
 			fmt.Fprintf(w, "  each pod the count names (by its POD_UID) holds %s, %s after it reads the count; the %d%% ratio needs no split\n",
 				shareText(budget.ShareOver(cfg, counted)), policyconfig.ConsumerCountDelivery, s.RetryPercent)
