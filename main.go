@@ -100,7 +100,7 @@ func run(ctx context.Context, args []string) error {
 		Metrics:                metricsOpts,
 		HealthProbeBindAddress: o.ProbeAddr,
 		LeaderElection:         o.LeaderElect,
-		LeaderElectionID:       "retryguard-manager.policy.retryguard.io",
+		LeaderElectionID:       controllers.LeaderElectionID,
 		WebhookServer:          webhooks.CountDenials(webhookServer),
 		Cache:                  controllers.CacheOptions(),
 		Controller:             controllerOptions,

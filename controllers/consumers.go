@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
-	"github.com/retryguard/retryguard/runtime/clock"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
@@ -131,14 +130,14 @@ var podMembershipChanged = predicate.Funcs{
 	},
 }
 
-// consumerLeases remembers, per policy, the consumer count its payload last
+// consumerLeases remembers, per budget, the count its ConfigMap last
 // carried, so that a reconcile that finds the same pods keeps the published
 // observedAt (and writes nothing), and the count is renewed with a new
 // observedAt when the pods change or the lease is due. It is safe for
 // concurrent use; its zero value is ready.
 type consumerLeases struct {
 	mu       sync.Mutex
-	byPolicy map[types.NamespacedName]consumerLease
+	byBudget map[types.NamespacedName]consumerLease
 }
 
 type consumerLease struct {
@@ -147,80 +146,38 @@ type consumerLease struct {
 	observedAt time.Time
 }
 
-// renew returns the count to publish for policy and when it must be
-// renewed: after refresh. countedAt is when the count began, read before
-// listing, so that every pod object created before it is in the count: a
-// published observedAt never claims more than the count covers. A count
-// names its pods, so a pod whose object was counted before its process
-// started is covered by that count: no renewal waits for young pods.
+// renew returns the count to publish for budget (whose UID is uid) and
+// when it must be renewed: after refresh. countedAt is when the count
+// began, read before listing, so that every pod object created before it is
+// in the count: a published observedAt never claims more than the count
+// covers. A count names its pods, so a pod whose object was counted before
+// its process started is covered by that count: no renewal waits for young
+// pods.
 func (l *consumerLeases) renew(
-	policy types.NamespacedName,
-	budget types.UID,
+	budget types.NamespacedName,
+	uid types.UID,
 	tally consumerTally,
 	countedAt time.Time,
 	refresh time.Duration,
 ) (policyconfig.Consumers, time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	last, ok := l.byPolicy[policy]
+	last, ok := l.byBudget[budget]
 	age := countedAt.Sub(last.observedAt)
-	if !ok || last.budget != budget || last.tally != tally || age < 0 || age >= refresh {
-		last = consumerLease{budget: budget, tally: tally, observedAt: countedAt}
-		if l.byPolicy == nil {
-			l.byPolicy = map[types.NamespacedName]consumerLease{}
+	if !ok || last.budget != uid || last.tally != tally || age < 0 || age >= refresh {
+		last = consumerLease{budget: uid, tally: tally, observedAt: countedAt}
+		if l.byBudget == nil {
+			l.byBudget = map[types.NamespacedName]consumerLease{}
 		}
-		l.byPolicy[policy] = last
+		l.byBudget[budget] = last
 		age = 0
 	}
 	return policyconfig.Consumers{Count: tally.Count, ObservedAt: last.observedAt, Members: tally.Members}, refresh - age
 }
 
-// forget drops a deleted policy's lease.
-func (l *consumerLeases) forget(policy types.NamespacedName) {
+// forget drops a deleted budget's lease.
+func (l *consumerLeases) forget(budget types.NamespacedName) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	delete(l.byPolicy, policy)
-}
-
-// consumerCount counts the consumers of p's budget for its payload: no
-// option and no deadline when the budget selects none (or its selector is
-// invalid, which the budget's status reports: the pods then take the
-// conservative share, the allowance over partitions), else the count and
-// when it must be renewed.
-func (r *RetryPolicyReconciler) consumerCount(ctx context.Context, p *v1.RetryPolicy, budget *v1.RetryBudget) ([]PayloadOption, time.Duration, error) {
-	if budget == nil {
-		return nil, 0, nil
-	}
-	sel, err := consumerSelector(budget)
-	if sel == nil || err != nil {
-		return nil, 0, nil
-	}
-	now := r.now().UTC()
-	tally, err := countConsumers(ctx, r.Client, budget, sel)
-	if err != nil {
-		return nil, 0, err
-	}
-	refresh := r.ConsumerCountRefresh
-	if refresh <= 0 {
-		refresh = policyconfig.ConsumerCountRefresh
-	}
-	c, due := r.consumerLeases.renew(client.ObjectKeyFromObject(p), budget.UID, tally, now, refresh)
-	return []PayloadOption{WithConsumers(c)}, due, nil
-}
-
-func (r *RetryPolicyReconciler) now() time.Time {
-	if r.Clock == nil {
-		return clock.Real{}.Now()
-	}
-	return r.Clock.Now()
-}
-
-// consumersOfPod maps a pod event to every policy that inlines a budget
-// counting the pod.
-func (r *RetryPolicyReconciler) consumersOfPod(ctx context.Context, pod client.Object) []reconcile.Request {
-	var out []reconcile.Request
-	for _, b := range budgetsSelecting(ctx, r.Client, pod) {
-		out = append(out, r.budgetUsers(ctx, &b)...)
-	}
-	return out
+	delete(l.byBudget, budget)
 }

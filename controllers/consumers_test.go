@@ -10,6 +10,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -66,17 +67,25 @@ func expectConsumers(ns, budget string, want int32) *v1.RetryBudget {
 	return &b
 }
 
-// expectPublishedCount waits until a policy's payload carries want consumers
-// and returns the payload.
-func expectPublishedCount(ns, policy string, want int32) *policyconfig.Payload {
+// countOf reads a budget's published count from its ConfigMap.
+func countOf(g Gomega, ns, budget string) (*policyconfig.Count, *corev1.ConfigMap) {
+	var cm corev1.ConfigMap
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: policyconfig.BudgetConfigMapName(budget)}, &cm)).To(Succeed())
+	c, err := policyconfig.ParseCount([]byte(cm.Data[policyconfig.CountDataKey]))
+	g.Expect(err).NotTo(HaveOccurred())
+	return c, &cm
+}
+
+// expectPublishedCount waits until a budget's ConfigMap carries want
+// consumers and returns the count.
+func expectPublishedCount(ns, budget string, want int32) *policyconfig.Count {
 	GinkgoHelper()
-	var payload *policyconfig.Payload
+	var c *policyconfig.Count
 	Eventually(func(g Gomega) {
-		payload, _ = payloadOf(g, ns, policy)
-		g.Expect(payload.Budget).NotTo(BeNil())
-		g.Expect(payload.Budget.Consumers).To(HaveField("Count", want))
+		c, _ = countOf(g, ns, budget)
+		g.Expect(c.Consumers.Count).To(Equal(want))
 	}).Should(Succeed())
-	return payload
+	return c
 }
 
 var _ = Describe("Fleet budgets", func() {
@@ -129,6 +138,26 @@ var _ = Describe("Fleet budgets", func() {
 		Expect(ready.Message).To(ContainSubstring("1 consumers"))
 	})
 
+	It("keeps no managed fields in the manager's cache: policies, budgets and published ConfigMaps", func() {
+		ns := newNamespace()
+		Expect(k8s.Create(ctx, fleetBudget(ns, "checkout", "checkout", 5))).To(Succeed())
+		createPods(ns, "checkout", "c1")
+		Expect(k8s.Create(ctx, fixtures.Policy(ns, "cart", "connector", 3, fixtures.BudgetRef("checkout")))).To(Succeed())
+		expectPublishedCount(ns, "checkout", 1)
+		expectReason(ns, "cart", v1.ReasonPublished)
+		for _, obj := range []client.Object{
+			&v1.RetryPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cart"}},
+			&v1.RetryBudget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "checkout"}},
+			&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: policyconfig.ConfigMapName("cart")}},
+			&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: policyconfig.BudgetConfigMapName("checkout")}},
+		} {
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+			Expect(obj.GetManagedFields()).NotTo(BeEmpty(), "the API server keeps %s's managed fields", obj.GetName())
+			Expect(mgr.GetCache().Get(ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+			Expect(obj.GetManagedFields()).To(BeEmpty(), "the cache holds %T %s's managed fields", obj, obj.GetName())
+		}
+	})
+
 	It("says in Ready when the count exceeds partitions, the declared maximum", func() {
 		ns := newNamespace()
 		Expect(k8s.Create(ctx, fleetBudget(ns, "small", "web", 2))).To(Succeed())
@@ -162,7 +191,7 @@ var _ = Describe("Fleet budgets", func() {
 		Expect(b.Status.Consumers).To(BeNil())
 	})
 
-	It("publishes the count, with a recent observedAt, to every policy using the budget, again on each change", func() {
+	It("publishes the count once, in the budget's ConfigMap, with a recent observedAt, again on each change, and rewrites no policy", func() {
 		ns := newNamespace()
 		Expect(k8s.Create(ctx, fleetBudget(ns, "checkout", "checkout", 5))).To(Succeed())
 		createPods(ns, "checkout", "c1", "c2")
@@ -171,32 +200,47 @@ var _ = Describe("Fleet budgets", func() {
 				fixtures.Service(name)))).To(Succeed())
 		}
 		before := time.Now()
+		c := expectPublishedCount(ns, "checkout", 2)
+		Expect(c.Consumers.ObservedAt).To(BeTemporally("~", time.Now(), policyconfig.ConsumerCountRefresh+time.Second))
+		var b v1.RetryBudget
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "checkout"}, &b)).To(Succeed())
+		Expect(c).To(HaveField("Namespace", ns))
+		Expect(c).To(HaveField("Budget", "checkout"))
+		Expect(c).To(HaveField("UID", string(b.UID)))
+		_, cm := countOf(Default, ns, "checkout")
+		Expect(cm.Labels).To(Equal(map[string]string{policyconfig.ManagedByLabel: policyconfig.ManagedByValue, policyconfig.BudgetLabel: "checkout"}))
+		Expect(metav1.GetControllerOf(cm)).To(And(HaveField("Kind", "RetryBudget"), HaveField("UID", b.UID),
+			HaveField("BlockOwnerDeletion", HaveValue(BeTrue()))))
+
+		// Each policy says its budget is counted, and carries no count.
+		versions := map[string]string{}
 		for _, name := range []string{"cart", "pay"} {
-			payload := expectPublishedCount(ns, name, 2)
-			Expect(payload.Budget.MaxRetriesPerSecond).To(HaveValue(BeEquivalentTo(20)))
-			Expect(payload.Budget.Partitions).To(BeEquivalentTo(5))
-			Expect(payload.Budget.Consumers.ObservedAt).To(BeTemporally("~", time.Now(), policyconfig.ConsumerCountRefresh+time.Second))
+			Eventually(func(g Gomega) {
+				payload, pcm := payloadOf(g, ns, name)
+				g.Expect(payload.Budget).To(And(HaveField("Counted", true), HaveField("Consumers", BeNil()),
+					HaveField("UID", string(b.UID)), HaveField("MaxRetriesPerSecond", HaveValue(BeEquivalentTo(20)))))
+				g.Expect(pcm.Data[policyconfig.DataKey]).NotTo(ContainSubstring(`"consumers"`))
+				versions[name] = pcm.ResourceVersion
+			}).Should(Succeed())
 		}
 
 		createPods(ns, "checkout", "c3")
-		for _, name := range []string{"cart", "pay"} {
-			payload := expectPublishedCount(ns, name, 3)
-			// The new count was taken after the pod existed.
-			Expect(payload.Budget.Consumers.ObservedAt).To(BeTemporally(">", before))
-		}
+		c = expectPublishedCount(ns, "checkout", 3)
+		// The new count was taken after the pod existed.
+		Expect(c.Consumers.ObservedAt).To(BeTemporally(">", before))
 		Expect(k8s.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c1"}})).To(Succeed())
-		expectPublishedCount(ns, "cart", 2)
-		expectPublishedCount(ns, "pay", 2)
+		c = expectPublishedCount(ns, "checkout", 2)
 
-		// The count names the pods it counted, by UID, and the budget by its.
+		// The count names the pods it counted, by UID.
 		var pods corev1.PodList
 		Expect(k8s.List(ctx, &pods, client.InNamespace(ns))).To(Succeed())
-		payload, _ := payloadOf(Default, ns, "cart")
-		var b v1.RetryBudget
-		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "checkout"}, &b)).To(Succeed())
-		Expect(payload.Budget.UID).To(Equal(string(b.UID)))
 		for _, p := range pods.Items {
-			Expect(payload.Budget.Consumers.Includes(string(p.UID))).To(Equal(p.Name != "c1"), p.Name)
+			Expect(c.Consumers.Includes(string(p.UID))).To(Equal(p.Name != "c1"), p.Name)
+		}
+		// Two count changes, and no payload was written again.
+		for _, name := range []string{"cart", "pay"} {
+			_, pcm := payloadOf(Default, ns, name)
+			Expect(pcm.ResourceVersion).To(Equal(versions[name]), "the payload of %s was rewritten by a count change", name)
 		}
 
 		// The controller's own write echoes back once and changes nothing:
@@ -204,10 +248,20 @@ var _ = Describe("Fleet budgets", func() {
 		// pods or not.
 		seen := map[time.Time]bool{}
 		Consistently(func(g Gomega) {
-			payload, _ := payloadOf(g, ns, "cart")
-			seen[payload.Budget.Consumers.ObservedAt] = true
+			c, _ := countOf(g, ns, "checkout")
+			seen[c.Consumers.ObservedAt] = true
 		}, 5*time.Second).Should(Succeed())
 		Expect(len(seen)).To(BeNumerically("<=", 1), "observedAt renewed %d times in 5 s", len(seen))
+
+		// A hand edit of the count is repaired.
+		_, cm = countOf(Default, ns, "checkout")
+		forged := cm.DeepCopy()
+		forged.Data[policyconfig.CountDataKey] = strings.Replace(forged.Data[policyconfig.CountDataKey], `"count":2`, `"count":1`, 1)
+		Expect(k8s.Update(ctx, forged)).To(Succeed())
+		Eventually(func(g Gomega) {
+			c, _ := countOf(g, ns, "checkout")
+			g.Expect(c.Consumers.Count).To(BeEquivalentTo(2))
+		}).Should(Succeed())
 	})
 
 	It("publishes no count, and no allowance it was not given, for a budget without consumers", func() {
@@ -224,9 +278,14 @@ var _ = Describe("Fleet budgets", func() {
 		expectReason(ns, "on-allowance", v1.ReasonPublished)
 
 		_, cm := payloadOf(Default, ns, "on-plain")
-		Expect(cm.Data[policyconfig.DataKey]).NotTo(Or(ContainSubstring(`"consumers"`), ContainSubstring(`"maxRetriesPerSecond"`)))
+		Expect(cm.Data[policyconfig.DataKey]).NotTo(Or(ContainSubstring(`"consumers"`), ContainSubstring(`"counted"`),
+			ContainSubstring(`"maxRetriesPerSecond"`)))
 		payload, cm := payloadOf(Default, ns, "on-allowance")
-		Expect(cm.Data[policyconfig.DataKey]).NotTo(ContainSubstring(`"consumers"`))
+		Expect(cm.Data[policyconfig.DataKey]).NotTo(Or(ContainSubstring(`"consumers"`), ContainSubstring(`"counted"`)))
+		for _, name := range []string{"plain", "allowance"} {
+			err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: policyconfig.BudgetConfigMapName(name)}, &corev1.ConfigMap{})
+			Expect(apierrors.IsNotFound(err)).To(BeTrue(), "a count ConfigMap for %s: %v", name, err)
+		}
 		Expect(payload.Budget.MaxRetriesPerSecond).To(HaveValue(BeEquivalentTo(20)))
 		for _, b := range []*v1.RetryBudget{plain, allowance} {
 			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(b), b)).To(Succeed())
@@ -240,40 +299,37 @@ var _ = Describe("Fleet budgets", func() {
 		Expect(k8s.Create(ctx, fixtures.Budget(ns, "plain", 10))).To(Succeed())
 		createPods(ns, "checkout", "c1", "c2")
 		Expect(k8s.Create(ctx, fixtures.Policy(ns, "cart", "connector", 3, fixtures.BudgetRef("checkout")))).To(Succeed())
-		Expect(k8s.Create(ctx, fixtures.Policy(ns, "plain", "connector", 3, fixtures.BudgetRef("plain"), fixtures.Service("other")))).To(Succeed())
-		expectPublishedCount(ns, "cart", 2)
-		expectReason(ns, "plain", v1.ReasonPublished)
+		expectPublishedCount(ns, "checkout", 2)
 
 		// A second reconciler, on a fake clock, whose writes are captured
 		// rather than sent, so that it does not fight the suite's manager.
 		start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 		fake := clock.NewFake(start)
 		capture := &capturingClient{Client: mgr.GetClient()}
-		r := &controllers.RetryPolicyReconciler{Client: capture, Scheme: mgr.GetScheme(),
-			Recorder: mgr.GetEventRecorder("test"), Limits: policygraph.DefaultLimits(), Clock: fake}
+		r := &controllers.RetryBudgetReconciler{Client: capture, Scheme: mgr.GetScheme(), Limits: policygraph.DefaultLimits(), Clock: fake}
 		reconcile := func(name string) (ctrl.Result, *policyconfig.Consumers) {
 			GinkgoHelper()
 			res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: name}})
 			Expect(err).NotTo(HaveOccurred())
-			p := capture.last()
-			Expect(p).NotTo(BeNil(), "nothing was published")
-			return res, p.Budget.Consumers
+			c := capture.lastCount()
+			Expect(c).NotTo(BeNil(), "nothing was published")
+			return res, &c.Consumers
 		}
 
-		res, c := reconcile("cart")
+		res, c := reconcile("checkout")
 		members := c.Members
 		Expect(c).To(Equal(&policyconfig.Consumers{Count: 2, ObservedAt: start, Members: members}))
 		Expect(res.RequeueAfter).To(Equal(policyconfig.ConsumerCountRefresh))
 
 		// Same pods, within the lease: the same count, the same time.
 		fake.Advance(5 * time.Second)
-		res, c = reconcile("cart")
+		res, c = reconcile("checkout")
 		Expect(c.ObservedAt).To(Equal(start))
 		Expect(res.RequeueAfter).To(Equal(policyconfig.ConsumerCountRefresh - 5*time.Second))
 
 		// The lease is due: a new count with a new time.
 		fake.Advance(policyconfig.ConsumerCountRefresh - 5*time.Second)
-		res, c = reconcile("cart")
+		res, c = reconcile("checkout")
 		Expect(c).To(Equal(&policyconfig.Consumers{Count: 2, ObservedAt: fake.Now(), Members: members}))
 		Expect(res.RequeueAfter).To(Equal(policyconfig.ConsumerCountRefresh))
 
@@ -290,16 +346,23 @@ var _ = Describe("Fleet budgets", func() {
 			g.Expect(pods.Items).To(HaveEach(And(HaveField("ManagedFields", BeNil()), HaveField("Labels", HaveKey("app")))))
 		}).Should(Succeed())
 		fake.Advance(time.Second)
-		_, c = reconcile("cart")
+		_, c = reconcile("checkout")
 		Expect(c.Members).NotTo(Equal(members))
 		Expect(c).To(Equal(&policyconfig.Consumers{Count: 2, ObservedAt: fake.Now(), Members: c.Members}))
 
-		// A policy whose budget has no consumers keeps the slow resync, and
-		// its payload, which has no time in it, is not rewritten.
+		// A budget without consumers publishes no count and has no lease.
 		res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "plain"}})
 		Expect(err).NotTo(HaveOccurred())
+		Expect(res.RequeueAfter).To(BeZero())
+		Expect(capture.lastCount()).To(BeNil())
+
+		// The policy's reconciler keeps the slow resync whatever its
+		// budget: the count's lease is not its.
+		pr := &controllers.RetryPolicyReconciler{Client: capture, Scheme: mgr.GetScheme(),
+			Recorder: mgr.GetEventRecorder("test"), Limits: policygraph.DefaultLimits()}
+		res, err = pr.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "cart"}})
+		Expect(err).NotTo(HaveOccurred())
 		Expect(res.RequeueAfter).To(Equal(controllers.DefaultResyncPeriod))
-		Expect(capture.last()).To(BeNil())
 	})
 })
 
@@ -317,6 +380,7 @@ type capturingClient struct {
 	client.Client
 	mu      sync.Mutex
 	applied []string
+	counts  []string
 }
 
 func (c *capturingClient) Apply(_ context.Context, obj runtime.ApplyConfiguration, _ ...client.ApplyOption) error {
@@ -326,7 +390,11 @@ func (c *capturingClient) Apply(_ context.Context, obj runtime.ApplyConfiguratio
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.applied = append(c.applied, cm.Data[policyconfig.DataKey])
+	if d, ok := cm.Data[policyconfig.CountDataKey]; ok {
+		c.counts = append(c.counts, d)
+	} else {
+		c.applied = append(c.applied, cm.Data[policyconfig.DataKey])
+	}
 	return nil
 }
 
@@ -344,6 +412,20 @@ func (c *capturingClient) last() *policyconfig.Payload {
 	Expect(err).NotTo(HaveOccurred(), strings.TrimSpace(c.applied[len(c.applied)-1]))
 	c.applied = nil
 	return p
+}
+
+// lastCount parses the last count applied; nil when none was.
+func (c *capturingClient) lastCount() *policyconfig.Count {
+	GinkgoHelper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.counts) == 0 {
+		return nil
+	}
+	n, err := policyconfig.ParseCount([]byte(c.counts[len(c.counts)-1]))
+	Expect(err).NotTo(HaveOccurred(), c.counts[len(c.counts)-1])
+	c.counts = nil
+	return n
 }
 
 type discardStatus struct{ client.SubResourceWriter }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +24,9 @@ import (
 // each policy waits to be published. Run it once, alone:
 //
 //	nice go test -run '^$' -bench BenchmarkManagerAtScale -benchtime 1x -timeout 30m ./controllers/
+//
+// RETRYGUARD_HEAP_PROFILE=<file> writes a heap profile where memory is
+// measured (go tool pprof -sample_index=inuse_space <file>).
 //
 // The manager runs in the benchmark's process, as in the suite: rss-MiB is
 // that process's resident set (the manager, its caches and the client that
@@ -103,6 +107,18 @@ func BenchmarkManagerAtScale(b *testing.B) {
 		}
 		time.Sleep(30 * time.Second) // leases renew; the caches settle
 		runtime.GC()
+		if path := os.Getenv("RETRYGUARD_HEAP_PROFILE"); path != "" {
+			// What the heap holds here, with the manager running (go
+			// test's -memprofile is written after it has stopped).
+			f, err := os.Create(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := pprof.WriteHeapProfile(f); err != nil {
+				b.Fatal(err)
+			}
+			_ = f.Close()
+		}
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
 		b.ReportMetric(created.Seconds(), "create-s")

@@ -132,16 +132,18 @@ func TestNoRetryPayloadDropsATemplateThatCannotRender(t *testing.T) {
 }
 
 // A fleet budget's allowance always reaches the pods; its consumer count
-// only when the budget selects consumers and the controller counted them.
+// never does: a budget that selects consumers is published Counted, and the
+// count is in the budget's own ConfigMap, so that a count change rewrites
+// no payload.
 func TestFleetBudgetPayload(t *testing.T) {
 	p := testenv.Sample[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
 	p.Namespace, p.Generation = "auth", 2
 	budget := testenv.Sample[v1.RetryBudget](t, "policy_v1alpha1_retrybudget.yaml")
+	budget.UID = "7d3c2a61-0b5e-4f7a-9c1d-2e8f6a4b5c90"
 	enforced := policyconfig.Enforcement{Mode: policyconfig.Enforced}
-	counted := policyconfig.Consumers{Count: 7, ObservedAt: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
-	publish := func(b *v1.RetryBudget, opts ...controllers.PayloadOption) *policyconfig.Budget {
+	publish := func(b *v1.RetryBudget) *policyconfig.Budget {
 		t.Helper()
-		raw, err := policyconfig.Marshal(controllers.BuildPayload(p, b, 3, enforced, opts...))
+		raw, err := policyconfig.Marshal(controllers.BuildPayload(p, b, 3, enforced))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,11 +154,11 @@ func TestFleetBudgetPayload(t *testing.T) {
 		return got.Budget
 	}
 
-	if b := publish(budget, controllers.WithConsumers(counted)); b.MaxRetriesPerSecond != nil || b.Consumers != nil {
+	if b := publish(budget); b.MaxRetriesPerSecond != nil || b.Consumers != nil || b.Counted {
 		t.Errorf("a budget without fleet figures: %+v", b)
 	}
 	budget.Spec.MaxRetriesPerSecond = ptr.To[int32](20)
-	if b := publish(budget); b.MaxRetriesPerSecond == nil || *b.MaxRetriesPerSecond != 20 || b.Consumers != nil {
+	if b := publish(budget); b.MaxRetriesPerSecond == nil || *b.MaxRetriesPerSecond != 20 || b.Consumers != nil || b.Counted {
 		t.Errorf("an allowance without consumers: %+v", b)
 	}
 	budget.Spec.MaxRetriesPerSecond = ptr.To[int32](0)
@@ -164,11 +166,14 @@ func TestFleetBudgetPayload(t *testing.T) {
 		t.Errorf("an allowance of 0 (no retry) was lost: %+v", b)
 	}
 	budget.Spec.Consumers = &v1.BudgetConsumers{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "sms"}}}
-	if b := publish(budget); b.Consumers != nil {
-		t.Errorf("consumers never counted were published: %+v", b.Consumers)
+	if b := publish(budget); !b.Counted || b.Consumers != nil || b.UID != string(budget.UID) {
+		t.Errorf("a budget with consumers: %+v, want Counted, its UID and no count", b)
 	}
-	if b := publish(budget, controllers.WithConsumers(counted)); b.Consumers == nil || *b.Consumers != counted {
-		t.Errorf("consumers %+v, want %+v", b.Consumers, counted)
+	// A selector that escaped validation is not Counted: the pods take
+	// the conservative share, as the budget's status says.
+	budget.Spec.Consumers.PodSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Near"}}}
+	if b := publish(budget); b.Counted || b.Consumers != nil {
+		t.Errorf("an invalid selector: %+v", b)
 	}
 	// The payload does not alias the budget: publishing cannot edit it.
 	payload := controllers.BuildPayload(p, budget, 3, enforced)

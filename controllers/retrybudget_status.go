@@ -3,6 +3,8 @@ package controllers
 import (
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/retryguard/retryguard/api/policygraph"
@@ -48,4 +50,52 @@ func evaluateBudget(b *v1.RetryBudget, policyCount int32, limits policygraph.Lim
 	}
 	return metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1.ReasonAccepted,
 		Message: msg, ObservedGeneration: b.Generation}
+}
+
+// eventActionEvaluate is the action of every event on a RetryBudget.
+const eventActionEvaluate = "Evaluate"
+
+// budgetEvents are the events a budget's status change calls for: Normal
+// Accepted when it turns Ready, Warning with the reason when it turns not
+// Ready or its reason changes, and one event per change in what its
+// consumer count means: counted at last (or again after none), none
+// matched, more than partitions. A count that merely moves (a rollout)
+// records nothing, so that no event storm follows pod churn.
+func budgetEvents(before, after *v1.RetryBudget) []statusEvent {
+	var out []statusEvent
+	if now, turned := readyTurn(before.Status.Conditions, after.Status.Conditions); turned {
+		out = append(out, readyEvent(now, now.Message))
+	}
+	n, m := after.Status.Consumers, before.Status.Consumers
+	if n == nil {
+		return out
+	}
+	switch {
+	case *n == 0 && (m == nil || *m != 0):
+		out = append(out, statusEvent{corev1.EventTypeWarning, v1.ReasonNoConsumers,
+			"consumers.podSelector matches no pod: no pod holds a share of this budget, so none retries on it"})
+	case *n > 0 && (m == nil || *m == 0):
+		out = append(out, statusEvent{corev1.EventTypeNormal, v1.ReasonConsumersCounted,
+			fmt.Sprintf("%d consumers counted and published: each enforces its share of the budget's absolute figures", *n)})
+	}
+	partitions := *after.Spec.WithDefaults().Partitions
+	if *n > partitions && (m == nil || *m <= partitions) {
+		out = append(out, statusEvent{corev1.EventTypeWarning, v1.ReasonConsumersAbovePartitions,
+			fmt.Sprintf("%d consumers, above partitions (%d), the declared largest fleet: raise partitions to it", *n, partitions)})
+	}
+	return out
+}
+
+// reportStatus completes a budget's status for its patch: the kstatus
+// conditions that follow from Ready, and the events its change calls for.
+func (r *RetryBudgetReconciler) reportStatus(before, b *v1.RetryBudget) {
+	if now := meta.FindStatusCondition(b.Status.Conditions, v1.ConditionReady); now != nil {
+		setProgressConditions(&b.Status.Conditions, *now)
+	}
+	if r.Recorder == nil {
+		return
+	}
+	for _, e := range budgetEvents(before, b) {
+		r.Recorder.Eventf(b, nil, e.Type, e.Reason, eventActionEvaluate, "%s", e.Message)
+	}
 }

@@ -12,26 +12,20 @@ import (
 	"math"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
-	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/retryguard/retryguard/api/policygraph"
 	"github.com/retryguard/retryguard/api/policygraph/policyindex"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
-	"github.com/retryguard/retryguard/runtime/clock"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
@@ -69,21 +63,15 @@ type RetryPolicyReconciler struct {
 	// VirtualServices detects Istio VirtualServices as hidden layers; nil
 	// detects none.
 	VirtualServices *VirtualServiceFinder
-	// Clock dates consumer counts; nil is the wall clock.
-	Clock clock.Clock
-	// ConsumerCountRefresh is how often a policy whose budget has consumers
-	// is republished with a new count; 0 means
-	// policyconfig.ConsumerCountRefresh, which the pods' staleness bound
-	// assumes.
-	ConsumerCountRefresh time.Duration
-
-	consumerLeases consumerLeases
 }
 
 // DefaultResyncPeriod is how often every policy is republished when nothing
 // changed: drift that raised no event (an edit that kept the hash annotation
 // consistent, a missed watch event) lasts at most this long.
 const DefaultResyncPeriod = 10 * time.Minute
+
+// eventActionPublish is the action of every event on a RetryPolicy.
+const eventActionPublish = "Publish"
 
 // FieldOwner is the server-side apply field manager of every ConfigMap the
 // controller publishes.
@@ -96,7 +84,6 @@ func (r *RetryPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if err := r.Get(ctx, req.NamespacedName, &p); err != nil {
 		if apierrors.IsNotFound(err) {
 			policyMetrics.forget(req.NamespacedName.String())
-			r.consumerLeases.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -114,11 +101,7 @@ func (r *RetryPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	facts.HiddenLayers = hidden
 	enforcement, ready := evaluatePolicy(facts, p.Generation)
 	leaf := facts.Verdict.Analysis.LeafAttempts()
-	consumers, renewIn, err := r.consumerCount(ctx, &p, budget)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	if err := r.publish(ctx, &p, BuildPayload(&p, budget, leaf, enforcement, consumers...)); err != nil {
+	if err := r.publish(ctx, &p, BuildPayload(&p, budget, leaf, enforcement)); err != nil {
 		meta.SetStatusCondition(&p.Status.Conditions, publishFailedCondition(err, p.Generation))
 		return ctrl.Result{}, err
 	}
@@ -128,11 +111,9 @@ func (r *RetryPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	p.Status.HiddenLayers = hidden
 	p.Status.WorstCaseDuration = ptr.To(v1.DurationOf(facts.Verdict.Schedule.Duration))
 	p.Status.ConfigMapName = policyconfig.ConfigMapName(p.Name)
-	requeue := r.resyncPeriod()
-	if consumers != nil {
-		requeue = min(requeue, renewIn) // the count's lease
-	}
-	return ctrl.Result{RequeueAfter: requeue}, nil
+	// A fleet budget's count is the RetryBudgetReconciler's, in the
+	// budget's own ConfigMap: a count change republishes no policy.
+	return ctrl.Result{RequeueAfter: r.resyncPeriod()}, nil
 }
 
 func (r *RetryPolicyReconciler) resyncPeriod() time.Duration {
@@ -162,89 +143,39 @@ func (r *RetryPolicyReconciler) observe(ctx context.Context, p *v1.RetryPolicy) 
 	return facts, budget, err
 }
 
-// publish makes the policy's ConfigMap hold the payload. It compares the
-// live ConfigMap with the desired one, never trusting the hash annotation,
-// and writes only on a difference, by server-side apply under FieldOwner
-// (forcing ownership back from whoever edited our fields). The live object
-// is looked up by name past the label-filtered cache, so that a ConfigMap
-// whose managed-by label was removed is found and repaired.
+// publish makes the policy's ConfigMap hold the payload (publishConfigMap).
 func (r *RetryPolicyReconciler) publish(ctx context.Context, p *v1.RetryPolicy, payload *policyconfig.Payload) error {
 	data, err := policyconfig.Marshal(payload)
 	if err != nil {
 		return fmt.Errorf("encoding the payload: %w", err)
 	}
-	gvk, err := apiutil.GVKForObject(p, r.Scheme)
-	if err != nil {
-		return err
-	}
-	name := policyconfig.ConfigMapName(p.Name)
-	labels := map[string]string{policyconfig.ManagedByLabel: policyconfig.ManagedByValue, policyconfig.PolicyLabel: labelValue(p.Name)}
-	annotations := map[string]string{policyconfig.ContentHashAnnotation: contentHash(string(data))}
-	owner := metav1.OwnerReference{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: p.Name, UID: p.UID,
-		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}
-
-	live, err := r.liveConfigMap(ctx, client.ObjectKey{Namespace: p.Namespace, Name: name})
-	if err != nil {
-		return err
-	}
-	if live != nil && live.Data[policyconfig.DataKey] == string(data) && isSubset(labels, live.Labels) &&
-		isSubset(annotations, live.Annotations) && controlledBy(live, owner) {
-		return nil // nothing drifted: no write
-	}
-	want := corev1ac.ConfigMap(name, p.Namespace).
-		WithLabels(labels).
-		WithAnnotations(annotations).
-		WithOwnerReferences(metav1ac.OwnerReference().
-			WithAPIVersion(owner.APIVersion).WithKind(owner.Kind).WithName(owner.Name).WithUID(owner.UID).
-			WithController(true).WithBlockOwnerDeletion(true)).
-		WithData(map[string]string{policyconfig.DataKey: string(data)})
-	return r.Apply(ctx, want, client.FieldOwner(FieldOwner), client.ForceOwnership)
+	return publishConfigMap(ctx, r.Client, r.APIReader, p, r.Scheme, publishedConfigMap{
+		Name:    policyconfig.ConfigMapName(p.Name),
+		Labels:  map[string]string{policyconfig.ManagedByLabel: policyconfig.ManagedByValue, policyconfig.PolicyLabel: labelValue(p.Name)},
+		DataKey: policyconfig.DataKey, Data: data,
+	})
 }
 
-// liveConfigMap reads a published ConfigMap from the cache, or by name from
-// the API server when the cache does not hold it (its label was removed, or
-// the cache has not seen it yet); nil when it does not exist.
-func (r *RetryPolicyReconciler) liveConfigMap(ctx context.Context, key client.ObjectKey) (*corev1.ConfigMap, error) {
-	var cm corev1.ConfigMap
-	err := r.Get(ctx, key, &cm)
-	if apierrors.IsNotFound(err) {
-		reader := r.APIReader
-		if reader == nil {
-			reader = r.Client
-		}
-		err = reader.Get(ctx, key, &cm)
-	}
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil, nil
-	case err != nil:
-		return nil, err
-	}
-	return &cm, nil
-}
-
-// controlledBy reports whether owner is cm's controller, as published.
-func controlledBy(cm *corev1.ConfigMap, owner metav1.OwnerReference) bool {
-	c := metav1.GetControllerOfNoCopy(cm)
-	return c != nil && c.UID == owner.UID && c.APIVersion == owner.APIVersion && c.Kind == owner.Kind &&
-		c.Name == owner.Name && c.BlockOwnerDeletion != nil && *c.BlockOwnerDeletion
-}
-
-// patchStatus writes status once per reconcile when it changed, counts the
-// policy by reason, and records a Warning event on a turn to not Ready.
+// patchStatus writes status once per reconcile when it changed, with the
+// kstatus conditions that follow from Ready, counts the policy by reason,
+// and records an event on a change of verdict (policyEvent).
 func (r *RetryPolicyReconciler) patchStatus(ctx context.Context, before, p *v1.RetryPolicy) error {
-	now := meta.FindStatusCondition(p.Status.Conditions, v1.ConditionReady)
-	if now != nil {
+	if now := meta.FindStatusCondition(p.Status.Conditions, v1.ConditionReady); now != nil {
+		setProgressConditions(&p.Status.Conditions, *now)
 		policyMetrics.set(client.ObjectKeyFromObject(p).String(), string(now.Status), now.Reason)
-		was := meta.FindStatusCondition(before.Status.Conditions, v1.ConditionReady)
-		if now.Status == metav1.ConditionFalse && (was == nil || was.Status != metav1.ConditionFalse || was.Reason != now.Reason) {
-			r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, now.Reason, "Publish", "%s", now.Message)
-		}
 	}
 	if equality.Semantic.DeepEqual(before.Status, p.Status) {
-		return nil
+		return nil // an unchanged status calls for no event either
 	}
-	return client.IgnoreNotFound(r.Status().Patch(ctx, p, client.MergeFrom(before)))
+	if err := r.Status().Patch(ctx, p, client.MergeFrom(before)); err != nil {
+		// The next reconcile starts from the old status again, and records
+		// the event then.
+		return client.IgnoreNotFound(err)
+	}
+	if e := policyEvent(&before.Status, &p.Status); e != nil {
+		r.Recorder.Eventf(p, nil, e.Type, e.Reason, eventActionPublish, "%s", e.Message)
+	}
+	return nil
 }
 
 // contentHash is the hex SHA-256 of a payload, as the annotation holds it.

@@ -9,32 +9,13 @@ import (
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
-// PayloadOption adds to a payload what the objects alone do not say.
-type PayloadOption func(*payloadOptions)
-
-type payloadOptions struct {
-	consumers *policyconfig.Consumers
-}
-
-// WithConsumers publishes the controller's count of the budget's consumers.
-// It applies only to a budget that selects consumers: a payload for any
-// other budget never carries a count (a runtime that predates counts refuses
-// the field).
-func WithConsumers(c policyconfig.Consumers) PayloadOption {
-	return func(o *payloadOptions) { o.consumers = &c }
-}
-
 // BuildPayload turns a policy (defaults applied), its resolved budget (nil
 // when absent) and the controller's verdict into the published payload.
-// A budget with consumers but no WithConsumers count is published without
-// one, so that its pods take the conservative share.
-func BuildPayload(
-	p *v1.RetryPolicy,
-	budget *v1.RetryBudget,
-	leafAttempts int64,
-	enforcement policyconfig.Enforcement,
-	opts ...PayloadOption,
-) *policyconfig.Payload {
+// A budget with consumers is published Counted, without its count: the
+// count is in the budget's own ConfigMap (RetryBudgetReconciler), so that a
+// count change rewrites no payload. One whose selector escaped validation
+// is not Counted: its pods take the conservative share, as without a count.
+func BuildPayload(p *v1.RetryPolicy, budget *v1.RetryBudget, leafAttempts int64, enforcement policyconfig.Enforcement) *policyconfig.Payload {
 	s := p.Spec.WithDefaults()
 	dur := func(d interface{ Nanoseconds() int64 }) policyconfig.Duration {
 		return policyconfig.Duration(d.Nanoseconds())
@@ -118,13 +99,8 @@ func BuildPayload(
 		if m := b.MaxRetriesPerSecond; m != nil {
 			out.Budget.MaxRetriesPerSecond = ptr.To(*m)
 		}
-		var o payloadOptions
-		for _, opt := range opts {
-			opt(&o)
-		}
-		if b.Consumers != nil && o.consumers != nil {
-			c := *o.consumers
-			out.Budget.Consumers = &c
+		if sel, err := consumerSelector(budget); err == nil && sel != nil {
+			out.Budget.Counted = true
 		}
 	}
 	return out

@@ -2,8 +2,11 @@ package controllers
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -87,4 +90,82 @@ func detailsWithCode(errs field.ErrorList, c codes.Code) string {
 		}
 	}
 	return strings.Join(msgs, "; ")
+}
+
+// waitingReasons are the not-Ready reasons the controller resolves by
+// itself: a referenced object that may still be created (the controller
+// watches for it) and a publish it retries. Every other not-Ready reason is
+// a refusal that only a change can lift.
+var waitingReasons = []string{v1.ReasonParentNotFound, v1.ReasonBudgetNotFound, v1.ReasonPublishFailed}
+
+// setProgressConditions derives the kstatus conditions from Ready, for
+// either kind: Stalled while a refusal holds, Reconciling while the
+// controller waits or retries, neither once Ready. kstatus reads Stalled as
+// Failed and Reconciling as InProgress, so a NoRetry object is never Current.
+func setProgressConditions(conds *[]metav1.Condition, ready metav1.Condition) {
+	stalled, reconciling := false, false
+	switch {
+	case ready.Status == metav1.ConditionTrue:
+	case ready.Status == metav1.ConditionFalse && !slices.Contains(waitingReasons, ready.Reason):
+		stalled = true
+	default:
+		reconciling = true
+	}
+	for _, c := range []struct {
+		kind string
+		on   bool
+	}{{v1.ConditionStalled, stalled}, {v1.ConditionReconciling, reconciling}} {
+		if !c.on {
+			meta.RemoveStatusCondition(conds, c.kind)
+			continue
+		}
+		meta.SetStatusCondition(conds, metav1.Condition{Type: c.kind, Status: metav1.ConditionTrue, Reason: ready.Reason,
+			Message: ready.Message, ObservedGeneration: ready.ObservedGeneration})
+	}
+}
+
+// statusEvent is an event that a change of status calls for.
+type statusEvent struct {
+	Type, Reason, Message string
+}
+
+// readyTurn returns the Ready condition of after and whether it turned:
+// to True from anything else, or to False from anything else or from
+// another False reason. The verdict changed only then.
+func readyTurn(before, after []metav1.Condition) (*metav1.Condition, bool) {
+	now := meta.FindStatusCondition(after, v1.ConditionReady)
+	if now == nil {
+		return nil, false
+	}
+	was := meta.FindStatusCondition(before, v1.ConditionReady)
+	return now, was == nil || was.Status != now.Status || (now.Status == metav1.ConditionFalse && was.Reason != now.Reason)
+}
+
+// readyEvent is the event of a Ready condition: Normal when True, Warning
+// otherwise, with its reason.
+func readyEvent(c *metav1.Condition, message string) statusEvent {
+	if c.Status == metav1.ConditionTrue {
+		return statusEvent{corev1.EventTypeNormal, c.Reason, message}
+	}
+	return statusEvent{corev1.EventTypeWarning, c.Reason, message}
+}
+
+// policyEvent is the event a policy's status change calls for, nil when none:
+// Normal Published when it turns Ready or publishes a new generation, and
+// Warning with the reason when it turns not Ready or its reason changes.
+// A reconcile that changes nothing (a resync, a relative's echo) records
+// nothing, so that no event storm follows a busy call tree.
+func policyEvent(before, after *v1.RetryPolicyStatus) *statusEvent {
+	now, turned := readyTurn(before.Conditions, after.Conditions)
+	switch {
+	case now == nil:
+		return nil
+	case now.Status == metav1.ConditionTrue && (turned || before.ObservedGeneration != after.ObservedGeneration):
+		e := readyEvent(now, fmt.Sprintf("generation %d published in ConfigMap %s: %s", after.ObservedGeneration, after.ConfigMapName, now.Message))
+		return &e
+	case now.Status == metav1.ConditionFalse && turned:
+		e := readyEvent(now, now.Message)
+		return &e
+	}
+	return nil
 }

@@ -102,11 +102,15 @@ func publishedCount(b *testing.B, m ctrl.Manager, ns, budget string, generation 
 	if err := m.GetCache().List(context.Background(), &cms, client.InNamespace(ns)); err != nil {
 		b.Fatal(err)
 	}
-	if budget == "" {
-		return len(cms.Items)
-	}
 	n := 0
 	for _, cm := range cms.Items {
+		if _, policy := cm.Labels[policyconfig.PolicyLabel]; !policy {
+			continue // a budget's count (retrybudget-<name>)
+		}
+		if budget == "" {
+			n++
+			continue
+		}
 		p, err := policyconfig.Parse([]byte(cm.Data[policyconfig.DataKey]))
 		if err == nil && p.Budget != nil && p.Budget.Name == budget && p.Budget.Generation == generation {
 			n++

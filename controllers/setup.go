@@ -25,16 +25,24 @@ import (
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
+// LeaderElectionID names the Lease the manager's replicas elect their
+// leader with, in the manager's namespace; kubectl retryguard check reads it.
+const LeaderElectionID = "retryguard-manager.policy.retryguard.io"
+
 // CacheOptions limits what the manager's cache holds: the ConfigMaps
 // Retryguard publishes (never every ConfigMap of the cluster), Istio's
-// VirtualService CRD alone among CRDs, and pods as trimmed metadata.
+// VirtualService CRD alone among CRDs, pods as trimmed metadata, and no
+// object's managed fields, which nothing reads from the cache (server-side
+// apply computes them on the API server) and which are a large part of
+// every cached policy and ConfigMap (docs/benchmarks.md, the manager at
+// scale).
 func CacheOptions() cache.Options {
 	crd, crdCache := virtualServiceCRDCache()
 	// Pods, for counting budget consumers, are held as metadata only and
 	// trimmed to what counting reads.
 	pods := &metav1.PartialObjectMetadata{}
 	pods.SetGroupVersionKind(podGVK)
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+	return cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
 		&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{policyconfig.ManagedByLabel: policyconfig.ManagedByValue})},
 		crd:                 crdCache,
 		pods:                {Transform: keepCountedPodFields},
@@ -75,12 +83,10 @@ func SetupWithManager(_ context.Context, mgr ctrl.Manager, opts Options) error {
 		// namespace's children; metadata is all that is read.
 		WatchesMetadata(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(pr.foreignChildren),
 			builder.WithPredicates(predicate.LabelChangedPredicate{})).
-		// A budget change is republished into every payload that inlines it.
+		// A budget change is republished into every payload that inlines its
+		// figures; its count is not in them (RetryBudgetReconciler).
 		Watches(&v1.RetryBudget{}, handler.EnqueueRequestsFromMapFunc(pr.budgetUsers),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		// A change in a fleet budget's consumers is republished at once.
-		WatchesMetadata(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(pr.consumersOfPod),
-			builder.WithPredicates(podMembershipChanged)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}).
 		Build(pr)
 	if err != nil {
@@ -89,10 +95,13 @@ func SetupWithManager(_ context.Context, mgr ctrl.Manager, opts Options) error {
 	if err := setupVirtualServices(mgr, policies, pr); err != nil {
 		return err
 	}
-	br := &RetryBudgetReconciler{Client: mgr.GetClient(), Limits: opts.Limits}
+	br := &RetryBudgetReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), Limits: opts.Limits,
+		Recorder: mgr.GetEventRecorder("retryguard-retrybudget")}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("retrybudget").
 		For(&v1.RetryBudget{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// The budget's count ConfigMap, repaired as a policy's is.
+		Owns(&corev1.ConfigMap{}, builder.WithPredicates(publishedFieldsChanged)).
 		Watches(&v1.RetryPolicy{}, handler.EnqueueRequestsFromMapFunc(budgetOf),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesMetadata(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(budgetsOfPod(br.Client)),

@@ -34,6 +34,10 @@ func printerColumns(name string) []string {
 	Expect(k8s.Get(ctx, client.ObjectKey{Name: name}, &crd)).To(Succeed())
 	var out []string
 	for _, c := range crd.Spec.Versions[0].AdditionalPrinterColumns {
+		if c.Priority > 0 {
+			out = append(out, c.Name+" (wide)") // shown by -o wide only
+			continue
+		}
 		out = append(out, c.Name)
 	}
 	return out

@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -170,12 +172,12 @@ var _ = Describe("Samples", func() {
 				Target:      v1.RetryTarget{Service: "ledger"},
 				Layer:       v1.RetryLayer{Name: "connector"},
 				MaxAttempts: 1,
-				Backoff:     v1.Backoff{Jitter: v1.JitterFull},
 				Deadline:    *dur("2s"),
 			},
 		}
 		want := minimal.Spec.WithDefaults()
 		Expect(k8s.Create(ctx, minimal)).To(Succeed())
+		Expect(minimal.Spec.Backoff.Jitter).To(Equal(v1.JitterFull))
 		Expect(minimal.Spec.Backoff.Base.Duration().String()).To(Equal("100ms"))
 		Expect(minimal.Spec.Backoff.Cap.Duration().String()).To(Equal("3s"))
 		Expect(minimal.Spec.MinRemaining.Duration().String()).To(Equal("500ms"))
@@ -197,7 +199,47 @@ var _ = Describe("Samples", func() {
 	It("print the documented columns", func() {
 		crd := fmt.Sprintf("retrypolicies.%s", v1.GroupVersion.Group)
 		cols := printerColumns(crd)
-		Expect(cols).To(Equal([]string{"Service", "Layer", "Attempts", "Leaf", "Budget", "Ready", "Age"}))
-		Expect(printerColumns("retrybudgets." + v1.GroupVersion.Group)).To(Equal([]string{"Percent", "Window", "Policies", "Consumers", "Ready", "Age"}))
+		Expect(cols).To(Equal([]string{"Service", "Layer", "Attempts", "Leaf", "Budget", "Ready", "Reason", "WorstCase (wide)", "Age"}))
+		Expect(printerColumns("retrybudgets." + v1.GroupVersion.Group)).To(Equal([]string{
+			"Percent", "Window", "Policies", "Consumers", "Ready", "Reason", "Partitions (wide)", "MaxRetries/s (wide)", "Age"}))
+	})
+})
+
+// Every default is valid: an object read back with every default the API
+// server applies passes every CEL rule (sent again, whole) and every Go
+// rule, for the minimal policy, for a retrying policy with no backoff, and
+// for the minimal budget.
+var _ = Describe("Every default", func() {
+	minimal := func(name string, change func(*v1.RetryPolicySpec)) *v1.RetryPolicy {
+		p := &v1.RetryPolicy{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "cel"}, Spec: v1.RetryPolicySpec{
+			Target: v1.RetryTarget{Service: "ledger"}, Layer: v1.RetryLayer{Name: "connector"},
+			MaxAttempts: 1, Deadline: *dur("2s")}}
+		change(&p.Spec)
+		return p
+	}
+	for name, p := range map[string]*v1.RetryPolicy{
+		"of the minimal policy is valid": minimal("defaults-minimal", func(*v1.RetryPolicySpec) {}),
+		"of a retrying policy without backoff is valid": minimal("defaults-retrying", func(s *v1.RetryPolicySpec) {
+			s.MaxAttempts = 3
+			s.BudgetRef = &v1.LocalObjectReference{Name: "ledger"}
+			s.Target.Operation = ptr.To("GET /v1/balance")
+		}),
+	} {
+		It(name, func() {
+			Expect(k8s.Create(ctx, p)).To(Succeed())
+			defaulted := p.DeepCopy()
+			Expect(defaulted.Spec).To(Equal(p.Spec.WithDefaults()))
+			Expect(defaulted.Spec.Backoff).To(Equal(v1.Backoff{Jitter: v1.JitterFull, Base: dur("100ms"), Cap: dur("3s"),
+				Multiplier: ptr.To[int32](2)}))
+			Expect(v1.ValidateRetryPolicySpec(&defaulted.Spec, field.NewPath("spec"))).To(BeEmpty())
+			again := &v1.RetryPolicy{ObjectMeta: metav1.ObjectMeta{Name: p.Name + "-again"}, Spec: defaulted.Spec}
+			Expect(serverVerdict(again)).To(BeEmpty())
+		})
+	}
+	It("of the minimal budget is valid", func() {
+		b := &v1.RetryBudget{ObjectMeta: metav1.ObjectMeta{Name: "defaults-minimal", Namespace: "cel"}, Spec: v1.RetryBudgetSpec{RetryPercent: 10}}
+		Expect(k8s.Create(ctx, b)).To(Succeed())
+		Expect(v1.ValidateRetryBudgetSpec(&b.Spec, field.NewPath("spec"))).To(BeEmpty())
+		Expect(serverVerdict(&v1.RetryBudget{ObjectMeta: metav1.ObjectMeta{Name: "defaults-minimal-again"}, Spec: b.Spec})).To(BeEmpty())
 	})
 })

@@ -20,6 +20,9 @@ func mustDuration(s string) *Duration {
 // deadline (RetryAfterMaxDelay).
 func (s *RetryPolicySpec) WithDefaults() RetryPolicySpec {
 	out := *s.DeepCopy()
+	if out.Backoff.Jitter == "" {
+		out.Backoff.Jitter = DefaultBackoffJitter
+	}
 	if out.Backoff.Base == nil {
 		out.Backoff.Base = mustDuration(DefaultBackoffBase)
 	}

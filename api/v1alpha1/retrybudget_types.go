@@ -91,8 +91,10 @@ type RetryBudgetStatus struct {
 	// +patchMergeKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type" protobuf:"bytes,1,rep,name=conditions"`
 
-	// observedGeneration is the generation last reconciled successfully.
+	// observedGeneration is the generation last reconciled successfully; 0
+	// until the controller first reconciles the budget.
 	// +optional
+	// +default=0
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// policyCount is the number of RetryPolicies that reference this budget.
@@ -117,6 +119,9 @@ type RetryBudgetStatus struct {
 // +kubebuilder:printcolumn:name="Policies",type=integer,JSONPath=`.status.policyCount`
 // +kubebuilder:printcolumn:name="Consumers",type=integer,JSONPath=`.status.consumers`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Partitions",type=integer,priority=1,JSONPath=`.spec.partitions`
+// +kubebuilder:printcolumn:name="MaxRetries/s",type=integer,priority=1,JSONPath=`.spec.maxRetriesPerSecond`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type RetryBudget struct {
 	metav1.TypeMeta `json:",inline"`
@@ -129,9 +134,12 @@ type RetryBudget struct {
 	// +required
 	Spec RetryBudgetSpec `json:"spec"`
 
-	// status is the observed state.
+	// status is the observed state. It defaults to observedGeneration 0, so
+	// that a budget the controller has not yet observed reads as in
+	// progress, never as current (docs/status.md).
 	// +optional
-	Status RetryBudgetStatus `json:"status,omitempty"`
+	// +default={}
+	Status RetryBudgetStatus `json:"status,omitzero"`
 }
 
 // RetryBudgetList is a list of RetryBudget.

@@ -12,6 +12,7 @@ import (
 // validators and the runtime when a field is absent. The bounds live in
 // package limits, which the payload parser shares.
 const (
+	DefaultBackoffJitter     = JitterFull
 	DefaultBackoffBase       = "100ms"
 	DefaultBackoffCap        = "3s"
 	DefaultBackoffMultiplier = int32(2)
@@ -189,8 +190,10 @@ type ChildNamespaces struct {
 // Backoff is the delay between attempts.
 type Backoff struct {
 	// jitter randomises each delay so that callers do not retry in lockstep.
-	// Full draws uniform(0, min(cap, base·multiplier^n)). None is rejected.
-	// +required
+	// Full (the default) draws uniform(0, min(cap, base·multiplier^n)).
+	// None is rejected.
+	// +optional
+	// +default="Full"
 	Jitter JitterMode `json:"jitter,omitempty"`
 
 	// base is the first backoff window. It must be positive.
@@ -334,9 +337,9 @@ type Events struct {
 // order, which varies from request to request, but one object's own rules in
 // the order written. Written in field-path order, they make a refusal read
 // the same every time, and in the order ValidateRetryPolicySpec gives.
-// +kubebuilder:validation:XValidation:rule="!has(self.backoff.base) || !self.backoff.base.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.backoff.base) > duration('0s')",message="ERR_JITTER_REQUIRED: backoff.base 0s is an immediate retry; use a positive base such as 100ms",fieldPath=".backoff.base"
-// +kubebuilder:validation:XValidation:rule="!has(self.backoff.base) || !has(self.backoff.cap) || !self.backoff.base.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.backoff.cap.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.backoff.cap) >= duration(self.backoff.base)",message="ERR_BACKOFF_INVALID: backoff.cap must be at least backoff.base",fieldPath=".backoff.cap"
-// +kubebuilder:validation:XValidation:rule="self.backoff.jitter != 'None'",message="ERR_JITTER_REQUIRED: backoff.jitter None makes every caller retry in lockstep; use Full, Equal or Decorrelated",fieldPath=".backoff.jitter"
+// +kubebuilder:validation:XValidation:rule="!has(self.backoff) || !has(self.backoff.base) || !self.backoff.base.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.backoff.base) > duration('0s')",message="ERR_JITTER_REQUIRED: backoff.base 0s is an immediate retry; use a positive base such as 100ms",fieldPath=".backoff.base"
+// +kubebuilder:validation:XValidation:rule="!has(self.backoff) || !has(self.backoff.base) || !has(self.backoff.cap) || !self.backoff.base.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.backoff.cap.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.backoff.cap) >= duration(self.backoff.base)",message="ERR_BACKOFF_INVALID: backoff.cap must be at least backoff.base",fieldPath=".backoff.cap"
+// +kubebuilder:validation:XValidation:rule="!has(self.backoff) || !has(self.backoff.jitter) || self.backoff.jitter != 'None'",message="ERR_JITTER_REQUIRED: backoff.jitter None makes every caller retry in lockstep; use Full, Equal or Decorrelated",fieldPath=".backoff.jitter"
 // +kubebuilder:validation:XValidation:rule="self.maxAttempts <= 1 || has(self.budgetRef)",message="ERR_BUDGET_REQUIRED: a policy with maxAttempts above 1 must name a RetryBudget in budgetRef; retries without a budget caused INC-2901",fieldPath=".budgetRef"
 // +kubebuilder:validation:XValidation:rule="!self.deadline.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.deadline) > duration('0s')",message="ERR_DEADLINE_INFEASIBLE: deadline must be positive",fieldPath=".deadline"
 // +kubebuilder:validation:XValidation:rule="self.maxAttempts <= 1 || !has(self.minRemaining) || !self.deadline.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.minRemaining.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.deadline) > duration(self.minRemaining)",message="ERR_DEADLINE_INFEASIBLE: deadline must exceed minRemaining, or no retry could ever start",fieldPath=".deadline"
@@ -362,8 +365,11 @@ type RetryPolicySpec struct {
 	// +required
 	MaxAttempts int32 `json:"maxAttempts"`
 
-	// backoff is the delay between attempts.
-	// +required
+	// backoff is the delay between attempts. Each absent field takes its
+	// default: Full jitter, base 100ms, cap 3s, multiplier 2. A
+	// single-attempt policy never waits, so it needs none.
+	// +optional
+	// +default={}
 	Backoff Backoff `json:"backoff,omitzero"`
 
 	// deadline is the end-to-end deadline of one logical operation; attempts
@@ -432,8 +438,10 @@ type RetryPolicyStatus struct {
 	// +patchMergeKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type" protobuf:"bytes,1,rep,name=conditions"`
 
-	// observedGeneration is the generation last published successfully.
+	// observedGeneration is the generation last published successfully; 0
+	// until the controller first publishes the policy.
 	// +optional
+	// +default=0
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// leafAttempts is the product of maxAttempts along the parentRef chain: the
@@ -489,6 +497,8 @@ type HiddenLayer struct {
 // +kubebuilder:printcolumn:name="Leaf",type=integer,JSONPath=`.status.leafAttempts`
 // +kubebuilder:printcolumn:name="Budget",type=string,JSONPath=`.spec.budgetRef.name`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="WorstCase",type=string,priority=1,JSONPath=`.status.worstCaseDuration`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type RetryPolicy struct {
 	metav1.TypeMeta `json:",inline"`
@@ -501,9 +511,12 @@ type RetryPolicy struct {
 	// +required
 	Spec RetryPolicySpec `json:"spec,omitzero"`
 
-	// status is the observed state.
+	// status is the observed state. It defaults to observedGeneration 0, so
+	// that a policy the controller has not yet observed reads as in
+	// progress, never as current (docs/status.md).
 	// +optional
-	Status RetryPolicyStatus `json:"status,omitempty"`
+	// +default={}
+	Status RetryPolicyStatus `json:"status,omitzero"`
 }
 
 // RetryPolicyList is a list of RetryPolicy.

@@ -1,8 +1,22 @@
 package v1alpha1
 
-// ConditionReady is the one condition both kinds report: whether the object is
-// in force (published and enforceable by the pods that call the dependency).
+// ConditionReady is the condition both kinds report first: whether the
+// object is in force (published and enforceable by the pods that call the
+// dependency).
 const ConditionReady = "Ready"
+
+// The kstatus conditions (sigs.k8s.io/cli-utils/pkg/kstatus), abnormal-true:
+// each is present only while True, with the Ready reason that caused it, so
+// that GitOps tools read a refused object as Failed and one still in the
+// works as InProgress, never as Current (docs/status.md).
+const (
+	// ConditionStalled: the controller refused the object, and only a change
+	// to it (or to its relatives) can make it Ready.
+	ConditionStalled = "Stalled"
+	// ConditionReconciling: the controller is still working on the object:
+	// waiting for an object it references, or retrying a failed publish.
+	ConditionReconciling = "Reconciling"
+)
 
 // LocalObjectReference names another object of the expected kind in the same
 // namespace.
@@ -34,4 +48,19 @@ const (
 const (
 	ReasonAccepted         = "Accepted"
 	ReasonAbovePlatformCap = "AbovePlatformCap"
+)
+
+// Reasons of the events the controller records on a RetryBudget about its
+// consumers, besides the Ready reasons. Each is recorded once, on the change
+// it names, never on every count.
+const (
+	// ReasonConsumersCounted: a count of the budget's consumers is published
+	// for the first time, or again after it was 0.
+	ReasonConsumersCounted = "ConsumersCounted"
+	// ReasonNoConsumers: consumers.podSelector matches no pod, so no pod
+	// holds a share and none retries on this budget.
+	ReasonNoConsumers = "NoConsumers"
+	// ReasonConsumersAbovePartitions: more consumers than partitions, the
+	// declared largest fleet.
+	ReasonConsumersAbovePartitions = "ConsumersAbovePartitions"
 )

@@ -1,91 +1,18 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"strings"
 
-	"github.com/retryguard/retryguard/api/policygraph"
-	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/kube"
+	"github.com/spf13/cobra"
+
 	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/lint"
 	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/manifest"
-	"github.com/retryguard/retryguard/internal/options"
+	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/output"
 )
-
-// Exit codes. Lint's are its contract with CI: 1 means the API server would
-// refuse something.
-const (
-	exitOK      = 0
-	exitRefused = 1
-	exitFailure = 1
-	exitUsage   = 2
-)
-
-const usage = `kubectl retryguard: see and check Retryguard retry policies.
-
-Usage:
-  kubectl retryguard graph   [-n NAMESPACE | -A] [-o text|dot]
-  kubectl retryguard explain rp/NAME [-n NAMESPACE]
-  kubectl retryguard lint    -f PATH [-f PATH ...]
-  kubectl retryguard deadletters list|export|reconcile (-f JOURNAL | --brokers HOST:PORT --topic TOPIC)
-
-Commands:
-  graph    The layer forest (parentRef chains, across namespaces) with each
-           path's attempt product, the hidden layers, the budgets and the
-           Ready state of every policy. -n shows every tree that touches
-           the namespace.
-  explain  Why one RetryPolicy is or is not in force: its conditions, its
-           product path, its worst-case schedule and its budget share.
-  lint     Admit manifests offline with the same single-object and
-           cross-object rules as the API server and the admission webhook.
-           Exits 1 when anything would be refused. No cluster needed.
-  deadletters
-           List, export (JSON lines) and reconcile the dead letters of a
-           journal file or of the forwarder's Kafka topic, for example the
-           UNKNOWN_OUTCOME ones (docs/deadletter-journal.md).
-
-Examples:
-  # Where do 27 calls per operation come from, across the teams' namespaces?
-  kubectl retryguard graph -n payments
-  kubectl retryguard graph -A -o dot | dot -Tsvg > layers.svg
-
-  # Why is this policy not Ready, and how long can it take in the worst case?
-  kubectl retryguard explain rp/sms-2fa-dispatch -n auth
-
-  # Pre-merge check of the policies kept in Git
-  kubectl retryguard lint -f deploy/retryguard/
-  kustomize build overlays/prod | kubectl retryguard lint -f -
-
-Run "kubectl retryguard COMMAND -h" for a command's flags.
-`
-
-// run is main without the process: it returns the exit code.
-func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return exitUsage
-	}
-	cmd, rest := args[0], args[1:]
-	switch cmd {
-	case "-h", "--help", "help":
-		fmt.Fprint(stdout, usage)
-		return exitOK
-	case "lint":
-		return runLint(ctx, rest, stdin, stdout, stderr)
-	case "graph":
-		return runGraph(ctx, rest, stdout, stderr)
-	case "explain":
-		return runExplain(ctx, rest, stdout, stderr)
-	case "deadletters":
-		return runDeadletters(ctx, rest, stdout, stderr)
-	default:
-		fmt.Fprintf(stderr, "unknown command %q\n\n%s", cmd, usage)
-		return exitUsage
-	}
-}
 
 // stringList is a repeatable flag.
 type stringList []string
@@ -93,7 +20,8 @@ type stringList []string
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
-// newFlagSet returns a flag set whose -h prints the command's usage and examples.
+// newFlagSet returns a flag set whose -h prints the command's usage and
+// examples; deadletters parses its own flags with it.
 func newFlagSet(name, synopsis, examples string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -116,55 +44,108 @@ func parse(fs *flag.FlagSet, args []string) (int, bool) {
 	return 0, false
 }
 
-// bindCluster registers the kubeconfig flags.
-func bindCluster(fs *flag.FlagSet, f *kube.ConfigFlags) {
-	fs.StringVar(&f.Kubeconfig, "kubeconfig", "", "Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).")
-	fs.StringVar(&f.Context, "context", "", "The kubeconfig context to use.")
-	fs.StringVar(&f.Namespace, "namespace", "", "The namespace (default: the context's).")
-	fs.StringVar(&f.Namespace, "n", "", "Shorthand for --namespace.")
-}
+// Output formats of lint, besides json and yaml.
+const outputText = "text"
 
-// bindLimits registers the platform limits with the manager's own flag
-// names and defaults.
-func bindLimits(fs *flag.FlagSet, limits *policygraph.Limits) {
-	options.BindPlatformLimits(fs, limits)
-}
+func newLintCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "lint -f PATH [-f PATH ...]",
+		Short: "Admit manifests offline with the API server's and the webhook's rules",
+		Long: `Admit manifests offline with the same single-object and cross-object rules as
+the API server and the admission webhook. No cluster needed.
 
-func runLint(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := newFlagSet("lint", "lint -f PATH [-f PATH ...] [flags]", `  kubectl retryguard lint -f policies/
+Exit status: 0 every document admitted; 1 a document would be refused; 3 with
+--warnings-as-errors, every document admitted and at least one warning; 4 a path
+or standard input could not be read; 2 usage (docs/kubectl-plugin.md#exit-codes).`,
+		Example: `  kubectl retryguard lint -f policies/
   kubectl retryguard lint -f budget.yaml -f policies.yaml --max-leaf-attempts 9
   kustomize build overlays/prod | kubectl retryguard lint -f -
-`, stderr)
-	var paths stringList
+  kubectl retryguard lint -f config/samples -o json | jq '.documents[] | select(.verdict == "refused")'`,
+		Args: cobra.NoArgs,
+	}
+	var paths []string
 	opts := lint.DefaultOptions()
-	var verbose bool
-	fs.Var(&paths, "f", "A file, a directory (walked for .yaml, .yml and .json) or - for standard input; repeatable. Documents are admitted in order.")
-	fs.Var(&paths, "filename", "Same as -f.")
-	fs.StringVar(&opts.Namespace, "namespace", lint.DefaultNamespace, "The namespace of objects that set none.")
-	fs.StringVar(&opts.Namespace, "n", lint.DefaultNamespace, "Shorthand for --namespace.")
-	fs.BoolVar(&verbose, "v", false, "Also list the documents that are not Retryguard objects.")
-	bindLimits(fs, &opts.Limits)
-	if code, stop := parse(fs, args); stop {
-		return code
+	var verbose, warningsAsErrors bool
+	f := cmd.Flags()
+	f.StringArrayVarP(&paths, "filename", "f", nil,
+		"A file, a directory (walked for .yaml, .yml and .json) or - for standard input; repeatable. Documents are admitted in order.")
+	f.StringVarP(&opts.Namespace, "namespace", "n", lint.DefaultNamespace, "The namespace of objects that set none.")
+	f.BoolVarP(&verbose, "verbose", "v", false, "Also list the documents that are not Retryguard objects (json and yaml always list them).")
+	f.BoolVar(&warningsAsErrors, "warnings-as-errors", false, "Exit 3 when every document is admitted but admission warned about one.")
+	format := outputFlag(cmd, outputText)
+	limits := limitsFlags(cmd)
+	_ = cmd.MarkFlagFilename("filename", "yaml", "yml", "json")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := checkOutput(cmd, *format, outputText); err != nil {
+			return err
+		}
+		if len(paths) == 0 {
+			_ = cmd.Usage()
+			return exitf(exitUsage, "lint: give the manifests with -f PATH (and nothing else)")
+		}
+		opts.Limits = *limits
+		docs, err := manifest.Load(paths, stdinOf(cmd))
+		if err != nil {
+			return exitf(exitUnreadable, "lint: %v", err)
+		}
+		results, err := lint.Run(cmd.Context(), docs, opts)
+		if err != nil {
+			return exitf(exitFailed, "lint: %v", err)
+		}
+		if output.IsMachine(*format) {
+			if err := writeOutput(cmd, *format, lintResult(results)); err != nil {
+				return err
+			}
+		} else {
+			lint.Report(cmd.OutOrStdout(), results, verbose)
+		}
+		return lintExit(results, warningsAsErrors)
 	}
-	if len(paths) == 0 || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "lint: give the manifests with -f PATH (and nothing else)")
-		fs.Usage()
-		return exitUsage
-	}
-	docs, err := manifest.Load(paths, stdin)
-	if err != nil {
-		fmt.Fprintf(stderr, "lint: %v\n", err)
-		return exitFailure
-	}
-	results, err := lint.Run(ctx, docs, opts)
-	if err != nil {
-		fmt.Fprintf(stderr, "lint: %v\n", err)
-		return exitFailure
-	}
-	lint.Report(stdout, results, verbose)
+	return cmd
+}
+
+// lintExit is lint's exit status: refused, else warnings when they count
+// as errors, else OK. Notes never count.
+func lintExit(results []lint.Result, warningsAsErrors bool) error {
 	if lint.AnyRefused(results) {
-		return exitRefused
+		return exitWith(exitRefused)
 	}
-	return exitOK
+	if warningsAsErrors {
+		for _, r := range results {
+			if len(r.Warnings) > 0 {
+				return exitWith(exitWarnings)
+			}
+		}
+	}
+	return nil
+}
+
+// lintResult is the LintResult of a run.
+func lintResult(results []lint.Result) output.LintResult {
+	out := output.LintResult{TypeMeta: output.Meta(output.KindLintResult), Documents: []output.LintDocument{}}
+	for _, r := range results {
+		d := output.LintDocument{File: r.Doc.Source, Line: r.Doc.Line, APIVersion: r.Doc.APIVersion, Kind: r.Doc.Kind,
+			Namespace: r.Namespace, Name: r.Name, Verdict: string(r.Verdict), Warnings: r.Warnings, Notes: r.Notes}
+		if r.Err != nil {
+			d.Error = r.Err.Error()
+		}
+		for _, c := range r.Causes {
+			d.Causes = append(d.Causes, output.Cause{Field: c.Field, Code: lint.CodeOf(c.Message), Message: c.Message})
+		}
+		out.Documents = append(out.Documents, d)
+		s := &out.Summary
+		s.Documents++
+		s.Warnings += len(r.Warnings)
+		switch r.Verdict {
+		case lint.Created:
+			s.Created++
+		case lint.Updated:
+			s.Updated++
+		case lint.Refused:
+			s.Refused++
+		case lint.Skipped:
+			s.Skipped++
+		}
+	}
+	return out
 }

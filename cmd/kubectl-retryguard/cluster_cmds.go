@@ -3,8 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"strings"
+
+	"github.com/spf13/cobra"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,63 +17,63 @@ import (
 	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/explain"
 	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/graph"
 	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/kube"
+	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/output"
 )
 
 // connect is how the cluster commands reach a cluster; tests replace it.
 var connect = kube.Connect
 
-// Output formats of graph.
-const (
-	outputText = "text"
-	outputDot  = "dot"
-)
+// Output formats of graph, besides json and yaml (and outputText).
+const outputDot = "dot"
 
-func runGraph(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("graph", "graph [-n NAMESPACE | -A] [-o text|dot] [flags]", `  kubectl retryguard graph -n checkout
+func newGraphCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "graph [-n NAMESPACE | -A] [-o text|dot|json|yaml]",
+		Short: "The layer forest with each path's attempt product",
+		Long: `The layer forest (parentRef chains, across namespaces) with each path's attempt
+product, the hidden layers, the budgets and the Ready state of every policy. -n
+shows every tree that touches the namespace.`,
+		Example: `  kubectl retryguard graph -n checkout
   kubectl retryguard graph -A -o dot | dot -Tsvg > layers.svg
-`, stderr)
-	var cf kube.ConfigFlags
+  kubectl retryguard graph -A -o json | jq '.policies[] | select(.overLimit)'`,
+		Args: cobra.NoArgs,
+	}
+	cf := clusterFlags(cmd)
 	var all bool
-	output := outputText
-	limits := policygraph.DefaultLimits()
-	bindCluster(fs, &cf)
-	fs.BoolVar(&all, "all-namespaces", false, "Show every namespace.")
-	fs.BoolVar(&all, "A", false, "Shorthand for --all-namespaces.")
-	fs.StringVar(&output, "output", outputText, "Output format: text or dot (Graphviz).")
-	fs.StringVar(&output, "o", outputText, "Shorthand for --output.")
-	bindLimits(fs, &limits)
-	if code, stop := parse(fs, args); stop {
-		return code
+	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "Show every namespace.")
+	format := outputFlag(cmd, outputText, outputDot)
+	limits := limitsFlags(cmd)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := checkOutput(cmd, *format, outputText, outputDot); err != nil {
+			return err
+		}
+		if all && *cf.Namespace != "" {
+			return exitf(exitUsage, "graph: takes no arguments, and -n and -A exclude each other")
+		}
+		c, ns, err := connect(cf)
+		if err != nil {
+			return exitf(exitUnreadable, "graph: %v", err)
+		}
+		view, err := gather(cmd.Context(), c, ns, all)
+		if err != nil {
+			return exitf(exitUnreadable, "graph: %v", err)
+		}
+		forest := graph.BuildIn(view.policies, view.budgets, view.namespaces)
+		if !all {
+			forest.Touching(ns)
+		}
+		o := graph.Options{MaxLeafAttempts: limits.MaxLeafAttempts}
+		switch *format {
+		case outputDot:
+			forest.WriteDot(cmd.OutOrStdout(), o)
+		case outputText:
+			forest.WriteText(cmd.OutOrStdout(), o)
+		default:
+			return writeOutput(cmd, *format, layerGraph(forest, o))
+		}
+		return nil
 	}
-	if output != outputText && output != outputDot {
-		fmt.Fprintf(stderr, "graph: --output must be text or dot, not %q\n", output)
-		return exitUsage
-	}
-	if fs.NArg() > 0 || (all && cf.Namespace != "") {
-		fmt.Fprintln(stderr, "graph: takes no arguments, and -n and -A exclude each other")
-		return exitUsage
-	}
-	c, ns, err := connect(cf)
-	if err != nil {
-		fmt.Fprintf(stderr, "graph: %v\n", err)
-		return exitFailure
-	}
-	view, err := gather(ctx, c, ns, all)
-	if err != nil {
-		fmt.Fprintf(stderr, "graph: %v\n", err)
-		return exitFailure
-	}
-	forest := graph.BuildIn(view.policies, view.budgets, view.namespaces)
-	if !all {
-		forest.Touching(ns)
-	}
-	o := graph.Options{MaxLeafAttempts: limits.MaxLeafAttempts}
-	if output == outputDot {
-		forest.WriteDot(stdout, o)
-	} else {
-		forest.WriteText(stdout, o)
-	}
-	return exitOK
+	return cmd
 }
 
 // clusterView is what graph and explain read from a cluster.
@@ -169,59 +170,65 @@ func policyArg(arg string) (string, error) {
 	return name, nil
 }
 
-func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("explain", "explain rp/NAME [-n NAMESPACE] [flags]", `  kubectl retryguard explain rp/sms-2fa-dispatch -n auth
+func newExplainCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "explain rp/NAME [-n NAMESPACE]",
+		Short: "Why one RetryPolicy is or is not in force",
+		Long: `Why one RetryPolicy is or is not in force: its conditions, its product path, its
+worst-case schedule and its budget share.`,
+		Example: `  kubectl retryguard explain rp/sms-2fa-dispatch -n auth
   kubectl retryguard explain connector --max-leaf-attempts 9
-`, stderr)
-	var cf kube.ConfigFlags
-	limits := policygraph.DefaultLimits()
-	bindCluster(fs, &cf)
-	bindLimits(fs, &limits)
-	// Accept the policy before or after the flags, as kubectl does.
-	var positional []string
-	for len(args) > 0 {
-		if code, stop := parse(fs, args); stop {
-			return code
+  kubectl retryguard explain rp/sms-2fa-dispatch -n auth -o json | jq '.schedule.feasibleAttempts'`,
+	}
+	cf := clusterFlags(cmd)
+	format := outputFlag(cmd, outputText)
+	limits := limitsFlags(cmd)
+	cmd.ValidArgsFunction = func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
-		if fs.NArg() == 0 {
-			break
+		return completePolicies(cmd.Context(), cf, toComplete), cobra.ShellCompDirectiveNoFileComp
+	}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := checkOutput(cmd, *format, outputText); err != nil {
+			return err
 		}
-		positional = append(positional, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
-	if len(positional) != 1 {
-		fmt.Fprintln(stderr, "explain: name exactly one policy, as rp/NAME")
-		fs.Usage()
-		return exitUsage
-	}
-	name, err := policyArg(positional[0])
-	if err != nil {
-		fmt.Fprintf(stderr, "explain: %v\n", err)
-		return exitUsage
-	}
-	c, ns, err := connect(cf)
-	if err != nil {
-		fmt.Fprintf(stderr, "explain: %v\n", err)
-		return exitFailure
-	}
-	var p v1.RetryPolicy
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &p); err != nil {
-		if apierrors.IsNotFound(err) {
-			fmt.Fprintf(stderr, "explain: RetryPolicy %s/%s not found\n", ns, name)
-		} else {
-			fmt.Fprintf(stderr, "explain: %v\n", err)
+		if len(args) != 1 {
+			_ = cmd.Usage()
+			return exitf(exitUsage, "explain: name exactly one policy, as rp/NAME")
 		}
-		return exitFailure
+		name, err := policyArg(args[0])
+		if err != nil {
+			return exitf(exitUsage, "explain: %v", err)
+		}
+		c, ns, err := connect(cf)
+		if err != nil {
+			return exitf(exitUnreadable, "explain: %v", err)
+		}
+		ctx := cmd.Context()
+		var p v1.RetryPolicy
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &p); err != nil {
+			if apierrors.IsNotFound(err) {
+				return exitf(exitUnreadable, "explain: RetryPolicy %s/%s not found", ns, name)
+			}
+			return exitf(exitUnreadable, "explain: %v", err)
+		}
+		view, err := gather(ctx, c, ns, false)
+		if err != nil {
+			return exitf(exitUnreadable, "explain: %v", err)
+		}
+		in := explain.Input{Policy: &p, Policies: view.policies, Budgets: view.budgets, Namespaces: view.namespaces, Limits: *limits}
+		if output.IsMachine(*format) {
+			e, err := explanation(ctx, in)
+			if err != nil {
+				return exitf(exitFailed, "explain: %v", err)
+			}
+			return writeOutput(cmd, *format, e)
+		}
+		if err := explain.Write(ctx, cmd.OutOrStdout(), in); err != nil {
+			return exitf(exitFailed, "explain: %v", err)
+		}
+		return nil
 	}
-	view, err := gather(ctx, c, ns, false)
-	if err != nil {
-		fmt.Fprintf(stderr, "explain: %v\n", err)
-		return exitFailure
-	}
-	in := explain.Input{Policy: &p, Policies: view.policies, Budgets: view.budgets, Namespaces: view.namespaces, Limits: limits}
-	if err := explain.Write(ctx, stdout, in); err != nil {
-		fmt.Fprintf(stderr, "explain: %v\n", err)
-		return exitFailure
-	}
-	return exitOK
+	return cmd
 }

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -27,9 +28,9 @@ func withCluster(t *testing.T, ns string, objs ...client.Object) {
 	t.Helper()
 	c := fake.NewClientBuilder().WithScheme(kube.Scheme()).WithObjects(objs...).Build()
 	orig := connect
-	connect = func(f kube.ConfigFlags) (client.Client, string, error) {
-		if f.Namespace != "" {
-			return c, f.Namespace, nil
+	connect = func(f genericclioptions.RESTClientGetter) (client.Client, string, error) {
+		if n := *f.(*genericclioptions.ConfigFlags).Namespace; n != "" {
+			return c, n, nil
 		}
 		return c, ns, nil
 	}
@@ -88,8 +89,8 @@ func TestGraphDot(t *testing.T) {
 	if !strings.Contains(out, `"checkout/connector" [label="connector\nlayer connector ×3\nproduct 27\nReady=False (AmplificationExceeded)", color=red]`) {
 		t.Errorf("the 27 is not red:\n%s", out)
 	}
-	if code, _, _ := runCLI(t, "", "graph", "-o", "yaml"); code != 2 {
-		t.Errorf("-o yaml: exit %d, want 2", code)
+	if code, _, _ := runCLI(t, "", "graph", "-o", "svg"); code != 2 {
+		t.Errorf("-o svg: exit %d, want 2", code)
 	}
 	if code, _, _ := runCLI(t, "", "graph", "-A", "-n", "x"); code != 2 {
 		t.Errorf("-A with -n: exit %d, want 2", code)
@@ -126,7 +127,7 @@ func TestExplainANotReadyPolicy(t *testing.T) {
 	if !strings.Contains(top, "worst path through it, down to its deepest layer: workflow(3) × job(3) × connector(3) = 27 (ABOVE the limit of 3)") {
 		t.Errorf("explain workflow:\n%s", top)
 	}
-	if code, _, errOut := runCLI(t, "", "explain", "rp/absent"); code != 1 || !strings.Contains(errOut, "checkout/absent not found") {
+	if code, _, errOut := runCLI(t, "", "explain", "rp/absent"); code != exitUnreadable || !strings.Contains(errOut, "checkout/absent not found") {
 		t.Errorf("absent: exit %d %s", code, errOut)
 	}
 	if code, _, _ := runCLI(t, "", "explain", "rb/telephony"); code != 2 {
@@ -183,6 +184,7 @@ func TestExplainAFleetBudget(t *testing.T) {
 	assertContains(t, out,
 		"fleet allowance: at most 20 retries/s across every pod that shares it",
 		"shared by the pods matching app=sms: 8 counted (status.consumers)",
+		"the pods read the count from ConfigMap retrybudget-"+fixtures.DefaultBudget+", joined to this budget by its UID",
 		"each pod the count names (by its POD_UID) holds 1 token(s) and a floor of 2 retries/s, at most 2 retries/s (each rounded down), 2s after it reads the count",
 		"a pod no count names holds nothing, whatever the count's age",
 		"one started while the controller is down",
@@ -254,7 +256,7 @@ func TestGraphFollowsParentsWithoutClusterWideList(t *testing.T) {
 			return c.List(ctx, list, opts...)
 		}}).Build()
 	orig := connect
-	connect = func(kube.ConfigFlags) (client.Client, string, error) { return c, "payments", nil }
+	connect = func(genericclioptions.RESTClientGetter) (client.Client, string, error) { return c, "payments", nil }
 	t.Cleanup(func() { connect = orig })
 	out := runOK(t, "graph")
 	assertContains(t, out, "Namespace gateway", "= gateway/workflow(3) × checkout/job(3) × payments/connector(3) = 27")

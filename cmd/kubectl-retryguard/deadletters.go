@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -81,7 +82,27 @@ type letterSource interface {
 	reconcile(ctx context.Context, r []reconciliation) error
 }
 
+func newDeadlettersCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "deadletters list|export|reconcile (-f JOURNAL | --brokers HOST:PORT --topic TOPIC)",
+		Short: "List, export and reconcile dead letters",
+		Long:  deadlettersUsage,
+		// It parses its own flags, as it always has: -f names a journal here.
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if code := runDeadletters(cmd.Context(), args, cmd.OutOrStdout(), cmd.ErrOrStderr()); code != exitOK {
+				return exitWith(code)
+			}
+			return nil
+		},
+	}
+}
+
 func runDeadletters(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && (args[0] == "-h" || args[0] == "--help") {
+		fmt.Fprint(stdout, deadlettersUsage)
+		return exitOK
+	}
 	if len(args) == 0 || (args[0] != "list" && args[0] != "export" && args[0] != "reconcile") {
 		fmt.Fprint(stderr, deadlettersUsage)
 		return exitUsage
@@ -133,7 +154,7 @@ func runDeadletters(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	entries, err := src.read(ctx)
 	if err != nil && len(entries) == 0 {
-		return fail(exitFailure, "%v", err)
+		return fail(exitUnreadable, "%v", err)
 	}
 	if err != nil { // a damaged journal: every intact letter was read
 		fmt.Fprintf(stderr, "deadletters %s: warning: %v\n", sub, err)
@@ -146,7 +167,7 @@ func runDeadletters(ctx context.Context, args []string, stdout, stderr io.Writer
 		for _, e := range entries {
 			if keep(e) {
 				if err := enc.Encode(e); err != nil {
-					return fail(exitFailure, "%v", err)
+					return fail(exitFailed, "%v", err)
 				}
 			}
 		}
@@ -176,12 +197,12 @@ func reconcileLetters(ctx context.Context, src letterSource, entries []entry, id
 	for _, id := range ids {
 		e, err := letterNamed(entries, id)
 		if err != nil {
-			return fail(exitFailure, "%v; nothing was marked", err)
+			return fail(exitUnreadable, "%v; nothing was marked", err)
 		}
 		marks = append(marks, reconciliation{Identity: e.Identity, At: now, By: by, Note: note, key: deadletter.Identity(e.Letter)})
 	}
 	if err := src.reconcile(ctx, marks); err != nil {
-		return fail(exitFailure, "%v", err)
+		return fail(exitFailed, "%v", err)
 	}
 	for _, m := range marks {
 		fmt.Fprintf(stdout, "reconciled %s\n", m.Identity)

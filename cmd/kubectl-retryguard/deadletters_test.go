@@ -102,8 +102,8 @@ func TestDeadlettersRefusesBadInput(t *testing.T) {
 		{[]string{"list"}, exitUsage, "give a journal file with -f"},
 		{[]string{"list", "-f", path, "--brokers", "k:9092"}, exitUsage, "one or the other"},
 		{[]string{"reconcile", "-f", path, "auth/x/y"}, exitUsage, "--note"},
-		{[]string{"reconcile", "-f", path, "--note", "n", "auth/x/y"}, exitFailure, `no dead letter "auth/x/y"`},
-		{[]string{"list", "-f", filepath.Join(t.TempDir(), "none")}, exitFailure, "no such file"},
+		{[]string{"reconcile", "-f", path, "--note", "n", "auth/x/y"}, exitUnreadable, `no dead letter "auth/x/y"`},
+		{[]string{"list", "-f", filepath.Join(t.TempDir(), "none")}, exitUnreadable, "no such file"},
 		{[]string{"purge"}, exitUsage, "Usage:"},
 	} {
 		code, _, errOut := runCLI(t, "", append([]string{"deadletters"}, c.args...)...)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -149,9 +150,9 @@ items:
 `, args: []string{"lint", "-f", "-", "-f", raise}, code: 1,
 			want: []string{"-:1: RetryBudget x/b: created", "raise.yaml:1: RetryBudget x/b: refused", "ERR_BUDGET_ABOVE_PLATFORM_CAP"},
 		},
-		"a path that does not exist fails": {args: []string{"lint", "-f", filepath.Join(dir, "absent")}, code: 1},
-		"no -f is a usage error":           {args: []string{"lint"}, code: 2},
-		"lint -h prints examples":          {args: []string{"lint", "-h"}, code: 0},
+		"a path that does not exist is unreadable input": {args: []string{"lint", "-f", filepath.Join(dir, "absent")}, code: exitUnreadable},
+		"no -f is a usage error":                         {args: []string{"lint"}, code: 2},
+		"lint -h prints examples":                        {args: []string{"lint", "-h"}, code: 0},
 	} {
 		t.Run(name, func(t *testing.T) {
 			code, out, errOut := runCLI(t, tc.stdin, tc.args...)
@@ -177,9 +178,9 @@ func TestHelpHasExamples(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "Examples:") || !strings.Contains(out, "kubectl retryguard lint -f") {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
-	code, _, errOut := runCLI(t, "", "lint", "-h")
-	if code != 0 || !strings.Contains(errOut, "Examples:") || !strings.Contains(errOut, "-max-leaf-attempts") {
-		t.Fatalf("lint -h: exit %d:\n%s", code, errOut)
+	code, out, _ = runCLI(t, "", "lint", "-h")
+	if code != 0 || !strings.Contains(out, "Examples:") || !strings.Contains(out, "--max-leaf-attempts") {
+		t.Fatalf("lint -h: exit %d:\n%s", code, out)
 	}
 }
 
@@ -232,4 +233,16 @@ func TestLintAcrossNamespaces(t *testing.T) {
 			assertContains(t, out, tc.wants...)
 		})
 	}
+}
+
+// decodeStrict decodes JSON into T, refusing fields T does not declare.
+func decodeStrict[T any](t *testing.T, data string) T {
+	t.Helper()
+	var v T
+	dec := json.NewDecoder(strings.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil {
+		t.Fatalf("decoding %T: %v\n%s", v, err, data)
+	}
+	return v
 }

@@ -140,6 +140,13 @@ func runAsServiceAccount(t *testing.T, ns, sa string, rbac []object) {
 	eventually(t, 30*time.Second, "the fleet budget's consumers counted", func() bool {
 		return admin.Get(ctx, client.ObjectKeyFromObject(fleet), fleet) == nil && fleet.Status.Consumers != nil && *fleet.Status.Consumers == 1
 	})
+	// ... and published in the budget's own ConfigMap, owned by the budget
+	// (retrybudgets/finalizers: update, for blockOwnerDeletion).
+	var count corev1.ConfigMap
+	if err := admin.Get(ctx, client.ObjectKey{Namespace: app, Name: policyconfig.BudgetConfigMapName("fleet")}, &count); err != nil ||
+		metav1.GetControllerOf(&count) == nil || metav1.GetControllerOf(&count).UID != fleet.UID {
+		t.Fatalf("the fleet budget's count is not published: %v %+v", err, count.ObjectMeta)
+	}
 	eventually(t, 30*time.Second, "a Warning event for the not-Ready policy", func() bool {
 		var events eventsv1.EventList
 		_ = admin.List(ctx, &events, client.InNamespace(app))
@@ -195,7 +202,7 @@ func startManagerAs(ctx context.Context, t *testing.T, env *envtest.Environment,
 		HealthProbeBindAddress:  "0",
 		LeaderElection:          true,
 		LeaderElectionNamespace: ns,
-		LeaderElectionID:        "retryguard-manager.policy.retryguard.io",
+		LeaderElectionID:        controllers.LeaderElectionID,
 		Cache:                   controllers.CacheOptions(),
 		Controller:              config.Controller{SkipNameValidation: ptr.To(true)},
 	})

@@ -3,10 +3,12 @@
 //	go -C hack/release run . v0.2.0         stamp the tree at v0.2.0, print the tags
 //	go -C hack/release run . -check v0.2.0  change nothing; fail unless the tree is stamped at v0.2.0
 //	go -C hack/release run . -tag v0.2.0    check, then create the tags at HEAD (the stamp committed)
+//	go -C hack/release run . -dist DIR v0.2.0  build the plugin's archives into DIR, write their sha256 into the krew manifest
 //	go -C hack/release run . -tidy          go mod tidy every published module (make tidy)
 //
 // Stamping sets every requirement of a published module (Published) to the
-// version, the chart's version and appVersion, and the kustomize image tag; the
+// version, the chart's version and appVersion, the krew manifest's version and
+// uris, and the kustomize image tag; the
 // image make image builds is tagged with the chart's appVersion. The tags are
 // vX.Y.Z for the root module and <dir>/vX.Y.Z for each nested published one.
 //
@@ -32,9 +34,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	root := fl.String("root", "", "the repository root (default: the enclosing git work tree)")
 	checkOnly := fl.Bool("check", false, "change nothing; fail unless the tree is stamped at the version")
 	tag := fl.Bool("tag", false, "check that the tree is stamped and committed, then create the tags at HEAD")
+	dist := fl.String("dist", "", "build the plugin's archives for every platform of the krew manifest into `DIR`, and write their sha256 into it")
 	tidy := fl.Bool("tidy", false, "go mod tidy every published module, its published siblings replaced by their directories meanwhile")
 	fl.Usage = func() {
-		fmt.Fprintln(stderr, "usage: release [-root DIR] [-check | -tag] vX.Y.Z\n       release [-root DIR] -tidy")
+		fmt.Fprintln(stderr, "usage: release [-root DIR] [-check | -tag] vX.Y.Z\n       release [-root DIR] -dist DIR vX.Y.Z\n       release [-root DIR] -tidy")
 		fl.PrintDefaults()
 	}
 	if err := fl.Parse(args); err != nil || fl.NArg() != 1 && !*tidy || *tidy && (fl.NArg() != 0 || *checkOnly || *tag) || *checkOnly && *tag {
@@ -62,6 +65,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "release:", err)
 			return 1
 		}
+		return 0
+	}
+	if *dist != "" {
+		archives, err := Dist(*root, version, *dist, func(string, string) bool { return true })
+		if err != nil {
+			fmt.Fprintln(stderr, "release:", err)
+			return 1
+		}
+		for _, a := range archives {
+			fmt.Fprintln(stdout, "built", a)
+		}
+		fmt.Fprintf(stdout, "wrote their sha256 into %s; commit it, and attach the archives to the %s release\n", krewFile, version)
 		return 0
 	}
 	if !*checkOnly && !*tag {

@@ -21,6 +21,7 @@ var Published = []string{
 // suite and is never released either. Any other module must be in Published or
 // here, so that a new module is classified on purpose (TestEveryModuleIsClassified).
 var NotPublished = []string{
+	"conformance",
 	"runtime/benchmarks",
 }
 
@@ -31,4 +32,8 @@ const (
 	chartFile         = "charts/retryguard/Chart.yaml"
 	kustomizationFile = "config/manager/kustomization.yaml"
 	workFile          = "go.work"
+	// krewFile is the plugin's krew manifest: its spec.version and the
+	// version in each platform's uri are stamped, and -dist writes each
+	// archive's sha256 (dist.go).
+	krewFile = "plugins/retryguard.yaml"
 )

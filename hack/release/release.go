@@ -140,7 +140,7 @@ func Stamp(root, version string) ([]string, error) {
 	}
 	bare := strings.TrimPrefix(version, "v")
 	for _, l := range versionLines {
-		ok, err := replaceLine(filepath.Join(root, l.file), l.re, "${1}"+l.quote+bare+l.quote)
+		ok, err := replaceLine(filepath.Join(root, l.file), l.re, "${1}"+l.quote+l.prefix+bare+l.quote)
 		if err != nil {
 			return changed, err
 		}
@@ -148,19 +148,47 @@ func Stamp(root, version string) ([]string, error) {
 			changed = append(changed, l.file)
 		}
 	}
-	return changed, nil
+	ok, err := stampURIs(filepath.Join(root, krewFile), version)
+	if ok && !slices.Contains(changed, krewFile) {
+		changed = append(changed, krewFile)
+	}
+	return changed, err
+}
+
+// krewURI is a platform's uri in the krew manifest; its second group is the
+// release version it downloads.
+var krewURI = regexp.MustCompile(`(?m)^([ \t]*uri:[ \t]*\S*/releases/download/)([^/\s]+)(/\S+)$`)
+
+// stampURIs sets the version of every uri in the krew manifest, reporting
+// whether the file changed; a manifest without a uri is an error.
+func stampURIs(file, version string) (bool, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return false, err
+	}
+	if !krewURI.Match(data) {
+		return false, fmt.Errorf("%s: no line matches %s", file, krewURI)
+	}
+	out := krewURI.ReplaceAll(data, []byte("${1}"+version+"${3}"))
+	if bytes.Equal(out, data) {
+		return false, nil
+	}
+	return true, os.WriteFile(file, out, 0o644)
 }
 
 // versionLines are the lines outside go.mod files that state the release
 // version, without its leading v: Helm and image tags are bare versions.
 var versionLines = []struct {
 	file, what, quote string
+	prefix            string // "v" where the line keeps the leading v
 	re                *regexp.Regexp
 }{
-	{chartFile, "version", "", regexp.MustCompile(`(?m)^(version:[ \t]*).*$`)},
-	{chartFile, "appVersion", `"`, regexp.MustCompile(`(?m)^(appVersion:[ \t]*).*$`)},
+	{chartFile, "version", "", "", regexp.MustCompile(`(?m)^(version:[ \t]*).*$`)},
+	{chartFile, "appVersion", `"`, "", regexp.MustCompile(`(?m)^(appVersion:[ \t]*).*$`)},
 	// config/manager holds one image, the manager's.
-	{kustomizationFile, "the manager image's newTag", "", regexp.MustCompile(`(?m)^([ \t]*newTag:[ \t]*).*$`)},
+	{kustomizationFile, "the manager image's newTag", "", "", regexp.MustCompile(`(?m)^([ \t]*newTag:[ \t]*).*$`)},
+	// krew's spec.version is a semantic version with its v.
+	{krewFile, "the krew plugin's spec.version", "", "v", regexp.MustCompile(`(?m)^(  version:[ \t]*).*$`)},
 }
 
 // stampGoMod sets every requirement of a published module in one go.mod to
@@ -258,8 +286,17 @@ func Check(root, version string) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		if got != bare {
-			problems = append(problems, fmt.Sprintf("%s: %s is %q, want %q (hack/release %s stamps it)", l.file, l.what, got, bare, version))
+		if got != l.prefix+bare {
+			problems = append(problems, fmt.Sprintf("%s: %s is %q, want %q (hack/release %s stamps it)", l.file, l.what, got, l.prefix+bare, version))
+		}
+	}
+	krew, err := os.ReadFile(filepath.Join(root, krewFile))
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range krewURI.FindAllSubmatch(krew, -1) {
+		if string(m[2]) != version {
+			problems = append(problems, fmt.Sprintf("%s: a uri downloads %s, want %s (hack/release %s stamps it)", krewFile, m[2], version, version))
 		}
 	}
 	work, err := workspaceDirs(root)

@@ -38,13 +38,14 @@ func TestStampChangesOnlyVersionLines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"go.mod", "runtime/watch/informer/go.mod", "runtime/events/kafka/go.mod", chartFile, kustomizationFile} {
+	for _, want := range []string{"go.mod", "runtime/watch/informer/go.mod", "runtime/events/kafka/go.mod", chartFile, kustomizationFile, krewFile} {
 		if !slices.Contains(changed, want) {
 			t.Errorf("Stamp changed %v, want %s among them", changed, want)
 		}
 	}
 	versionLine := regexp.MustCompile(`^\s*(require\s+)?github\.com/retryguard/retryguard(/\S+)? v0\.42\.1$|` +
-		`^version: 0\.42\.1$|^appVersion: "0\.42\.1"$|^\s*newTag: 0\.42\.1$`)
+		`^version: 0\.42\.1$|^appVersion: "0\.42\.1"$|^\s*newTag: 0\.42\.1$|` +
+		`^  version: v0\.42\.1$|^\s*uri: https://github\.com/retryguard/retryguard/releases/download/v0\.42\.1/kubectl-retryguard_[a-z0-9]+_[a-z0-9]+\.tar\.gz$`)
 	for _, file := range changed {
 		before, after := readLines(t, filepath.Join(root, file)), readLines(t, filepath.Join(tmp, file))
 		if len(before) != len(after) {
@@ -88,6 +89,12 @@ func TestCheckNamesEveryProblem(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeFile(t, kustomization, lineRE(t, "the manager image's newTag").ReplaceAllString(string(data), "${1}dev"))
+	krew := filepath.Join(tmp, krewFile)
+	if data, err = os.ReadFile(krew); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, krew, strings.Replace(string(data),
+		"/download/"+version+"/kubectl-retryguard_darwin_arm64", "/download/v0.0.9/kubectl-retryguard_darwin_arm64", 1))
 
 	problems, err := Check(tmp, version)
 	if err != nil {
@@ -101,13 +108,14 @@ func TestCheckNamesEveryProblem(t *testing.T) {
 		"runtime/unlisted/go.mod: a module outside hack/ and test/ must be listed in hack/release/modules.go",
 		"go.work: the module runtime/unlisted is not in go.work (go work use ./runtime/unlisted)",
 		kustomizationFile + `: the manager image's newTag is "dev", want "` + strings.TrimPrefix(version, "v") + `"`,
+		krewFile + ": a uri downloads v0.0.9, want " + version,
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("Check: want a problem containing %q, got\n%s", want, got)
 		}
 	}
-	if len(problems) != 5 {
-		t.Errorf("Check: %d problems, want 5:\n%s", len(problems), got)
+	if len(problems) != 6 {
+		t.Errorf("Check: %d problems, want 6:\n%s", len(problems), got)
 	}
 }
 

@@ -43,7 +43,7 @@ func DecorrelatedMax(base, cap time.Duration, retry int) time.Duration {
 // and 1,499 ms does not. MC-ST-01's "remaining > 500 ms" is read with that
 // boundary: a retry never starts with less than minRemaining left, and one
 // that starts with exactly minRemaining left is the seed 003 fixture.
-// It is the one deadline-feasibility rule: the runtime's decide applies it
+// It is the one deadline-feasibility rule: the runtime's Decide applies it
 // to the time left once the wait is over (and Do again when the wait has
 // ended, on the clock), and admission's worst-case schedule
 // (api/policygraph) predicts with it, so the two cannot disagree.

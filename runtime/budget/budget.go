@@ -86,8 +86,9 @@ type Config struct {
 // Consumers is a published count of the pods that share a budget, as this
 // pod reads it.
 type Consumers struct {
-	// Counted says the budget selects its consumers and the payload
-	// carries their count.
+	// Counted says the budget selects its consumers. The payload says so;
+	// its count comes from the budget's ConfigMap, and until one is joined
+	// (policyconfig.Payload.Join) N is 0 and Included false: no share.
 	Counted bool
 	// N is the number of pod objects the controller counted at ObservedAt.
 	N int32
@@ -105,8 +106,8 @@ func (c Config) figures() Config {
 	return c
 }
 
-// zeroShare is the Denominator of a pod whose share is zero.
-const zeroShare = 0
+// ZeroShare is the Denominator of a pod whose share is zero.
+const ZeroShare = 0
 
 // Denominator returns D, the number of pods the budget's absolute figures
 // (maxRetriesPerSecond, maxTokens, minRetriesPerSecond) are divided over,
@@ -139,17 +140,17 @@ func Denominator(c Config, now time.Time) int64 {
 	}
 	n := int64(c.Consumers.N)
 	if !c.Consumers.Included || n < 1 {
-		return zeroShare
+		return ZeroShare
 	}
 	if age := now.Sub(c.Consumers.ObservedAt); age > policyconfig.ConsumerCountStaleAfter || age < -policyconfig.ConsumerCountClockSkew {
-		return zeroShare
+		return ZeroShare
 	}
 	return n
 }
 
 // grows says a share over d pods is larger than one over cur pods.
 func grows(d, cur int64) bool {
-	return d != zeroShare && (cur == zeroShare || d < cur)
+	return d != ZeroShare && (cur == ZeroShare || d < cur)
 }
 
 // Denial says why a retry was refused.
@@ -203,8 +204,8 @@ func paramsOf(c Config, d int64) *params {
 	percent := int64(max(c.RetryPercent, 1))
 	p := &params{config: c, share: d, deposit: int64(c.RetryPercent) * scale / 100, percent: int64(c.RetryPercent),
 		width: int64(window) / bucketsPerWindow, limited: c.LimitRetriesPerSecond}
-	if d <= zeroShare {
-		p.share = zeroShare
+	if d <= ZeroShare {
+		p.share = ZeroShare
 		return p
 	}
 	tokens := int64(max(c.MaxTokens, 1)) / d
@@ -317,7 +318,7 @@ func New(c Config, clk clock.Clock, opts ...Option) *Budget {
 // reset makes b a new budget of c: no tokens, no window, no share until
 // offer gives it one. The caller holds mu, or owns b alone.
 func (b *Budget) reset(c Config, now time.Time) {
-	b.params.Store(paramsOf(c, zeroShare))
+	b.params.Store(paramsOf(c, ZeroShare))
 	b.tokens.Store(0)
 	b.high.Store(0)
 	for i := range b.primaries {
@@ -333,7 +334,7 @@ func (b *Budget) reset(c Config, now time.Time) {
 // fill gives a budget its full bucket and start credit the first time its
 // share is non-zero. The caller holds mu, or owns b alone.
 func (b *Budget) fill(p *params, now time.Time) {
-	if b.filled || p.share == zeroShare {
+	if b.filled || p.share == ZeroShare {
 		return
 	}
 	b.filled = true
@@ -354,7 +355,7 @@ func (b *Budget) Update(c Config) {
 // its payloads arrive too late to share one.
 func (b *Budget) denominator(c Config, now time.Time) int64 {
 	if b.unshared && c.Consumers.Counted {
-		return zeroShare
+		return ZeroShare
 	}
 	return Denominator(c, now)
 }
@@ -495,9 +496,9 @@ func (b *Budget) TryRetry() Denial {
 		b.second, b.secondRetries = sec, 0
 	}
 	switch {
-	case p.share == zeroShare && b.unshared && b.config.Consumers.Counted:
+	case p.share == ZeroShare && b.unshared && b.config.Consumers.Counted:
 		return SlowDelivery
-	case p.share == zeroShare:
+	case p.share == ZeroShare:
 		return NoShare
 	case p.limited && b.rate < scale:
 		return RateExceeded

@@ -99,7 +99,7 @@ func TestAFreshNamingCountDividesByN(t *testing.T) {
 	if got, want := ShareOver(fleet(20, 20, true, 4, start), 3), (Share{Tokens: 33_333, MilliRetriesPerSecond: 6000, Limited: true}); got != want {
 		t.Fatalf("ShareOver(3) = %+v, want %+v", got, want)
 	}
-	if got := ShareOver(c, zeroShare); got != (Share{}) {
+	if got := ShareOver(c, ZeroShare); got != (Share{}) {
 		t.Fatalf("a zero share holds %+v", got)
 	}
 }
@@ -149,7 +149,7 @@ func TestACountThatDoesNotNameThePodGivesItNothing(t *testing.T) {
 			}
 			clk.Advance(700 * time.Millisecond)
 		}
-		if d := Denominator(tc.c, start.Add(time.Hour)); d != zeroShare {
+		if d := Denominator(tc.c, start.Add(time.Hour)); d != ZeroShare {
 			t.Fatalf("%s, an hour stale: D = %d", tc.name, d)
 		}
 	}
@@ -288,9 +288,9 @@ func TestClockSkewAllowance(t *testing.T) {
 		want     int64
 	}{
 		{observed: 10*time.Second + policyconfig.ConsumerCountClockSkew, want: 4}, // a little ahead: fresh
-		{observed: 10*time.Second + policyconfig.ConsumerCountClockSkew + time.Millisecond, want: zeroShare},
+		{observed: 10*time.Second + policyconfig.ConsumerCountClockSkew + time.Millisecond, want: ZeroShare},
 		{observed: 10*time.Second - policyconfig.ConsumerCountStaleAfter, want: 4}, // at the bound: fresh
-		{observed: 10*time.Second - policyconfig.ConsumerCountStaleAfter - time.Millisecond, want: zeroShare},
+		{observed: 10*time.Second - policyconfig.ConsumerCountStaleAfter - time.Millisecond, want: ZeroShare},
 	} {
 		c.Consumers.ObservedAt = start.Add(tc.observed)
 		if d := Denominator(c, start.Add(10*time.Second)); d != tc.want {
@@ -587,13 +587,13 @@ func FuzzShare(f *testing.F) {
 			t.Fatalf("a negative share: %+v", p)
 		}
 		if isCounted {
-			if (!included || n < 1) && d != zeroShare {
+			if (!included || n < 1) && d != ZeroShare {
 				t.Fatalf("a count that does not name the pod: D = %d", d)
 			}
-			if d != zeroShare && d < int64(n) {
+			if d != ZeroShare && d < int64(n) {
 				t.Fatalf("D = %d below N = %d", d, n)
 			}
-			if d != zeroShare && (p.perSecond > int64(max(perSecond, 0))*scale/int64(n) || p.capacity > int64(max(tokens, 1))*scale/int64(n)) {
+			if d != ZeroShare && (p.perSecond > int64(max(perSecond, 0))*scale/int64(n) || p.capacity > int64(max(tokens, 1))*scale/int64(n)) {
 				t.Fatalf("a share above A/N: %+v", p)
 			}
 		}

@@ -24,9 +24,11 @@ func ConfigOf(b *policyconfig.Budget, pod string) Config {
 	if b.MaxRetriesPerSecond != nil {
 		c.MaxRetriesPerSecond, c.LimitRetriesPerSecond = *b.MaxRetriesPerSecond, true
 	}
+	// A Counted budget without a count joined (its ConfigMap not read yet,
+	// deleted, or for another UID) is counted by no one: no share.
+	c.Consumers.Counted = b.Counted || b.Consumers != nil
 	if b.Consumers != nil {
-		c.Consumers = Consumers{Counted: true, N: b.Consumers.Count, ObservedAt: b.Consumers.ObservedAt,
-			Included: b.Consumers.Includes(pod)}
+		c.Consumers.N, c.Consumers.ObservedAt, c.Consumers.Included = b.Consumers.Count, b.Consumers.ObservedAt, b.Consumers.Includes(pod)
 	}
 	return c
 }

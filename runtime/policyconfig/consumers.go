@@ -119,31 +119,41 @@ func validateBudgetIdentity(b *Budget) error {
 	if len(b.UID) > limits.MaxUIDLength {
 		return bad("budget.uid", "needs at most %d bytes", limits.MaxUIDLength)
 	}
-	c := b.Consumers
-	if c == nil {
+	if b.Counted && b.UID == "" {
+		// A count is joined to its budget by name and UID.
+		return bad("budget.uid", "required when counted")
+	}
+	if b.Consumers == nil {
 		return nil
 	}
+	return validateConsumers("budget.consumers", b.Consumers)
+}
+
+// validateConsumers checks one count, wherever it is carried (field names
+// its place): inlined in a payload by a controller that predates the
+// budget's own ConfigMap, or in that ConfigMap (ParseCount).
+func validateConsumers(field string, c *Consumers) error {
 	switch {
 	case c.Count < 0 || c.Count > MaxConsumerCount:
-		return bad("budget.consumers.count", "%d is outside 0–%d", c.Count, MaxConsumerCount)
+		return bad(field+".count", "%d is outside 0–%d", c.Count, MaxConsumerCount)
 	case c.ObservedAt.IsZero():
 		// A count without its time cannot be judged fresh or stale.
-		return bad("budget.consumers.observedAt", "required")
+		return bad(field+".observedAt", "required")
 	}
 	raw, err := base64.StdEncoding.DecodeString(c.Members)
 	switch {
 	case err != nil:
-		return bad("budget.consumers.members", "is not standard base64: %v", err)
+		return bad(field+".members", "is not standard base64: %v", err)
 	case len(raw)%memberSize != 0:
-		return bad("budget.consumers.members", "holds %d bytes, not a whole number of %d-byte fingerprints", len(raw), memberSize)
+		return bad(field+".members", "holds %d bytes, not a whole number of %d-byte fingerprints", len(raw), memberSize)
 	case len(raw)/memberSize > min(int(c.Count), MaxConsumerMembers):
 		// More names than pods counted would let one pod's share be
 		// taken by several.
-		return bad("budget.consumers.members", "names %d pods, more than the count %d (or %d)", len(raw)/memberSize, c.Count, MaxConsumerMembers)
+		return bad(field+".members", "names %d pods, more than the count %d (or %d)", len(raw)/memberSize, c.Count, MaxConsumerMembers)
 	}
 	for i := memberSize; i < len(raw); i += memberSize {
 		if binary.BigEndian.Uint64(raw[i-memberSize:]) >= binary.BigEndian.Uint64(raw[i:]) {
-			return bad("budget.consumers.members", "fingerprint %d is not above the one before it: they are sorted, without repeats", i/memberSize)
+			return bad(field+".members", "fingerprint %d is not above the one before it: they are sorted, without repeats", i/memberSize)
 		}
 	}
 	return nil

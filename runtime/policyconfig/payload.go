@@ -133,8 +133,15 @@ type Budget struct {
 	// MaxRetriesPerSecond is the fleet's absolute retry allowance; absent
 	// when the budget sets none (0 allows no retry).
 	MaxRetriesPerSecond *int32 `json:"maxRetriesPerSecond,omitempty"`
-	// Consumers is the controller's count of the pods that share the
-	// budget; absent when the budget selects no consumers.
+	// Counted says the budget selects consumers: its count is published
+	// once, in the budget's own ConfigMap (BudgetConfigMapName), never in a
+	// policy's payload, and a pod without a count that names it takes no
+	// share (docs/configmap-format.md). Absent when the budget selects none.
+	Counted bool `json:"counted,omitempty"`
+	// Consumers is the count of the pods that share the budget, as a
+	// watcher joins it from the budget's ConfigMap (Payload.Join). A
+	// controller that predates the budget's ConfigMap inlined it here,
+	// without Counted; a payload the controllers publish now never carries it.
 	Consumers *Consumers `json:"consumers,omitempty"`
 }
 
@@ -177,16 +184,8 @@ func Marshal(p *Payload) ([]byte, error) {
 // or an out-of-range value is an error, and the caller keeps its last good
 // policy (or fails closed when it has none).
 func Parse(data []byte) (*Payload, error) {
-	dec := json.NewDecoder(strings.NewReader(string(data)))
-	dec.DisallowUnknownFields()
-	var p Payload
-	if err := dec.Decode(&p); err != nil {
-		return nil, &ParseError{Field: "payload", Reason: err.Error()}
-	}
-	if dec.More() {
-		return nil, &ParseError{Field: "payload", Reason: "trailing data after the JSON object"}
-	}
-	if err := checkKeys(data, reflect.TypeFor[Payload](), ""); err != nil {
+	p, err := decodeStrict[Payload](data, "payload")
+	if err != nil {
 		return nil, err
 	}
 	if err := p.Validate(); err != nil {
@@ -195,5 +194,23 @@ func Parse(data []byte) (*Payload, error) {
 	if len(p.Policy.Fallback) == 0 {
 		p.Policy.Fallback = nil // [] and absent mean the same; keep one form
 	}
-	return &p, nil
+	return p, nil
+}
+
+// decodeStrict decodes one JSON object of type T (named what in errors):
+// unknown fields, keys in another case and trailing data are errors.
+func decodeStrict[T any](data []byte, what string) (*T, error) {
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	var v T
+	if err := dec.Decode(&v); err != nil {
+		return nil, &ParseError{Field: what, Reason: err.Error()}
+	}
+	if dec.More() {
+		return nil, &ParseError{Field: what, Reason: "trailing data after the JSON object"}
+	}
+	if err := checkKeys(data, reflect.TypeFor[T](), ""); err != nil {
+		return nil, err
+	}
+	return &v, nil
 }

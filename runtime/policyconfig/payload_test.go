@@ -45,6 +45,7 @@ func TestParseRejects(t *testing.T) {
 		"four attempts":          {func(m map[string]any) { pol(m)["maxAttempts"] = 4 }, "policy.maxAttempts"},
 		"jitter None":            {func(m map[string]any) { pol(m)["backoff"].(map[string]any)["jitter"] = "None" }, "policy.backoff.jitter"},
 		"zero base":              {func(m map[string]any) { pol(m)["backoff"].(map[string]any)["base"] = "0s" }, "policy.backoff.base"},
+		"retries without backoff": {func(m map[string]any) { delete(pol(m), "backoff") }, "policy.backoff.jitter"},
 		"a bad duration":         {func(m map[string]any) { pol(m)["deadline"] = "soon" }, "payload"},
 		"retry on 404":           {func(m map[string]any) { pol(m)["retryOnStatusCodes"] = []int{404} }, "policy.retryOnStatusCodes"},
 		"an unknown error":       {func(m map[string]any) { pol(m)["retryOnErrors"] = []string{"Gremlins"} }, "policy.retryOnErrors"},
@@ -117,6 +118,32 @@ func TestNoRetryNeedsNoBudget(t *testing.T) {
 	p.Enforcement = policyconfig.Enforcement{Mode: policyconfig.NoRetry, Reason: "BudgetNotFound", Message: "RetryBudget telephony-provider not found"}
 	if _, err := policyconfig.Marshal(p); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A single-attempt policy needs no backoff: absent, it means no retry. The
+// same payload with two attempts is refused (TestParseRejects).
+func TestSingleAttemptNeedsNoBackoff(t *testing.T) {
+	raw, _ := policyconfig.Marshal(fixtures.SMS())
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatal(err)
+	}
+	delete(pol(m), "backoff")
+	delete(m, "budget")
+	pol(m)["maxAttempts"], pol(m)["leafAttempts"] = 1, 1
+	edited, _ := json.Marshal(m)
+	p, err := policyconfig.Parse(edited)
+	if err != nil {
+		t.Fatalf("a single attempt without backoff is refused: %v", err)
+	}
+	if p.Policy.MaxAttempts != 1 || p.Policy.Backoff != (policyconfig.Backoff{}) {
+		t.Errorf("parsed %+v", p.Policy)
+	}
+	pol(m)["maxAttempts"] = 2
+	edited, _ = json.Marshal(m)
+	if _, err := policyconfig.Parse(edited); err == nil {
+		t.Error("two attempts without backoff (or budget) are accepted")
 	}
 }
 

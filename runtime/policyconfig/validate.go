@@ -145,6 +145,11 @@ func validateAttempts(pol *Policy) error {
 }
 
 func validateBackoff(pol *Policy) error {
+	if pol.MaxAttempts == 1 && pol.Backoff == (Backoff{}) {
+		// A single attempt never waits: an absent backoff means no retry,
+		// as admission's minimal policy has none (docs/configmap-format.md).
+		return nil
+	}
 	switch b := &pol.Backoff; {
 	case !slices.Contains(limits.JitterModes, b.Jitter):
 		return bad("policy.backoff.jitter", "%q is not one of %v", b.Jitter, limits.JitterModes)

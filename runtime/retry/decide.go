@@ -9,10 +9,10 @@ import (
 	"github.com/retryguard/retryguard/runtime/codes"
 )
 
-// decisionInput is everything one retry decision rests on. Do fills it
-// after each failed attempt; decide reads nothing else (no clock, no
+// DecisionInput is everything one retry decision rests on. Do fills it
+// after each failed attempt; Decide reads nothing else (no clock, no
 // randomness), so the same input always gives the same decision.
-type decisionInput struct {
+type DecisionInput struct {
 	// Evidence is what the failed attempt showed: its class, HTTP status,
 	// transport failure, whether it may have been dispatched, Retry-After.
 	Evidence Evidence
@@ -50,15 +50,15 @@ type decisionInput struct {
 	// RetryAfterMaxDelay is the longest server delay honoured.
 	RetryAfterMaxDelay time.Duration
 	// BudgetAsked says that Budget holds the retry budget's verdict. Do asks
-	// the budget only once decide answers AskBudget, so that no token is
+	// the budget only once Decide answers AskBudget, so that no token is
 	// spent on a retry another rule forbids. A policy without a budget
 	// never retries: Do passes budget.NoTokens for it.
 	BudgetAsked bool
 	Budget      budget.Denial
 }
 
-// decision is what to do after a failed attempt.
-type decision struct {
+// Decision is what to do after a failed attempt.
+type Decision struct {
 	// Next is BackoffWait to retry after Sleep, or the state the operation
 	// ends in.
 	Next State
@@ -81,7 +81,7 @@ type decision struct {
 }
 
 // Retry reports whether another attempt follows.
-func (d decision) Retry() bool { return d.Next == BackoffWait }
+func (d Decision) Retry() bool { return d.Next == BackoffWait }
 
 // Reasons a retry was denied, bounded for metric labels.
 const (
@@ -99,7 +99,7 @@ const (
 	deniedUnrepeatable    = "unrepeatable"
 )
 
-// decide applies a policy to one failed attempt, in this order:
+// Decide applies a policy to one failed attempt, in this order:
 //
 //  1. a permanent failure ends;
 //  2. a policy not in force makes no retry;
@@ -125,7 +125,7 @@ const (
 // outcome is unknown and goes to reconciliation, never to the fallback as a
 // failure (seed 003). Otherwise a budget refusal ends BUDGET_EXHAUSTED and
 // any other stop TERMINAL_EXHAUSTED. The code says which rule stopped it.
-func decide(in decisionInput) decision {
+func Decide(in DecisionInput) Decision {
 	ev := in.Evidence
 	end := TerminalExhausted
 	if in.MayHaveApplied || mayHaveApplied(ev) {
@@ -150,7 +150,7 @@ func decide(in decisionInput) decision {
 			"a retry of a request that reached the dependency needs an idempotency key or an idempotent method, and it has neither"+describe(ev), deniedNotReplaySafe)
 	}
 	sleep := max(in.Wait, ev.RetryAfter)
-	var d decision
+	var d Decision
 	switch {
 	case in.Unrepeatable != "":
 		d = stop(end, codes.RetryLimitExceeded, fmt.Sprintf("%s: attempt %d failed", in.Unrepeatable, in.Attempt)+describe(ev)+earlier(in), deniedUnrepeatable)
@@ -167,14 +167,14 @@ func decide(in decisionInput) decision {
 		d = stop(end, codes.DeadlineExceeded, fmt.Sprintf("%s left cannot hold a %s wait and a %s attempt and keep the %s reserve",
 			in.Remaining.Round(time.Millisecond), sleep, in.PerAttemptTimeout, in.MinRemaining)+earlier(in), deniedDeadline)
 	case !in.BudgetAsked:
-		d = decision{AskBudget: true}
+		d = Decision{AskBudget: true}
 	case in.Budget != budget.Allowed:
 		if end == TerminalExhausted {
 			end = BudgetExhausted
 		}
 		d = stop(end, codes.RetryBudgetExhausted, fmt.Sprintf("retry budget denied a retry (%s)", in.Budget)+earlier(in), deniedBudget)
 	default:
-		d = decision{Next: BackoffWait, Sleep: sleep}
+		d = Decision{Next: BackoffWait, Sleep: sleep}
 	}
 	d.Eligible = true
 	return d
@@ -182,15 +182,15 @@ func decide(in decisionInput) decision {
 
 // earlier notes, in a stop's detail, that an earlier attempt may have been
 // applied: the reason the operation ends UNKNOWN_OUTCOME.
-func earlier(in decisionInput) string {
+func earlier(in DecisionInput) string {
 	if in.MayHaveApplied {
 		return "; an earlier attempt may have been applied, so the outcome is unknown"
 	}
 	return ""
 }
 
-func stop(s State, c codes.Code, detail, reason string) decision {
-	return decision{Next: s, Code: c, Detail: detail, Reason: reason}
+func stop(s State, c codes.Code, detail, reason string) Decision {
+	return Decision{Next: s, Code: c, Detail: detail, Reason: reason}
 }
 
 func describe(ev Evidence) string {

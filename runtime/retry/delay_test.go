@@ -6,7 +6,7 @@ import (
 )
 
 // A protocol that states its server delay as a duration (gRPC's
-// grpc-retry-pushback-ms) reaches decide as Retry-After does; a negative one
+// grpc-retry-pushback-ms) reaches Decide as Retry-After does; a negative one
 // is a server's "do not retry" (gRPC A6), terminal as an unparseable
 // Retry-After is (MC-FM-01).
 func TestStatusErrorDelay(t *testing.T) {

@@ -327,7 +327,7 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 	// ended it, the error to return and the attempts made, for the one exit
 	// below.
 	var (
-		d   decision
+		d   Decision
 		err error
 		n   int
 	)
@@ -356,7 +356,7 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 		now = e.clock.Now()
 		ev := classify(clientResent(err, r.call == nil, r.key != ""), c.retryOnStatus, c.retryOnError, now)
 		c.metrics.attempt(ev.Class)
-		in := decisionInput{Evidence: ev, NotEnforced: c.notEnforced, ReplaySafe: c.replaySafe, MayHaveApplied: r.applied,
+		in := DecisionInput{Evidence: ev, NotEnforced: c.notEnforced, ReplaySafe: c.replaySafe, MayHaveApplied: r.applied,
 			Attempt: n, MaxAttempts: c.maxAttempts, Remaining: r.remaining(ctx, now), PerAttemptTimeout: c.perAttemptTimeout,
 			MinRemaining: c.minRemaining, RetryAfterMaxDelay: c.retryAfterMaxDelay}
 		if r.call != nil {
@@ -366,10 +366,10 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 		if c.notEnforced == "" && ev.Class != Permanent {
 			in.Wait = c.strategy.Delay(n, prevDelay)
 		}
-		d = decide(in)
+		d = Decide(in)
 		if d.AskBudget && r.call != nil {
 			if in.Unrepeatable = r.call.prepare(); in.Unrepeatable != "" {
-				d = decide(in) // no token for an attempt that cannot be sent
+				d = Decide(in) // no token for an attempt that cannot be sent
 			}
 		}
 		rec := AttemptRecord{Attempt: n, Evidence: ev, RetryEligible: d.Eligible, Error: err.Error()}
@@ -381,7 +381,7 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 					c.tokens.Set(c.budget.Tokens())
 				}
 			}
-			d = decide(in)
+			d = Decide(in)
 			rec.BudgetConsumed, rec.BudgetDenied = d.Retry(), in.Budget
 		}
 		r.records = append(r.records, rec)
@@ -402,7 +402,7 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 		}
 		now = e.clock.Now()
 		if left := r.remaining(ctx, now); !backoff.CanStart(left, c.perAttemptTimeout, c.minRemaining) {
-			// The wait overran what decide foresaw: the rule holds when the
+			// The wait overran what Decide foresaw: the rule holds when the
 			// attempt would start, not only when the wait was chosen.
 			d = stop(end, codes.DeadlineExceeded, fmt.Sprintf("%s left when the backoff ended, below the %s reserve or short of a %s attempt",
 				left.Round(time.Millisecond), c.minRemaining, c.perAttemptTimeout), deniedDeadlineAtStart)
@@ -481,7 +481,7 @@ func (r *run) letterContext(ctx context.Context) (context.Context, context.Cance
 
 // finish ends the operation in d's state, dead-lettering it when the state
 // calls for it.
-func (r *run) finish(ctx context.Context, d decision, last error) error {
+func (r *run) finish(ctx context.Context, d Decision, last error) error {
 	r.to(d.Next, len(r.records), d.Code)
 	e := &Error{Code: d.Code, State: d.Next, Policy: r.c.name, Key: r.key, Attempts: len(r.records), Detail: d.Detail, Err: last}
 	if n := len(r.records); n > 0 {

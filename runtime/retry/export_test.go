@@ -1,14 +1,5 @@
 package retry
 
-// The pure rule and the random source are internal: Do is what an app calls.
-// The external tests (decide_test.go, spec_test.go) hold them under the
-// names they had.
-var (
-	Decide   = decide
-	WithRand = withRand
-)
-
-type (
-	DecisionInput = decisionInput
-	Decision      = decision
-)
+// The random source is internal: an app's jitter is the policy's. The
+// external tests (spec_test.go) hold it under the name it had.
+var WithRand = withRand

@@ -284,7 +284,7 @@ func (c *call) newBody(first bool) (io.ReadCloser, int64, error) {
 		body, err := req.GetBody()
 		return body, req.ContentLength, err
 	}
-	return nil, 0, errors.New("retryguard: the request body cannot be sent again") // decide never asks for it
+	return nil, 0, errors.New("retryguard: the request body cannot be sent again") // Decide never asks for it
 }
 
 // prepare readies the body of the next attempt before the executor asks

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -61,6 +62,10 @@ func sample(name string) string         { return filepath.Join(repoRoot, "config
 func unsafe(name string) string         { return filepath.Join(repoRoot, "hack", "demo", "unsafe", name) }
 func svcURL(svc *corev1.Service) string { return "http://" + svc.Spec.ClusterIP }
 
+// upgradedLimits are the limits the helm upgrade spec sets; every later
+// upgrade keeps them, so that the Deployment does not roll back.
+var upgradedLimits = map[string]any{"maxLeafAttempts": 3, "maxRetryPercent": 30}
+
 // admissionRefusal is the webhook's answer to a budget above the platform cap
 // (25% against the chart's default maxRetryPercent of 10), asked as a dry run.
 func admissionRefusal(ctx context.Context) error {
@@ -96,6 +101,26 @@ var _ = Describe("Retryguard installed from its chart", Ordered, Label("e2e"), f
 			Should(MatchError(ContainSubstring("ERR_BUDGET_ABOVE_PLATFORM_CAP")))
 		record("helm install to admission answering", time.Since(start))
 	}, NodeTimeout(6*time.Minute))
+
+	It("passes kubectl retryguard check: CRDs, the webhook answering with a valid CA, the admission policy, a fresh leader lease", func(ctx SpecContext) {
+		// The plugin as a user builds it, found by kubectl on PATH.
+		bin := GinkgoT().TempDir()
+		build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(bin, "kubectl-retryguard"), "./cmd/kubectl-retryguard")
+		build.Dir = repoRoot
+		out, err := build.CombinedOutput()
+		Expect(err).NotTo(HaveOccurred(), "%s", out)
+		check := exec.CommandContext(ctx, "kubectl", "retryguard", "check", "--kubeconfig", node.Kubeconfig, "-n", appNamespace)
+		check.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+		out, err = check.CombinedOutput()
+		logf("kubectl retryguard check:\n%s", out)
+		Expect(err).NotTo(HaveOccurred(), "%s", out)
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		Expect(lines).To(HaveLen(6))
+		for _, l := range lines {
+			Expect(l).To(HavePrefix("ok "))
+		}
+		Expect(string(out)).To(ContainSubstring("Lease " + releaseNamespace + "/" + leaderLease + " held by"))
+	}, NodeTimeout(4*time.Minute))
 
 	It("refuses INC-2901 in the CRD and unsafe cross-object policies through the webhook Service", func(ctx SpecContext) {
 		err := create(ctx, unsafe("01-inc-2901-immediate-retries.yaml"), appNamespace)
@@ -359,7 +384,7 @@ var _ = Describe("Retryguard installed from its chart", Ordered, Label("e2e"), f
 	It("rolls the Deployment on helm upgrade with a changed value", func(ctx SpecContext) {
 		before := managerDeployment(ctx)
 		start := time.Now()
-		rel, err := helmUpgrade(ctx, map[string]any{"limits": map[string]any{"maxLeafAttempts": 3, "maxRetryPercent": 30}})
+		rel, err := helmUpgrade(ctx, map[string]any{"limits": upgradedLimits})
 		Expect(err).NotTo(HaveOccurred())
 		record("helm upgrade (wait)", time.Since(start))
 		Expect(rel.Version).To(Equal(2))
@@ -370,13 +395,16 @@ var _ = Describe("Retryguard installed from its chart", Ordered, Label("e2e"), f
 		Eventually(func() error { return admissionRefusal(ctx) }).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
 	}, NodeTimeout(6*time.Minute))
 
+	It("opens the webhook port to the control plane only with the chart's NetworkPolicy on, and fails closed when the API server is shut out",
+		func(ctx SpecContext) { networkPolicySpec(ctx) }, NodeTimeout(8*time.Minute))
+
 	It("removes everything but the CRDs on helm uninstall", func(ctx SpecContext) {
 		Expect(helmUninstall()).To(Succeed())
 		sel := client.MatchingLabels{"app.kubernetes.io/instance": releaseName}
 		for _, list := range []client.ObjectList{
 			&appsv1.DeploymentList{}, &corev1.ServiceList{}, &corev1.ServiceAccountList{}, &rbacv1.RoleList{},
 			&rbacv1.RoleBindingList{}, &rbacv1.ClusterRoleList{}, &rbacv1.ClusterRoleBindingList{},
-			&admissionList{}, &pdbList{},
+			&admissionList{}, &pdbList{}, &networkPolicyList{},
 		} {
 			Expect(k8s.List(ctx, list, sel)).To(Succeed())
 			Expect(meta.LenList(list)).To(BeZero(), "%T left after uninstall", list)

@@ -14,6 +14,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -208,7 +209,8 @@ type PolicyView struct {
 
 // Short names for the kinds the uninstall check lists.
 type (
-	admissionList = admissionregistrationv1.ValidatingWebhookConfigurationList
-	pdbList       = policyv1.PodDisruptionBudgetList
-	apiextCRD     = apiextensionsv1.CustomResourceDefinition
+	admissionList     = admissionregistrationv1.ValidatingWebhookConfigurationList
+	pdbList           = policyv1.PodDisruptionBudgetList
+	networkPolicyList = networkingv1.NetworkPolicyList
+	apiextCRD         = apiextensionsv1.CustomResourceDefinition
 )

@@ -29,6 +29,7 @@ const (
 	managerRepository = "retryguard/manager"
 	vendorImage       = "retryguard.local/e2e/vendor:1"
 	smsappImage       = "retryguard.local/e2e/smsapp:1"
+	netprobeImage     = "retryguard.local/e2e/netprobe:1"
 )
 
 // managerTag is the manager image's tag: "" when the image is make image's
@@ -74,6 +75,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	managerTar := os.Getenv("RETRYGUARD_E2E_MANAGER_IMAGE")
 	vendorTar := filepath.Join(cluster.DefaultImageDir, "vendor.tar")
 	smsappTar := filepath.Join(cluster.DefaultImageDir, "smsapp.tar")
+	netprobeTar := filepath.Join(cluster.DefaultImageDir, "netprobe.tar")
 	var g errgroup.Group
 	if managerTar == "" {
 		managerTag = "e2e"
@@ -92,6 +94,9 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	g.Go(func() error {
 		return image.BinaryImage(ctx, wd, "./apps/smsapp", smsappTar, smsappImage, image.Config{})
 	})
+	g.Go(func() error {
+		return image.BinaryImage(ctx, wd, "./apps/netprobe", netprobeTar, netprobeImage, image.Config{})
+	})
 	up := time.Now()
 	node, err = cluster.Up(ctx, opts)
 	Expect(err).NotTo(HaveOccurred())
@@ -102,7 +107,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		AddReportEntry("cluster down", time.Since(down).Round(100*time.Millisecond).String())
 	})
 	Expect(g.Wait()).To(Succeed())
-	for _, tar := range []string{managerTar, vendorTar, smsappTar} {
+	for _, tar := range []string{managerTar, vendorTar, smsappTar, netprobeTar} {
 		logf("importing %s", tar)
 		Expect(node.ImportImage(ctx, tar)).To(Succeed())
 	}

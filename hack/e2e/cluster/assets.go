@@ -39,6 +39,12 @@ func Assets(ctx context.Context, repoRoot string, logf func(string, ...any)) (Op
 	}); err != nil {
 		return o, err
 	}
+	if err = step("NetworkPolicy enforcer", func() error {
+		o.NetworkPolicyAssets, err = script(ctx, filepath.Join(repoRoot, "hack", "e2e", "netpol-assets.sh"))
+		return err
+	}); err != nil {
+		return o, err
+	}
 	o.PauseImageTarball = filepath.Join(DefaultImageDir, "pause.tar")
 	err = step("pause image", func() error {
 		return image.BinaryImage(ctx, filepath.Join(repoRoot, "hack", "e2e"), "./pause", o.PauseImageTarball, PauseImage, image.Config{})

@@ -1,11 +1,11 @@
 // Package cluster runs a real single-node Kubernetes cluster on this machine
 // for the end-to-end suite: etcd, kube-apiserver (Node and RBAC
 // authorization), kube-controller-manager, kube-scheduler, containerd, the
-// kubelet and kube-proxy, with PKI generated here and pods on a bridge that
-// the cluster creates. Images come from tarballs imported into containerd;
-// there is no registry.
+// kubelet, kube-proxy and a NetworkPolicy enforcer (kube-router's firewall),
+// with PKI generated here and pods on a bridge that the cluster creates.
+// Images come from tarballs imported into containerd; there is no registry.
 //
-// Everything it changes on the host — iptables rules, sysctls, network
+// Everything it changes on the host — iptables rules, ipsets, sysctls, network
 // namespaces, cgroups, mounts, the bridge — is recorded first and put back by
 // Down. Only one cluster runs on a machine at a time (a lock enforces it).
 // A Cluster is not safe for concurrent use, except Down, which may be called
@@ -73,6 +73,10 @@ type Options struct {
 	// NodeAssets holds kubelet, kube-proxy, kube-scheduler and
 	// kube-controller-manager (hack/e2e/node-assets.sh).
 	NodeAssets string
+	// NetworkPolicyAssets holds kube-router (hack/e2e/netpol-assets.sh), run
+	// with its firewall only, so that NetworkPolicies are enforced; empty
+	// runs no enforcer, and a NetworkPolicy then changes nothing.
+	NetworkPolicyAssets string
 	// PauseImageTarball is a docker-archive tarball of PauseImage.
 	PauseImageTarball string
 	// WorkDir and LogDir default to DefaultWorkDir and DefaultLogDir.
@@ -112,7 +116,9 @@ func (c *Cluster) logf(format string, args ...any) {
 }
 
 // Up brings a cluster up and returns once the node is Ready, kube-proxy has
-// programmed the kubernetes Service and the default ServiceAccount exists.
+// programmed the kubernetes Service, the NetworkPolicy enforcer (when
+// Options.NetworkPolicyAssets is set) has installed its chains and the
+// default ServiceAccount exists.
 // On failure it tears down what it started before returning.
 func Up(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.ControlPlaneAssets == "" || opts.NodeAssets == "" {
@@ -271,6 +277,7 @@ func (c *Cluster) pki() error {
 		{file: "controller-manager", cn: "system:kube-controller-manager"},
 		{file: "scheduler", cn: "system:kube-scheduler"},
 		{file: "kube-proxy", cn: "system:kube-proxy"},
+		{file: "kube-router", cn: kubeRouterUser},
 		{file: "kubelet-client", cn: "system:node:" + NodeName, orgs: []string{"system:nodes"}},
 		{file: "kubelet-serving", cn: "system:node:" + NodeName, orgs: []string{"system:nodes"}, server: true,
 			ips: []net.IP{nodeIP}, dns: []string{NodeName}},
@@ -389,7 +396,7 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 	server := fmt.Sprintf("https://%s:%d", NodeIP, apiPort)
 	for _, k := range []struct{ file, cert string }{
 		{"admin", "admin"}, {"controller-manager", "controller-manager"}, {"scheduler", "scheduler"},
-		{"kube-proxy", "kube-proxy"}, {"kubelet", "kubelet-client"},
+		{"kube-proxy", "kube-proxy"}, {"kube-router", "kube-router"}, {"kubelet", "kubelet-client"},
 	} {
 		if err := writeKubeconfig(c.path(k.file+".kubeconfig"), server, pki("ca.crt"), pki(k.cert+".crt"), pki(k.cert+".key")); err != nil {
 			return err
@@ -500,10 +507,17 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	// The enforcer reads its Node object at start and exits without one.
+	if err := c.startNetworkPolicy(ctx); err != nil {
+		return err
+	}
 	if err := c.poll(ctx, "kube-proxy to program the kubernetes Service", 500*time.Millisecond, func(ctx context.Context) (bool, error) {
 		out, err := exec.CommandContext(ctx, "iptables", "-t", "nat", "-S", "KUBE-SERVICES").Output()
 		return err == nil && strings.Contains(string(out), kubernetesServiceIP), err
 	}); err != nil {
+		return err
+	}
+	if err := c.waitNetworkPolicy(ctx); err != nil {
 		return err
 	}
 	return c.poll(ctx, "the default ServiceAccount", 500*time.Millisecond, func(ctx context.Context) (bool, error) {
@@ -546,7 +560,7 @@ func (c *Cluster) Down() error {
 		}
 	}
 	// The kubelet first, so that it does not restart what is removed next.
-	stopNamed("kubelet", "kube-proxy", "kube-scheduler", "kube-controller-manager")
+	stopNamed("kubelet", "kube-proxy", "kube-router", "kube-scheduler", "kube-controller-manager")
 	if p := byName["containerd"]; p != nil {
 		if done, _ := p.exited(); !done {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -24,6 +24,7 @@ var debianPackages = []struct{ path, pkg string }{
 	{"/usr/sbin/conntrack", "conntrack"},
 	{"/usr/sbin/ip", "iproute2"},
 	{"/usr/sbin/nft", "nftables"},
+	{"/usr/sbin/ipset", "ipset"}, // kube-router's firewall
 }
 
 // CNIBinDir is where Debian's containernetworking-plugins puts the plugins.
@@ -108,6 +109,7 @@ type hostState struct {
 	Sysctls   map[string]string `json:"sysctls"`
 	Iptables  map[string]string `json:"iptables"`  // "iptables"/"ip6tables" → *-save output
 	NftTables []string          `json:"nftTables"` // "family name", when nft is installed
+	IPSets    []string          `json:"ipsets"`    // set names; nil without ipset (or a state saved before ipsets were recorded)
 	Netns     []string          `json:"netns"`
 	Cgroups   []string          `json:"cgroups"`
 	CreatedBr bool              `json:"createdBridge"`
@@ -128,6 +130,7 @@ func snapshotHost() (*hostState, error) {
 		s.Iptables[fam] = string(out)
 	}
 	s.NftTables = nftTables()
+	s.IPSets = ipsets()
 	s.Netns = listDir("/var/run/netns")
 	s.Cgroups = kubepodsCgroups()
 	return s, nil
@@ -158,6 +161,20 @@ func (s *hostState) restore(logf func(string, ...any)) error {
 			args := append([]string{"delete", "table"}, strings.Fields(t)...)
 			if out, err := exec.Command("nft", args...).CombinedOutput(); err != nil {
 				errs = append(errs, fmt.Errorf("nft delete table %s: %v: %s", t, err, out))
+			}
+		}
+	}
+	// kube-router's sets, once the restored rules no longer reference them.
+	if s.IPSets != nil {
+		hadSet := map[string]bool{}
+		for _, n := range s.IPSets {
+			hadSet[n] = true
+		}
+		for _, n := range ipsets() {
+			if !hadSet[n] {
+				if out, err := exec.Command("ipset", "destroy", n).CombinedOutput(); err != nil {
+					errs = append(errs, fmt.Errorf("ipset destroy %s: %v: %s", n, err, out))
+				}
 			}
 		}
 	}
@@ -236,6 +253,21 @@ func nftTables() []string {
 		}
 	}
 	return tables
+}
+
+// ipsets lists the host's ipsets by name; nil without ipset.
+func ipsets() []string {
+	out, err := exec.Command("ipset", "list", "-n").Output()
+	if err != nil {
+		return nil
+	}
+	names := []string{}
+	for _, line := range strings.Split(string(out), "\n") {
+		if n := strings.TrimSpace(line); n != "" {
+			names = append(names, n)
+		}
+	}
+	return names
 }
 
 // splitTables splits iptables-save output into each table's restorable

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,19 +38,33 @@ import (
 // RetryPolicy, the name retrypolicy-<policy.name> and a payload of the
 // ConfigMap's own namespace. Anything else is ignored, logged and counted
 // (Ignored); a deletion removes only the policy that ConfigMap supplied.
+//
+// A fleet budget's consumer count comes from a second informer, over the
+// budgets' ConfigMaps (retrybudget-<name>, managedSelector of
+// policyconfig.BudgetLabel), trusted the same way (controlled by the
+// RetryBudget it counts for, by name and UID), and joined to every payload
+// of that budget (policyconfig.Payload.Join): one count change is one watch
+// event, whatever the number of policies on the budget. A payload of a
+// counted budget whose count is missing, of another UID, or not trusted
+// gives no share.
 type Informer struct {
 	store     *watch.Store
 	Client    kubernetes.Interface
 	Namespace string
 	Logger    *slog.Logger
 
+	// mu orders every Set, so that a count and a payload applied at once
+	// never leave a policy joined to an older count than the last one read.
 	mu       sync.Mutex
-	supplied map[string]string // ConfigMap name → the policy it supplies
+	supplied map[string]string                // ConfigMap name → the policy it supplies
+	raw      map[string]*policyconfig.Payload // policy → its payload as published
+	counts   map[string]*policyconfig.Count   // budget name → its count
 }
 
 // New watches namespace through client.
 func New(client kubernetes.Interface, namespace string) *Informer {
-	return &Informer{store: watch.NewStore(), Client: client, Namespace: namespace, Logger: slog.Default(), supplied: map[string]string{}}
+	return &Informer{store: watch.NewStore(), Client: client, Namespace: namespace, Logger: slog.Default(),
+		supplied: map[string]string{}, raw: map[string]*policyconfig.Payload{}, counts: map[string]*policyconfig.Count{}}
 }
 
 var _ watch.Watcher = (*Informer)(nil)
@@ -82,32 +97,50 @@ func (i *Informer) Start(ctx context.Context) error {
 	if i.Namespace == "" {
 		return fmt.Errorf("watch: the pod's namespace is unknown; set POD_NAMESPACE from the downward API (fieldRef metadata.namespace)")
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(i.Client, 0,
-		informers.WithNamespace(i.Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = managedSelector(policyconfig.PolicyLabel) }))
-	inf := factory.Core().V1().ConfigMaps().Informer()
-	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { i.upsert(o) },
-		UpdateFunc: func(_, o any) { i.upsert(o) },
-		DeleteFunc: func(o any) {
-			if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
-				o = t.Obj
-			}
-			if cm, ok := o.(*corev1.ConfigMap); ok {
-				i.remove(cm)
-			}
-		},
-	})
-	if err != nil {
-		return err
+	// The counts first, so that the first view of a counted budget's
+	// policies already has the count joined.
+	var synced []cache.InformerSynced
+	for _, w := range []struct {
+		label          string
+		upsert, remove func(*corev1.ConfigMap)
+	}{{policyconfig.BudgetLabel, i.upsertCount, i.removeCount}, {policyconfig.PolicyLabel, i.upsert, i.remove}} {
+		factory := informers.NewSharedInformerFactoryWithOptions(i.Client, 0,
+			informers.WithNamespace(i.Namespace),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = managedSelector(w.label) }))
+		inf := factory.Core().V1().ConfigMaps().Informer()
+		reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(o any) { withConfigMap(o, w.label, w.upsert) },
+			UpdateFunc: func(_, o any) { withConfigMap(o, w.label, w.upsert) },
+			DeleteFunc: func(o any) {
+				if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
+					o = t.Obj
+				}
+				withConfigMap(o, w.label, w.remove)
+			},
+		})
+		if err != nil {
+			return err
+		}
+		factory.Start(ctx.Done())
+		// The handler's own sync, not only the informer's: Start returns
+		// once every initial ConfigMap has been applied.
+		synced = append(synced, inf.HasSynced, reg.HasSynced)
 	}
-	factory.Start(ctx.Done())
-	// The handler's own sync, not only the informer's: Start returns once
-	// every initial ConfigMap has been applied.
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced, reg.HasSynced) {
-		return fmt.Errorf("watch: the ConfigMap informer for %s did not sync", i.Namespace)
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return fmt.Errorf("watch: the ConfigMap informers for %s did not sync", i.Namespace)
 	}
 	return nil
+}
+
+// withConfigMap passes o to f when it is a ConfigMap of the informer's
+// kind (kindLabel): the API server selects no other, and a client that does
+// not select (a fake) must not make one informer judge the other's.
+func withConfigMap(o any, kindLabel string, f func(*corev1.ConfigMap)) {
+	if cm, ok := o.(*corev1.ConfigMap); ok {
+		if _, kind := cm.Labels[kindLabel]; kind {
+			f(cm)
+		}
+	}
 }
 
 // managedSelector selects the ConfigMaps the operator publishes that carry
@@ -119,13 +152,9 @@ func managedSelector(kindLabel string) string {
 	return labels.SelectorFromSet(labels.Set{policyconfig.ManagedByLabel: policyconfig.ManagedByValue}).String() + "," + kindLabel
 }
 
-func (i *Informer) upsert(o any) {
-	cm, ok := o.(*corev1.ConfigMap)
-	if !ok {
-		return
-	}
+func (i *Informer) upsert(cm *corev1.ConfigMap) {
 	log := i.Logger.With("configmap", cm.Namespace+"/"+cm.Name)
-	if reason := untrustedMeta(cm); reason != "" {
+	if reason := untrustedMeta(cm, policyconfig.OwnerKind); reason != "" {
 		i.ignore(log, reason)
 		return
 	}
@@ -140,19 +169,80 @@ func (i *Informer) upsert(o any) {
 		return
 	}
 	i.mu.Lock()
+	defer i.mu.Unlock()
 	i.supplied[cm.Name] = p.Policy.Name
-	i.mu.Unlock()
-	i.store.Set(p.Policy.Name, p)
+	i.raw[p.Policy.Name] = p
+	i.store.Set(p.Policy.Name, p.Join(i.countOf(p)))
 }
 
 // remove forgets the policy cm supplied, and nothing else.
 func (i *Informer) remove(cm *corev1.ConfigMap) {
 	i.mu.Lock()
+	defer i.mu.Unlock()
 	name, ok := i.supplied[cm.Name]
 	delete(i.supplied, cm.Name)
-	i.mu.Unlock()
 	if ok {
+		delete(i.raw, name)
 		i.store.Set(name, nil)
+	}
+}
+
+// countOf is the count held for p's budget (nil when none); i.mu is held.
+func (i *Informer) countOf(p *policyconfig.Payload) *policyconfig.Count {
+	if p.Budget == nil {
+		return nil
+	}
+	return i.counts[p.Budget.Name]
+}
+
+// upsertCount reads a budget's count and joins it to the payloads of that
+// budget. A count that does not parse, or that the operator did not
+// publish, leaves the last good one: it goes stale, and then gives no share.
+func (i *Informer) upsertCount(cm *corev1.ConfigMap) {
+	log := i.Logger.With("configmap", cm.Namespace+"/"+cm.Name)
+	if reason := untrustedMeta(cm, policyconfig.BudgetOwnerKind); reason != "" {
+		i.ignore(log, reason)
+		return
+	}
+	c, err := policyconfig.ParseCount([]byte(cm.Data[policyconfig.CountDataKey]))
+	if err != nil {
+		i.store.Reject()
+		log.Error("consumer count rejected; keeping the last good one", "err", err)
+		return
+	}
+	if reason := untrustedCount(cm, c); reason != "" {
+		i.ignore(log, reason)
+		return
+	}
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.counts[c.Budget] = c
+	i.rejoin(c.Budget)
+}
+
+// removeCount forgets a deleted budget ConfigMap's count: the payloads of
+// that budget then have none, and their pods no share.
+func (i *Informer) removeCount(cm *corev1.ConfigMap) {
+	budget, ok := strings.CutPrefix(cm.Name, policyconfig.BudgetConfigMapPrefix)
+	if !ok {
+		return
+	}
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if _, held := i.counts[budget]; held {
+		delete(i.counts, budget)
+		i.rejoin(budget)
+	}
+}
+
+// rejoin serves again every payload of budget with the count now held;
+// i.mu is held. The pod's payloads change here, and nothing is written to
+// the API server.
+func (i *Informer) rejoin(budget string) {
+	for name, p := range i.raw {
+		if p.Budget != nil && p.Budget.Name == budget && p.Budget.Counted {
+			i.store.Set(name, p.Join(i.counts[budget]))
+		}
 	}
 }
 
@@ -161,8 +251,9 @@ func (i *Informer) ignore(log *slog.Logger, reason string) {
 	log.Warn("ConfigMap ignored: not published by the Retryguard operator", "reason", reason)
 }
 
-// untrustedMeta says why cm's metadata is not the operator's ("" when it is).
-func untrustedMeta(cm *corev1.ConfigMap) string {
+// untrustedMeta says why cm's metadata is not the operator's, publishing
+// for an object of kind ("" when it is).
+func untrustedMeta(cm *corev1.ConfigMap, kind string) string {
 	if v := cm.Labels[policyconfig.ManagedByLabel]; v != policyconfig.ManagedByValue {
 		return fmt.Sprintf("label %s is %q, not %q", policyconfig.ManagedByLabel, v, policyconfig.ManagedByValue)
 	}
@@ -171,9 +262,24 @@ func untrustedMeta(cm *corev1.ConfigMap) string {
 		return "no controller owner reference"
 	}
 	gv, err := schema.ParseGroupVersion(owner.APIVersion)
-	want := schema.FromAPIVersionAndKind(policyconfig.OwnerAPIVersion, policyconfig.OwnerKind)
+	want := schema.FromAPIVersionAndKind(policyconfig.OwnerAPIVersion, kind)
 	if err != nil || gv.Group != want.Group || owner.Kind != want.Kind {
-		return fmt.Sprintf("controlled by %s %s, not a %s", owner.APIVersion, owner.Kind, policyconfig.OwnerKind)
+		return fmt.Sprintf("controlled by %s %s, not a %s", owner.APIVersion, owner.Kind, kind)
+	}
+	return ""
+}
+
+// untrustedCount says why c may not be joined from cm ("" when it may):
+// the ConfigMap's namespace, name and controller must be the budget's.
+func untrustedCount(cm *corev1.ConfigMap, c *policyconfig.Count) string {
+	owner := metav1.GetControllerOfNoCopy(cm)
+	switch {
+	case c.Namespace != cm.Namespace:
+		return fmt.Sprintf("count of namespace %q in namespace %q", c.Namespace, cm.Namespace)
+	case cm.Name != policyconfig.BudgetConfigMapName(c.Budget):
+		return fmt.Sprintf("count of budget %q in ConfigMap %q, not %q", c.Budget, cm.Name, policyconfig.BudgetConfigMapName(c.Budget))
+	case owner.Name != c.Budget || string(owner.UID) != c.UID:
+		return fmt.Sprintf("controlled by RetryBudget %q (uid %q), not %q (uid %q)", owner.Name, owner.UID, c.Budget, c.UID)
 	}
 	return ""
 }

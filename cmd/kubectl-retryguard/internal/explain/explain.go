@@ -134,8 +134,7 @@ func sleepBounds(spec *v1.RetryPolicySpec, s policygraph.Schedule) (lo, hi []tim
 }
 
 func writeSchedule(w io.Writer, spec *v1.RetryPolicySpec) {
-	s := policygraph.WorstCase(spec)
-	lo, hi := sleepBounds(spec, s)
+	s, rows := scheduleRows(spec)
 	cost := "unbounded (no perAttemptTimeout: one attempt may use the whole deadline)"
 	if s.PerAttemptTimeout > 0 {
 		cost = s.PerAttemptTimeout.String() + " (perAttemptTimeout)"
@@ -144,25 +143,18 @@ func writeSchedule(w io.Writer, spec *v1.RetryPolicySpec) {
 		s.Deadline, s.MinRemaining, cost, spec.Backoff.Jitter)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  ATTEMPT\tSLEEP BEFORE\tREMAINING BEFORE SLEEP\tSTARTS AT\tENDS BY\tRUNS")
-	var elapsed time.Duration
-	for k := int32(1); k <= spec.MaxAttempts; k++ {
+	for _, r := range rows {
+		k := r.Attempt
 		sleep := "-"
-		remaining := s.Deadline - elapsed
 		if k > 1 {
-			sleep = fmt.Sprintf("%s..%s", lo[k-2], hi[k-2])
+			sleep = fmt.Sprintf("%s..%s", r.SleepMin, r.SleepMax)
 		}
-		runs := k <= s.FeasibleAttempts
-		if !runs {
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t-\t-\tno\n", k, sleep, remaining)
+		if !r.Runs {
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t-\t-\tno\n", k, sleep, r.Remaining)
 			continue
 		}
-		if k > 1 {
-			elapsed += hi[k-2]
-		}
-		start := elapsed.String()
-		elapsed += s.PerAttemptTimeout
-		end := elapsed.String()
-		rem := remainingText(k, remaining)
+		start, end := r.StartsAt.String(), r.EndsBy.String()
+		rem := remainingText(k, r.Remaining)
 		if s.PerAttemptTimeout == 0 {
 			// Attempts of unbounded cost: only the sleeps are known.
 			start, end = "≥ "+start, "deadline "+s.Deadline.String()
@@ -226,6 +218,8 @@ func writeBudget(w io.Writer, in Input) {
 		}
 		fmt.Fprintf(w, "  shared by the pods matching %s: %d counted (status.consumers)\n",
 			metav1.FormatLabelSelector(s.Consumers.PodSelector), counted)
+		fmt.Fprintf(w, "  the pods read the count from ConfigMap %s, joined to this budget by its UID\n",
+			policyconfig.BudgetConfigMapName(b.Budget.Name))
 		if counted > 0 {
 			fmt.Fprintf(w, "  each pod the count names (by its POD_UID) holds %s, %s after it reads the count; the %d%% ratio needs no split\n",
 				shareText(budget.ShareOver(cfg, counted)), policyconfig.ConsumerCountDelivery, s.RetryPercent)

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+
 	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/kube"
 )
 
@@ -33,17 +35,17 @@ func TestConnectFindsTheNamespaceAsKubectlDoes(t *testing.T) {
 	}
 	t.Setenv("KUBECONFIG", "")
 	for _, tc := range []struct {
-		flags kube.ConfigFlags
-		env   string
-		want  string
+		kubeconfig, namespace, context string
+		env                            string
+		want                           string
 	}{
-		{flags: kube.ConfigFlags{Kubeconfig: path}, want: "checkout"},
-		{flags: kube.ConfigFlags{Kubeconfig: path, Namespace: "auth"}, want: "auth"},
-		{flags: kube.ConfigFlags{Kubeconfig: path, Context: "bare"}, want: "default"},
+		{kubeconfig: path, want: "checkout"},
+		{kubeconfig: path, namespace: "auth", want: "auth"},
+		{kubeconfig: path, context: "bare", want: "default"},
 		{env: path, want: "checkout"},
 	} {
 		t.Setenv("KUBECONFIG", tc.env)
-		_, ns, err := kube.Connect(tc.flags)
+		_, ns, err := kube.Connect(flags(tc.kubeconfig, tc.namespace, tc.context))
 		if err != nil {
 			t.Fatalf("%+v: %v", tc, err)
 		}
@@ -51,7 +53,13 @@ func TestConnectFindsTheNamespaceAsKubectlDoes(t *testing.T) {
 			t.Errorf("%+v: namespace %q, want %q", tc, ns, tc.want)
 		}
 	}
-	if _, _, err := kube.Connect(kube.ConfigFlags{Kubeconfig: filepath.Join(t.TempDir(), "absent")}); err == nil {
+	if _, _, err := kube.Connect(flags(filepath.Join(t.TempDir(), "absent"), "", "")); err == nil {
 		t.Error("a kubeconfig that does not exist must be an error")
 	}
+}
+
+func flags(kubeconfig, namespace, context string) *genericclioptions.ConfigFlags {
+	f := genericclioptions.NewConfigFlags(false)
+	f.KubeConfig, f.Namespace, f.Context = &kubeconfig, &namespace, &context
+	return f
 }

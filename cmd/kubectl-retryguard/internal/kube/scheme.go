@@ -5,9 +5,10 @@ package kube
 import (
 	"fmt"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
@@ -19,36 +20,25 @@ func Scheme() *runtime.Scheme {
 	if err := clientgoscheme.AddToScheme(s); err != nil {
 		panic(err) // a programming error: the built-in scheme always registers
 	}
+	if err := apiextensionsv1.AddToScheme(s); err != nil {
+		panic(err)
+	}
 	if err := v1.AddToScheme(s); err != nil {
 		panic(err)
 	}
 	return s
 }
 
-// ConfigFlags are the usual kubectl connection flags.
-type ConfigFlags struct {
-	// Kubeconfig is an explicit kubeconfig file; empty means KUBECONFIG,
-	// then ~/.kube/config.
-	Kubeconfig string
-	// Context overrides the kubeconfig's current context.
-	Context string
-	// Namespace overrides the context's namespace.
-	Namespace string
-}
-
-// Connect builds a client from the kubeconfig and returns it with the
-// namespace to use: the flag's, else the context's, else "default".
-func Connect(f ConfigFlags) (client.Client, string, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = f.Kubeconfig
-	overrides := &clientcmd.ConfigOverrides{CurrentContext: f.Context}
-	overrides.Context.Namespace = f.Namespace
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
-	cfg, err := cc.ClientConfig()
+// Connect builds a client from kubectl's connection flags (cli-runtime's
+// ConfigFlags: --kubeconfig, --context, -n, --as, --as-group, ...) and
+// returns it with the namespace to use: the flag's, else the context's,
+// else "default".
+func Connect(f genericclioptions.RESTClientGetter) (client.Client, string, error) {
+	cfg, err := f.ToRESTConfig()
 	if err != nil {
 		return nil, "", fmt.Errorf("loading kubeconfig: %w", err)
 	}
-	ns, _, err := cc.Namespace()
+	ns, _, err := f.ToRawKubeConfigLoader().Namespace()
 	if err != nil {
 		return nil, "", fmt.Errorf("reading the namespace of the kubeconfig context: %w", err)
 	}
