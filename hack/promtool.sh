@@ -37,7 +37,7 @@ trap 'rm -rf "$work"' EXIT
 echo "promtool: building github.com/prometheus/prometheus/cmd/promtool@${PROMETHEUS_VERSION} (cold: a few minutes)" >&2
 # GOWORK=off and a neutral directory: the build list is Prometheus's go.mod alone.
 (cd "$work" && GOWORK=off GOFLAGS=-buildvcs=false CGO_ENABLED=0 GOBIN="$work" \
-	go install -trimpath -ldflags "-s -w -X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION#v}" \
+	go install -trimpath -tags remove_all_sd -ldflags "-s -w -X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION#v}" \
 	"github.com/prometheus/prometheus/cmd/promtool@${PROMETHEUS_VERSION}")
 "$work/promtool" --version >&2
 mkdir -p "$dir"
