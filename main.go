@@ -9,7 +9,10 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -19,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -66,7 +70,7 @@ func main() {
 // run parses args, builds the manager and runs it until ctx ends.
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
-	var metricsAddr, probeAddr, certDir, clientCAName, kubeconfig string
+	var metricsAddr, metricsCertDir, probeAddr, certDir, clientCAName, kubeconfig string
 	var leaderElect, enableWebhooks, secureMetrics, enableHTTP2 bool
 	var concurrency, webhookPort int
 	var resync time.Duration
@@ -76,6 +80,9 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&metricsAddr, "metrics-bind-address", DefaultMetricsAddr, "Address the metrics endpoint binds to; 0 disables it.")
 	fs.BoolVar(&secureMetrics, "metrics-secure", true,
 		"Serve metrics over HTTPS to callers the API server authenticates and authorizes (get on the /metrics non-resource URL); false serves plain HTTP to anyone.")
+	fs.StringVar(&metricsCertDir, "metrics-cert-dir", "",
+		"Directory with the tls.crt and tls.key the metrics endpoint serves, read again when they change (the chart passes --webhook-cert-dir, "+
+			"so that a scraper verifies it with the webhook's CA); empty: a self-signed certificate.")
 	fs.BoolVar(&enableHTTP2, "enable-http2", false,
 		"Offer HTTP/2 on the metrics and webhook servers. Off by default: HTTP/2 Rapid Reset and Stream Cancellation (CVE-2023-44487, CVE-2023-39325).")
 	fs.StringVar(&probeAddr, "health-probe-bind-address", DefaultProbeAddr, "Address the health and readiness probes bind to.")
@@ -117,6 +124,10 @@ func run(ctx context.Context, args []string) error {
 		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
 	}
 	metricsOpts := metricsserver.Options{BindAddress: metricsAddr, SecureServing: secureMetrics, TLSOpts: tlsOpts}
+	if metricsCertDir != "" {
+		cert := &servingCert{dir: metricsCertDir}
+		metricsOpts.TLSOpts = append(slices.Clip(tlsOpts), func(c *tls.Config) { c.GetCertificate = cert.getCertificate })
+	}
 	if secureMetrics {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
@@ -149,6 +160,10 @@ func run(ctx context.Context, args []string) error {
 	}
 	ready := healthz.Ping
 	if enableWebhooks {
+		// The serving certificate's expiry, for the chart's alert.
+		if err := registerReplacing(&servingCert{dir: certDir}); err != nil {
+			return fmt.Errorf("registering the certificate expiry metric: %w", err)
+		}
 		if err := webhooks.SetupWithManager(ctx, mgr, limits); err != nil {
 			return fmt.Errorf("setting up the webhooks: %w", err)
 		}
@@ -194,4 +209,16 @@ func (s *startAfter) Start(ctx context.Context) error {
 	case <-ctx.Done():
 		return nil
 	}
+}
+
+// registerReplacing registers c in controller-runtime's registry, replacing
+// the collector of an earlier run in this process (run is called once per
+// manager, and the tests start several).
+func registerReplacing(c prometheus.Collector) error {
+	err := metrics.Registry.Register(c)
+	if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
+		metrics.Registry.Unregister(are.ExistingCollector)
+		err = metrics.Registry.Register(c)
+	}
+	return err
 }

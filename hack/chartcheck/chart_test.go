@@ -60,9 +60,15 @@ func values(t *testing.T, sets ...string) map[string]any {
 // retryguard-system --set ...` does, schema validation included.
 func template(t *testing.T, sets ...string) (map[string][]object, error) {
 	t.Helper()
+	return templateAs(t, release, sets...)
+}
+
+// templateAs renders the chart as `helm template <name> ...` does.
+func templateAs(t *testing.T, name string, sets ...string) (map[string][]object, error) {
+	t.Helper()
 	install := action.NewInstall(&action.Configuration{})
 	install.ClientOnly, install.DryRun, install.IncludeCRDs = true, true, true
-	install.ReleaseName, install.Namespace = release, namespace
+	install.ReleaseName, install.Namespace = name, namespace
 	install.KubeVersion = &chartutil.KubeVersion{Version: "v1.37.2", Major: "1", Minor: "37"}
 	rel, err := install.Run(loadChart(t), values(t, sets...))
 	if err != nil {
@@ -238,10 +244,15 @@ func TestChartOptionalObjects(t *testing.T) {
 		}
 	}
 	var alerts []string
-	for _, r := range byKind["PrometheusRule"][0]["spec"].(object)["groups"].([]any)[0].(object)["rules"].([]any) {
-		alerts = append(alerts, r.(object)["alert"].(string))
+	for _, g := range byKind["PrometheusRule"][0]["spec"].(object)["groups"].([]any) {
+		for _, r := range g.(object)["rules"].([]any) {
+			if a, ok := r.(object)["alert"].(string); ok {
+				alerts = append(alerts, a)
+			}
+		}
 	}
-	want := []string{"RetryguardPoliciesNotReady", "RetryguardPayloadsRejected", "RetryguardRetryBudgetDenying", "RetryguardAttemptsPerOperationAboveLimit"}
+	want := []string{"RetryguardManagerDown", "RetryguardNoLeader", "RetryguardWebhookErrors", "RetryguardWebhookCertificateExpiresSoon",
+		"RetryguardPoliciesNotReady", "RetryBudgetExhausted", "ALERT_RETRY_RECOVERY_LAG", "RetryguardOperationLatencyAboveSLA", "RetryguardPayloadsRejected"}
 	if !slices.Equal(alerts, want) {
 		t.Errorf("alerts %v, want %v", alerts, want)
 	}
