@@ -55,7 +55,7 @@ func (v *RetryPolicyValidator) validate(ctx context.Context, p *v1.RetryPolicy) 
 	defer cancel()
 	spec := field.NewPath("spec")
 	errs := v1.ValidateRetryPolicySpec(&p.Spec, spec)
-	verdict, err := policygraph.ValidateRetryPolicy(ctx, policyindex.CacheLookup{Reader: v.Reader}, p, v.Limits, spec)
+	verdict, err := policygraph.ValidateRetryPolicy(ctx, policyindex.CacheLookup{Reader: v.Reader}, p, v.Limits, spec, policygraph.AnsweringRequester())
 	if err != nil {
 		return nil, apierrors.NewInternalError(err)
 	}

@@ -114,35 +114,82 @@ func (c Chain) Product() int64 {
 // "workflow(3) × job(3) × connector(3) = 27", and a layer with hidden
 // attempts as "connector(3×3 hidden)". A chain that crosses namespaces
 // names each layer's namespace: "gateway/workflow(3) × payments/connector(3)".
-func (c Chain) String() string {
-	parts := make([]string, len(c))
-	qualify := c.crossesNamespaces()
-	for i, l := range c {
-		name := l.Layer
-		if qualify {
-			name = l.Namespace + "/" + name
-		}
-		if l.Hidden > 1 {
-			parts[i] = fmt.Sprintf("%s(%d×%d hidden)", name, l.Attempts, l.Hidden)
-			continue
-		}
-		parts[i] = fmt.Sprintf("%s(%d)", name, l.Attempts)
-	}
-	return fmt.Sprintf("%s = %d", strings.Join(parts, " × "), c.Product())
-}
+func (c Chain) String() string { return c.render(namesAll) }
 
 // Policies lists the policy names along the chain, namespace/name when the
 // chain crosses namespaces.
-func (c Chain) Policies() string {
-	names := make([]string, len(c))
+func (c Chain) Policies() string { return c.renderPolicies(namesAll) }
+
+func namesAll(Layer) bool { return true }
+
+// render is String where only the layers named reports true for are named:
+// each run of other layers reads as its count and the calls it multiplies
+// by, "2 layers in other namespaces (×9)" (docs/security.md, what a refusal
+// names).
+func (c Chain) render(named func(Layer) bool) string {
 	qualify := c.crossesNamespaces()
-	for i, l := range c {
-		names[i] = l.Policy
-		if qualify {
-			names[i] = l.Namespace + "/" + l.Policy
+	var parts []string
+	c.runs(named, func(run Chain, shown bool) {
+		if !shown {
+			parts = append(parts, fmt.Sprintf("%s (×%d)", inOtherNamespaces(len(run), "layer", "layers"), run.Product()))
+			return
 		}
-	}
+		for _, l := range run {
+			name := l.Layer
+			if qualify {
+				name = l.Namespace + "/" + name
+			}
+			if l.Hidden > 1 {
+				parts = append(parts, fmt.Sprintf("%s(%d×%d hidden)", name, l.Attempts, l.Hidden))
+				continue
+			}
+			parts = append(parts, fmt.Sprintf("%s(%d)", name, l.Attempts))
+		}
+	})
+	return fmt.Sprintf("%s = %d", strings.Join(parts, " × "), c.Product())
+}
+
+// renderPolicies is Policies where only the layers named reports true for
+// are named, each run of others read as its count.
+func (c Chain) renderPolicies(named func(Layer) bool) string {
+	qualify := c.crossesNamespaces()
+	var names []string
+	c.runs(named, func(run Chain, shown bool) {
+		if !shown {
+			names = append(names, inOtherNamespaces(len(run), "policy", "policies"))
+			return
+		}
+		for _, l := range run {
+			if qualify {
+				names = append(names, l.Namespace+"/"+l.Policy)
+				continue
+			}
+			names = append(names, l.Policy)
+		}
+	})
 	return strings.Join(names, " → ")
+}
+
+// runs calls each for the chain's maximal runs of layers that named
+// reports alike, in order.
+func (c Chain) runs(named func(Layer) bool, each func(run Chain, shown bool)) {
+	for i := 0; i < len(c); {
+		shown, j := named(c[i]), i+1
+		for j < len(c) && named(c[j]) == shown {
+			j++
+		}
+		each(c[i:j], shown)
+		i = j
+	}
+}
+
+// inOtherNamespaces counts n objects a message may not name: "1 layer in
+// another namespace", "2 layers in other namespaces".
+func inOtherNamespaces(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one + " in another namespace"
+	}
+	return fmt.Sprintf("%d %s in other namespaces", n, many)
 }
 
 func (c Chain) crossesNamespaces() bool {
@@ -172,6 +219,8 @@ type Analysis struct {
 	Unpermitted []types.NamespacedName
 	// Cycle lists the policies of a parentRef cycle through Self, if any.
 	Cycle []string
+	// cycle is Cycle's keys, so that a refusal names only what it may.
+	cycle []types.NamespacedName
 	// TooDeep is set when a chain is longer than MaxDepth.
 	TooDeep bool
 }
@@ -247,7 +296,11 @@ func Analyze(ctx context.Context, lk Lookup, p *v1.RetryPolicy) (Analysis, error
 			break
 		}
 		if onPath[key] {
-			a.Cycle = cycleFrom(path, key, p.Namespace)
+			a.cycle = cycleFrom(path, key)
+			a.Cycle = make([]string, len(a.cycle))
+			for i, k := range a.cycle {
+				a.Cycle[i] = displayName(k, p.Namespace)
+			}
 			return a, nil
 		}
 		if len(path) > MaxDepth {
@@ -304,13 +357,28 @@ func keyOf(p *v1.RetryPolicy) types.NamespacedName {
 // cycleFrom turns the upward path (child, parent, grandparent, ...) that
 // reached key again into the cycle in call order, caller first:
 // a's parent c, c's parent b, b's parent a reads "a → b → c → a".
-func cycleFrom(path []types.NamespacedName, key types.NamespacedName, home string) []string {
+func cycleFrom(path []types.NamespacedName, key types.NamespacedName) []types.NamespacedName {
 	start := slices.Index(path, key)
-	out := []string{displayName(key, home)}
+	out := []types.NamespacedName{key}
 	for i := len(path) - 1; i > start; i-- {
-		out = append(out, displayName(path[i], home))
+		out = append(out, path[i])
 	}
-	return append(out, displayName(key, home))
+	return append(out, key)
+}
+
+// MayName reports whether a message to whoever asked to store p may name
+// the policy key: p itself, a policy of p's own namespace, or the parent
+// p's spec references. Any other policy is another tenant's, which the
+// requester may not be allowed to read (admission answers whoever can
+// reach the webhook), so messages count such policies and never name them,
+// nor their namespace, layer, criticality or target (docs/security.md,
+// what a refusal names).
+func MayName(p *v1.RetryPolicy, key types.NamespacedName) bool {
+	if key.Namespace == p.Namespace {
+		return true
+	}
+	parent, ok := ParentKey(p)
+	return ok && key == parent
 }
 
 // worstDescendants returns the path below parent, which has depth
