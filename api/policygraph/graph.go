@@ -68,6 +68,38 @@ type Lookup interface {
 	NamespaceLabels(ctx context.Context, namespace string) (labels map[string]string, found bool, err error)
 }
 
+// ChildVisitor is implemented by a Lookup that can read a parent's children
+// where they are stored, without building a list of them: a review of a
+// parent with 10,000 children then copies none of them, and each leaf
+// costs one index read rather than a list (docs/webhooks.md, bounded
+// work). visit must not modify or keep the policy; an error it returns
+// ends the visit and is returned. in is false, and nothing visited, when
+// the children cannot be read in place right now (a cache not synced yet):
+// the rules then list them through Children.
+type ChildVisitor interface {
+	VisitChildren(ctx context.Context, parent types.NamespacedName, visit func(*v1.RetryPolicy) error) (in bool, err error)
+}
+
+// visitChildren visits parent's children through lk, in place where lk is
+// a ChildVisitor.
+func visitChildren(ctx context.Context, lk Lookup, parent types.NamespacedName, visit func(*v1.RetryPolicy) error) error {
+	if cv, ok := lk.(ChildVisitor); ok {
+		if in, err := cv.VisitChildren(ctx, parent, visit); in || err != nil {
+			return err
+		}
+	}
+	children, err := lk.Children(ctx, parent)
+	if err != nil {
+		return err
+	}
+	for i := range children {
+		if err := visit(&children[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Layer is one policy's place in a chain.
 type Layer struct {
 	// Namespace is the policy's namespace.
@@ -391,40 +423,35 @@ func worstDescendants(ctx context.Context, lk Lookup, consent *consent, parent *
 	if depth > MaxDepth {
 		return nil, true, nil
 	}
-	children, err := lk.Children(ctx, keyOf(parent))
-	if err != nil {
-		return nil, false, err
-	}
 	var best Chain
 	bestProduct := int64(1)
 	tooDeep := false
-	for i := range children {
+	err := visitChildren(ctx, lk, keyOf(parent), func(c *v1.RetryPolicy) error {
 		// A review whose caller gave up (the API server's timeout) or whose
 		// budget ran out stops here: a flood of reviews of a parent with
 		// thousands of children costs no more than their deadlines.
 		if err := ctx.Err(); err != nil {
-			return nil, false, err
+			return err
 		}
-		c := &children[i]
 		key := keyOf(c)
 		if onPath[key] {
-			continue // a stored cycle the up-walk reports; never loop on it
+			return nil // a stored cycle the up-walk reports; never loop on it
 		}
 		permitted, err := consent.permits(ctx, parent, c.Namespace)
 		if err != nil {
-			return nil, false, err
+			return err
 		}
 		if !permitted {
 			if unpermitted != nil {
 				*unpermitted = append(*unpermitted, key)
 			}
-			continue
+			return nil
 		}
 		onPath[key] = true
 		below, deep, err := worstDescendants(ctx, lk, consent, c, onPath, depth+1, nil)
 		delete(onPath, key)
 		if err != nil {
-			return nil, false, err
+			return err
 		}
 		tooDeep = tooDeep || deep
 		layer := LayerOf(c)
@@ -433,6 +460,10 @@ func worstDescendants(ctx context.Context, lk Lookup, consent *consent, parent *
 		if pr := chain.Product(); best == nil || pr > bestProduct {
 			best, bestProduct = chain, pr
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
 	}
 	return best, tooDeep, nil
 }
