@@ -10,8 +10,10 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/retryguard/retryguard/api/policygraph"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
+	"github.com/retryguard/retryguard/webhooks"
 )
 
 // teamUser is a client acting as an ordinary user who may only write
@@ -48,5 +50,37 @@ var _ = Describe("What a refusal names", func() {
 		for _, secret := range []string{teamC, "sms-2fa-dispatch", "telephony-api", "Critical"} {
 			Expect(err.Error()).NotTo(ContainSubstring(secret), "the refusal names team-c's %q", secret)
 		}
+	})
+})
+
+// The manager's validator reads children in place from the informer's
+// store and bounds concurrent reviews (docs/webhooks.md, bounded work); it
+// judges as a validator that lists them through the cache does.
+var _ = Describe("Bounded admission work", func() {
+	It("reaches the listing path's verdicts, reading children in place", func() {
+		gw, pay := newNamespace(), newNamespace()
+		root := policyIn(gw, "root", "root", 1, allowing(v1.NamespacesFromAll, nil))
+		create(root)
+		for i := range 20 {
+			create(policyIn([]string{gw, pay}[i%2], fmt.Sprintf("child-%d", i), "child", 1, parentIn(gw, "root")))
+		}
+		create(policyIn(pay, "leaf", "leaf", 3, parentIn(pay, "child-1")))
+		indexed, err := webhooks.NewRetryPolicyValidator(ctx, mgr.GetCache(), policygraph.DefaultLimits())
+		Expect(err).NotTo(HaveOccurred())
+		listed := &webhooks.RetryPolicyValidator{Reader: mgr.GetCache(), Limits: policygraph.DefaultLimits()}
+
+		raised := root.DeepCopy()
+		raised.Spec.MaxAttempts = 2
+		closed := root.DeepCopy()
+		closed.Spec.Layer.AllowedChildren = nil
+		for _, p := range []*v1.RetryPolicy{root, raised, closed,
+			policyIn(pay, "new", "new", 3, parentIn(pay, "child-3")), policyIn(pay, "deep", "deep", 1, parentIn(pay, "leaf"))} {
+			wantWarn, wantErr := listed.ValidateUpdate(ctx, p, p)
+			gotWarn, gotErr := indexed.ValidateUpdate(ctx, p, p)
+			Expect(gotWarn).To(Equal(wantWarn), p.Name)
+			Expect(fmt.Sprint(gotErr)).To(Equal(fmt.Sprint(wantErr)), p.Name)
+		}
+		_, err = indexed.ValidateUpdate(ctx, raised, raised)
+		Expect(err).To(MatchError(ContainSubstring(fmt.Sprintf("%s/root(2) × 2 layers in other namespaces (×3) = 6 > 3", gw))))
 	})
 })

@@ -3,12 +3,14 @@ package policygraph_test
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
@@ -324,6 +326,15 @@ func TestValidateRetryPolicy(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// A Lookup that visits children in place reaches the same verdict.
+			inPlace, err := policygraph.ValidateRetryPolicy(context.Background(), visiting{lk}, &tc.incoming, limits, field.NewPath("spec"),
+				policygraph.AnsweringRequester())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(inPlace.Errors, v.Errors) || !slices.Equal(inPlace.Warnings, v.Warnings) {
+				t.Errorf("visiting in place: %v %q, listing: %v %q", inPlace.Errors, inPlace.Warnings, v.Errors, v.Warnings)
+			}
 			if got := codesOf(v.Errors); !slices.Equal(got, tc.want) {
 				t.Fatalf("errors %q, want %q (%v)", got, tc.want, v.Errors)
 			}
@@ -566,4 +577,21 @@ func TestMessagesNameEveryLayerUnlessAnsweringRequester(t *testing.T) {
 			t.Errorf("with %d options: %v, want %q", len(tc.opts), got, tc.want)
 		}
 	}
+}
+
+// visiting is a StaticLookup that visits children in place, as the
+// manager's indexed cache does.
+type visiting struct{ policygraph.StaticLookup }
+
+func (v visiting) VisitChildren(ctx context.Context, parent types.NamespacedName, visit func(*v1.RetryPolicy) error) (bool, error) {
+	children, err := v.Children(ctx, parent)
+	if err != nil {
+		return true, err
+	}
+	for i := range children {
+		if err := visit(&children[i]); err != nil {
+			return true, err
+		}
+	}
+	return true, nil
 }

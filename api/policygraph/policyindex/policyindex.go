@@ -129,6 +129,10 @@ func NewIndexedLookup(ctx context.Context, c cache.Cache) (CacheLookup, error) {
 	if !ok {
 		return lk, nil
 	}
+	if _, added := store.GetIndexer().GetIndexers()[indexChildren]; added { // a second lookup over the same cache
+		lk.children, lk.synced = store.GetIndexer(), inf.HasSynced
+		return lk, nil
+	}
 	err = inf.AddIndexers(toolscache.Indexers{indexChildren: func(obj any) ([]string, error) {
 		if p, ok := obj.(*v1.RetryPolicy); ok {
 			if key, ok := policygraph.ParentKey(p); ok {
