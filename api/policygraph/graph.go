@@ -376,8 +376,8 @@ func Analyze(ctx context.Context, lk Lookup, p *v1.RetryPolicy) (Analysis, error
 	// The walk down starts at p's own depth, so that a chain too deep is
 	// refused at the policy whose change completes it (an attach of a deep
 	// subtree below a shallow parent), never left to turn its root too deep.
-	desc, deep, err := worstDescendants(ctx, lk, consent, p, onPath, len(a.Ancestors), &a.Unpermitted)
-	a.Descendants, a.TooDeep = desc, deep
+	desc, deep, unpermitted, err := descendantsOf(ctx, lk, consent, p, onPath, len(a.Ancestors))
+	a.Descendants, a.TooDeep, a.Unpermitted = desc, deep, unpermitted
 	return a, err
 }
 

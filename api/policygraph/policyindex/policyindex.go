@@ -100,12 +100,20 @@ type CacheLookup struct {
 	// reports whether it holds every policy yet.
 	children toolscache.Indexer
 	synced   func() bool
+	// memo keeps walks below a policy until the store changes: the
+	// children index function starts a new generation on every change.
+	memo *policygraph.Memo
 }
 
 var (
 	_ policygraph.Lookup       = CacheLookup{}
 	_ policygraph.ChildVisitor = CacheLookup{}
+	_ policygraph.Memoizing    = CacheLookup{}
 )
+
+// Memo is the lookup's Memo, nil (none) unless NewIndexedLookup added the
+// children index.
+func (c CacheLookup) Memo() *policygraph.Memo { return c.memo }
 
 // indexChildren is the informer index NewIndexedLookup adds: a policy
 // under its parent's ParentRefKey, in every namespace.
@@ -116,7 +124,8 @@ const indexChildren = "retryguard.io/children"
 // visits a parent's children there, so that a review neither copies them
 // nor builds a list per descendant (controller-runtime's List copies each
 // item into the list it returns, by reflection, even with
-// UnsafeDisableDeepCopy). Until the informer has synced, and where c's
+// UnsafeDisableDeepCopy). It keeps the worst chain below a policy between
+// reviews until a stored policy changes (policygraph.Memo). Until the informer has synced, and where c's
 // informer is not a client-go SharedIndexInformer, children are listed
 // through c as CacheLookup does. Call it before the cache starts.
 func NewIndexedLookup(ctx context.Context, c cache.Cache) (CacheLookup, error) {
@@ -133,7 +142,11 @@ func NewIndexedLookup(ctx context.Context, c cache.Cache) (CacheLookup, error) {
 		lk.children, lk.synced = store.GetIndexer(), inf.HasSynced
 		return lk, nil
 	}
+	memo := &policygraph.Memo{}
 	err = inf.AddIndexers(toolscache.Indexers{indexChildren: func(obj any) ([]string, error) {
+		// The store calls its index functions under its lock, before a
+		// change is visible to any reader: the memo's generation moves first.
+		memo.Changed()
 		if p, ok := obj.(*v1.RetryPolicy); ok {
 			if key, ok := policygraph.ParentKey(p); ok {
 				return []string{ParentRefKey(key)}, nil
@@ -144,7 +157,7 @@ func NewIndexedLookup(ctx context.Context, c cache.Cache) (CacheLookup, error) {
 	if err != nil {
 		return lk, err
 	}
-	lk.children, lk.synced = store.GetIndexer(), inf.HasSynced
+	lk.children, lk.synced, lk.memo = store.GetIndexer(), inf.HasSynced, memo
 	return lk, nil
 }
 
