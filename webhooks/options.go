@@ -42,9 +42,13 @@ func boundedInt(s string, lo, hi int64) (int64, error) {
 
 // SetupWithManager registers both validating webhooks. The cache must have
 // the indexes from policyindex.RegisterIndexes.
-func SetupWithManager(_ context.Context, mgr ctrl.Manager, limits policygraph.Limits) error {
+func SetupWithManager(ctx context.Context, mgr ctrl.Manager, limits policygraph.Limits) error {
+	policies, err := NewRetryPolicyValidator(ctx, mgr.GetCache(), limits)
+	if err != nil {
+		return err
+	}
 	if err := ctrl.NewWebhookManagedBy(mgr, &v1.RetryPolicy{}).
-		WithValidator(&RetryPolicyValidator{Reader: mgr.GetCache(), Limits: limits}).
+		WithValidator(policies).
 		Complete(); err != nil {
 		return err
 	}

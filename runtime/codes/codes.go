@@ -60,6 +60,10 @@ const (
 	SharedFailureDomainLeak Code = "ERR_SHARED_FAILURE_DOMAIN_LEAK"
 	// BudgetAbovePlatformCap: retryPercent above the platform's cap.
 	BudgetAbovePlatformCap Code = "ERR_BUDGET_ABOVE_PLATFORM_CAP"
+	// AdmissionBusy: the webhook could not judge a review in time (every
+	// turn was taken, or the review spent its budget), so it refused it;
+	// nothing was stored, and the same request may be sent again.
+	AdmissionBusy Code = "ERR_ADMISSION_BUSY"
 )
 
 // Runtime codes: why the in-pod runtime refused another attempt.
