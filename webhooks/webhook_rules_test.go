@@ -26,7 +26,7 @@ func refused(err error, parts ...string) {
 }
 
 var _ = Describe("Layer product", func() {
-	It("refuses the seed's [3,3,3] chain: 27 calls at the bottom", func() {
+	It("refuses the spec's [3,3,3] chain: 27 calls at the bottom", func() {
 		ns := newNamespace()
 		create(policyIn(ns, "workflow", "workflow", 3))
 		create(policyIn(ns, "connector", "connector", 3, parent("job")))
@@ -34,7 +34,7 @@ var _ = Describe("Layer product", func() {
 		refused(err, "spec.maxAttempts", "ERR_LAYER_AMPLIFICATION", "workflow(3) × job(3) × connector(3) = 27 > 3")
 	})
 
-	It("accepts the seed's [1,3,1] chain: 3 calls at the bottom", func() {
+	It("accepts the spec's [1,3,1] chain: 3 calls at the bottom", func() {
 		ns := newNamespace()
 		create(policyIn(ns, "workflow", "workflow", 1))
 		create(policyIn(ns, "job", "job", 3, parent("workflow")))

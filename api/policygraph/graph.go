@@ -25,7 +25,7 @@ import (
 
 // Platform limits, set by the manager's flags.
 const (
-	// DefaultMaxLeafAttempts is the seed's end-to-end ceiling of three total
+	// DefaultMaxLeafAttempts is the spec's end-to-end ceiling of three total
 	// attempts: only one layer of a call tree may retry.
 	DefaultMaxLeafAttempts = int64(3)
 	// DefaultMaxRetryPercent caps RetryBudget.spec.retryPercent.

@@ -414,7 +414,7 @@ func TestValidateRetryBudget(t *testing.T) {
 		consumers             bool
 		want                  []string
 	}{
-		{20, 20, true, nil}, // seed 003's toy: one retry/s each
+		{20, 20, true, nil}, // RG-LOAD's toy: one retry/s each
 		{0, 20, true, nil},  // no retry at all, on purpose
 		{20, 50, false, []string{"maxRetriesPerSecond: 20 retries/s shared by up to 50 partitions is below one retry/s per pod", "does not retry at all"}},
 		{20, 1, true, nil},  // with consumers only a fresh count that names a pod gives it a share: partitions cannot overshoot
@@ -454,7 +454,7 @@ func TestWorstCase(t *testing.T) {
 	if s := policygraph.WorstCase(&p.Spec); s.Duration != 4*time.Second || s.FeasibleAttempts != 3 {
 		t.Errorf("unbounded attempts: %+v", s)
 	}
-	// The seed's rule at its edge: the third attempt needs remaining ≥ wait + cost.
+	// The spec's rule at its edge: the third attempt needs remaining ≥ wait + cost.
 	p.Spec.PerAttemptTimeout = ptr.To(v1.DurationOf(1500 * time.Millisecond))
 	if s := policygraph.WorstCase(&p.Spec); s.FeasibleAttempts != 2 {
 		t.Errorf("1.5s attempts: %d feasible, want 2 (1.5+0.2+1.5=3.2s, then 0.8s left < 0.4+1.5)", s.FeasibleAttempts)
@@ -472,7 +472,7 @@ func TestWorstCase(t *testing.T) {
 	if s := policygraph.WorstCase(&q.Spec); s.FeasibleAttempts != 1 || !slices.Equal(s.Backoffs, []time.Duration{600 * time.Millisecond}) {
 		t.Errorf("reserve after the wait: %d feasible with waits %v, want 1 with [600ms]", s.FeasibleAttempts, s.Backoffs)
 	}
-	// Seed 003's boundary, as the runtime reads it: exactly the reserve left
+	// RG-LOAD's boundary, as the runtime reads it: exactly the reserve left
 	// when the attempt starts is allowed.
 	q.Spec.Deadline = v1.DurationOf(1500 * time.Millisecond)
 	q.Spec.MinRemaining = ptr.To(v1.DurationOf(800 * time.Millisecond))

@@ -47,7 +47,7 @@ var durationBounds = [...]time.Duration{5 * time.Millisecond, 10 * time.Millisec
 	2500 * time.Millisecond, 4 * time.Second, 10 * time.Second}
 
 // backoffBounds are retryguard_backoff_seconds' upper bounds: the full-jitter
-// ceilings of the seed's schedule (100 ms x 2^attempt) up to its 3 s cap.
+// ceilings of the spec's schedule (100 ms x 2^attempt) up to its 3 s cap.
 var backoffBounds = [...]time.Duration{5 * time.Millisecond, 10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond,
 	100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond, 1600 * time.Millisecond, 3 * time.Second}
 

@@ -97,7 +97,7 @@ retryguard_state_transitions_total{policy="sms-2fa-dispatch",to="UNKNOWN_OUTCOME
 // be watched from the share of operations above the 1.2 s bucket; and each
 // backoff wait is recorded. On the virtual clock every duration is exact: the
 // attempts take the time the operation sleeps, and the jitter draws its largest
-// delay (the seed's 0-200 ms, then 0-400 ms).
+// delay (the spec's 0-200 ms, then 0-400 ms).
 func TestMetricsMeasureOperationAndBackoffSeconds(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	p := smsPolicy()
