@@ -308,7 +308,7 @@ func TestChartRBACIsTheGeneratedRole(t *testing.T) {
 	component := loadObjects(t, "config/components/cert-rotation/rbac.yaml")
 	for i, o := range []object{byName(rotation["Role"], "rg-retryguard-cert-rotation"), byName(rotation["ClusterRole"], "rg-retryguard-cert-rotation")} {
 		want := strings.NewReplacer("retryguard-webhook-cert", "rg-retryguard-webhook-cert",
-			"retryguard-validating-webhook-configuration", "rg-retryguard").Replace(fmt.Sprint(component[2*i]["rules"]))
+			"retryguard-validating-webhook-configuration", "rg-retryguard", "retryguard-proxy-injector", "rg-retryguard-proxy-injector").Replace(fmt.Sprint(component[2*i]["rules"]))
 		if o == nil || fmt.Sprint(o["rules"]) != want {
 			t.Errorf("the chart's certificate rotation rules differ from config/components/cert-rotation:\n%v\n%v", o, want)
 		}
