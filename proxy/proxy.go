@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/retryguard/retryguard/runtime/budget"
 	"github.com/retryguard/retryguard/runtime/codes"
 	"github.com/retryguard/retryguard/runtime/httprules"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
@@ -87,6 +88,10 @@ func NewRuntime(src retry.Source, pools *retry.Pools, base http.RoundTripper, op
 	keyed := &keyedSource{Source: src}
 	return &Runtime{src: src, plain: retry.New(src, opts...), caller: retry.New(keyed, opts...), pools: pools, base: base}
 }
+
+// Budget is the retry budget the named policy draws on in this pod, shared by
+// both executors (see NewRuntime).
+func (rt *Runtime) Budget(policy string) (*budget.Budget, bool) { return rt.plain.Budget(policy) }
 
 // New returns the proxy for one port's routes of t (every route when port
 // is 0).

@@ -165,6 +165,7 @@ func run(ctx context.Context, o options) error {
 		w.WriteHeader(http.StatusOK)
 	})
 	admin.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	admin.HandleFunc("GET /policies/{name}", func(w http.ResponseWriter, r *http.Request) { servePolicy(w, src, rt, r.PathValue("name")) })
 	admin.HandleFunc("GET /deadletters", func(w http.ResponseWriter, _ *http.Request) { serveDeadLetters(w, o.deadLetters, journal) })
 	adminSrv := &http.Server{Addr: ":" + strconv.Itoa(o.adminPort), Handler: admin, ReadHeaderTimeout: 10 * time.Second}
 	servers = append(servers, adminSrv)
@@ -203,6 +204,30 @@ func serveDeadLetters(w http.ResponseWriter, path string, j *deadletter.Journal)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{"unforwarded": unforwarded, "letters": append([]retry.DeadLetter{}, letters...)})
+}
+
+// servePolicy answers what the proxy enforces for one policy: whether it
+// knows it, its attempts and generation, and its budget as this pod divides
+// it (the consumer count its payload carries, whether the count names this
+// pod by $POD_UID, and the denominator D in force; 0: no share).
+func servePolicy(w http.ResponseWriter, src retry.Source, rt *proxy.Runtime, name string) {
+	p, ok := src.Policy(name)
+	out := map[string]any{"found": ok}
+	if ok {
+		out["maxAttempts"], out["generation"] = p.Policy.MaxAttempts, p.Policy.Generation
+		if b := p.Budget; b != nil {
+			v := map[string]any{"name": b.Name, "named": false, "denominator": int64(0)}
+			if enforced, ok := rt.Budget(name); ok {
+				v["denominator"] = enforced.Denominator()
+			}
+			if c := b.Consumers; c != nil {
+				v["consumers"], v["observedAt"], v["named"] = c.Count, c.ObservedAt, c.Includes(os.Getenv(budget.PodUIDEnv))
+			}
+			out["budget"] = v
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(out)
 }
 
 // startKafka starts the events sink and the outbox forwarder.

@@ -140,9 +140,18 @@ func fleetPods(ctx context.Context, g Gomega) map[string]string {
 func awaitShares(ctx context.Context, pods map[string]string, consumers *int32, want int64) {
 	GinkgoHelper()
 	for name, url := range pods {
+		awaitShare(ctx, name, url+"/policy", consumers, want)
+	}
+}
+
+// awaitShare waits until the pod's view of the budget at policyURL (smsapp's
+// /policy, or the sidecar's /policies/<name>) divides by want pods.
+func awaitShare(ctx context.Context, name, policyURL string, consumers *int32, want int64) {
+	GinkgoHelper()
+	{
 		Eventually(func(g Gomega) {
 			var v FleetPolicyView
-			g.Expect(call(ctx, "GET", url+"/policy", nil, &v)).To(Succeed())
+			g.Expect(call(ctx, "GET", policyURL, nil, &v)).To(Succeed())
 			g.Expect(v.Found).To(BeTrue())
 			g.Expect(v.Budget).NotTo(BeNil())
 			g.Expect(v.Budget.Name).To(Equal(fleetBudget))
