@@ -209,8 +209,8 @@ func anyLanguageFleetSpec(ctx context.Context, vendorSvc *corev1.Service) {
 	goPod, wgetPod := readyPod(ctx, "smsapp-any"), readyPod(ctx, "wgetapp-any")
 	injectedSidecar(wgetPod)
 	start := time.Now()
-	awaitShare(ctx, goPod.Name, "http://"+goPod.Status.PodIP+":8080/policy", ptr.To[int32](2), 2)
-	awaitShare(ctx, wgetPod.Name, adminURL(wgetPod)+"/policies/"+anyPolicy, ptr.To[int32](2), 2)
+	awaitShare(ctx, goPod.Name, "http://"+goPod.Status.PodIP+":8080/policy", anyBudget, ptr.To[int32](2), 2)
+	awaitShare(ctx, wgetPod.Name, adminURL(wgetPod)+"/policies/"+anyPolicy, anyBudget, ptr.To[int32](2), 2)
 	record("any-language fleet: pods created to both shares covered", time.Since(start))
 
 	both := driveFleet(ctx, svcURL(vendorSvc), map[string]string{
