@@ -116,6 +116,12 @@ type harness struct {
 	events  *retry.ChannelSink
 }
 
+// informerLike is a Static source that states the informer's delivery
+// bound, so that a fleet budget's share is decided by its count alone.
+type informerLike struct{ *watch.Static }
+
+func (informerLike) DeliveryBound() time.Duration { return policyconfig.ConsumerCountDelivery }
+
 func newHarness(t *testing.T, u *upstream, p *policyconfig.Payload, routes ...Route) *harness {
 	t.Helper()
 	if len(routes) == 0 {
@@ -134,7 +140,7 @@ func newHarness(t *testing.T, u *upstream, p *policyconfig.Payload, routes ...Ro
 		tr.MaxConnsPerHost = n
 		return tr
 	}}
-	rt := NewRuntime(watch.NewStatic(p), pools, u.Client().Transport, retry.WithDeadLetters(j), retry.WithEventSink(h.events))
+	rt := NewRuntime(informerLike{watch.NewStatic(p)}, pools, u.Client().Transport, retry.WithDeadLetters(j), retry.WithEventSink(h.events))
 	px, err := rt.New(&Table{Routes: routes}, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -364,6 +370,9 @@ func TestAFleetBudgetWithoutAShareRetriesNothing(t *testing.T) {
 	}
 	if n := len(u.requests()); n != 1 {
 		t.Fatalf("the upstream saw %d attempts, want 1", n)
+	}
+	if l := h.letters(t); len(l) != 1 || l[0].Attempts[0].BudgetDenied != "share" {
+		t.Fatalf("dead letters %+v, want the budget's denial share", l)
 	}
 }
 
