@@ -461,3 +461,22 @@ func TestConcurrentCallersKeepTheirKeys(t *testing.T) {
 		t.Fatalf("%d distinct keys, want 16: %v", len(keys), keys)
 	}
 }
+
+// The proxy's policy is the layer that owns retries: when the application
+// above it retries too (spec.layer.hiddenAttempts) and the product passes the
+// platform's limit, the controller publishes the policy NoRetry, and the
+// proxy makes one attempt per call (docs/hidden-layers.md).
+func TestAPolicyNoRetryForItsHiddenLayerGetsOneAttempt(t *testing.T) {
+	u := newUpstream(t, status(503), status(503))
+	h := newHarness(t, u, smsPayload(func(p *policyconfig.Payload) {
+		p.Enforcement = policyconfig.Enforcement{Mode: policyconfig.NoRetry, Reason: "AmplificationExceeded",
+			Message: "connector(3×2 hidden) = 6 > 3"}
+	}))
+	res, body := h.send(t, http.MethodPost, "/v1/messages", smsVars, `{}`)
+	if p := problemOf(t, res, body); res.StatusCode != 503 || p.Code != string(codes.PolicyNotEnforced) || p.Attempts != 1 {
+		t.Fatalf("%d %+v, want 503 ERR_POLICY_NOT_ENFORCED after 1 attempt", res.StatusCode, p)
+	}
+	if got := u.requests(); len(got) != 1 || got[0].Key != "SMS-2FA-42-s-9" {
+		t.Fatalf("the upstream saw %+v, want one attempt, still keyed", got)
+	}
+}
