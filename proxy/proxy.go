@@ -292,6 +292,9 @@ type Problem struct {
 func writeProblem(w http.ResponseWriter, status int, e *retry.Error) {
 	p := Problem{Problem: e.Problem(), State: e.State, Attempts: e.Attempts, Policy: e.Policy}
 	p.Status = status
+	if e.Policy == "" {
+		p.Detail = e.Code.Message(e.Detail) // the proxy's own refusal: no policy, no attempt
+	}
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")
 	h.Set(CodeHeader, string(e.Code))
