@@ -14,11 +14,12 @@ TEST_FLAGS ?= -race -count=1
 TEST_PKGS ?= ./...
 # The runtime is a module of its own (applications import it without the
 # operator's dependencies), with nested modules for the client-go informer,
-# the Kafka sink, the gRPC interceptor and the peer benchmarks. make test, fmt
-# and vet cover each.
-RUNTIME_MODULES = runtime runtime/watch/informer runtime/events/kafka runtime/grpc runtime/benchmarks
+# the Kafka sink, the gRPC interceptor and the peer benchmarks; the
+# conformance vectors (conformance/) run against it from a module of their own.
+# make test, fmt and vet cover each.
+RUNTIME_MODULES = runtime runtime/watch/informer runtime/events/kafka runtime/grpc runtime/benchmarks conformance
 # runtime/benchmarks holds benchmarks only: vet compiles it, make bench runs it.
-RUNTIME_TEST_MODULES = runtime runtime/watch/informer runtime/events/kafka runtime/grpc
+RUNTIME_TEST_MODULES = runtime runtime/watch/informer runtime/events/kafka runtime/grpc conformance
 FUZZTIME ?= 60s
 
 SHELL := /usr/bin/env bash -o pipefail
