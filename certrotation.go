@@ -18,6 +18,9 @@ const (
 	DefaultCertSecret           = "retryguard-webhook-cert"
 	DefaultWebhookService       = "retryguard-webhook-service"
 	DefaultWebhookConfiguration = "retryguard-validating-webhook-configuration"
+	// DefaultInjectorConfiguration is config/default's name of the
+	// retryguard-proxy injector's MutatingWebhookConfiguration.
+	DefaultInjectorConfiguration = "retryguard-proxy-injector"
 	// podNamespaceEnv is set from the downward API in the Deployment.
 	podNamespaceEnv = "POD_NAMESPACE"
 )
@@ -34,6 +37,9 @@ type certRotation struct {
 	Secret               string
 	Service              string
 	WebhookConfiguration string
+	// InjectorConfiguration is the retryguard-proxy injector's
+	// MutatingWebhookConfiguration ("" leaves it out).
+	InjectorConfiguration string
 	// ExtraDNSNames are further names the serving certificate is valid for.
 	ExtraDNSNames string
 }
@@ -45,6 +51,8 @@ func (r *certRotation) bindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&r.Secret, "cert-secret", DefaultCertSecret, "Secret, in --namespace, that holds the rotated CA and serving certificate and is mounted at --webhook-cert-dir.")
 	fs.StringVar(&r.Service, "webhook-service", DefaultWebhookService, "Service in front of the webhooks; the certificate is issued for <service>.<namespace>.svc.")
 	fs.StringVar(&r.WebhookConfiguration, "webhook-configuration", DefaultWebhookConfiguration, "ValidatingWebhookConfiguration whose caBundle the rotator fills in.")
+	fs.StringVar(&r.InjectorConfiguration, "proxy-injector-configuration", DefaultInjectorConfiguration,
+		"MutatingWebhookConfiguration of the retryguard-proxy injector whose caBundle the rotator fills in; empty leaves it out.")
 	fs.StringVar(&r.ExtraDNSNames, "webhook-cert-dns-names", "", "Comma-separated further DNS names for the serving certificate.")
 }
 
@@ -83,7 +91,7 @@ func (r *certRotation) addTo(mgr ctrl.Manager, certDir string, ready chan struct
 		DNSName:        service,
 		ExtraDNSNames:  extra,
 		IsReady:        ready,
-		Webhooks:       []rotator.WebhookInfo{{Name: r.WebhookConfiguration, Type: rotator.Validating}},
+		Webhooks:       r.webhooks(),
 		FieldOwner:     "retryguard-cert-rotator",
 		// Every replica serves webhooks, so every replica keeps the
 		// certificate current, not only the leader.
@@ -94,4 +102,13 @@ func (r *certRotation) addTo(mgr ctrl.Manager, certDir string, ready chan struct
 		return fmt.Errorf("setting up certificate rotation: %w", err)
 	}
 	return nil
+}
+
+// webhooks are the configurations the rotator injects its CA into.
+func (r *certRotation) webhooks() []rotator.WebhookInfo {
+	hooks := []rotator.WebhookInfo{{Name: r.WebhookConfiguration, Type: rotator.Validating}}
+	if r.InjectorConfiguration != "" {
+		hooks = append(hooks, rotator.WebhookInfo{Name: r.InjectorConfiguration, Type: rotator.Mutating})
+	}
+	return hooks
 }

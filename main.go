@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -73,6 +73,7 @@ func run(ctx context.Context, args []string) error {
 	var metricsAddr, metricsCertDir, probeAddr, certDir, clientCAName, kubeconfig string
 	var leaderElect, enableWebhooks, secureMetrics, enableHTTP2 bool
 	var concurrency, webhookPort int
+	var injector webhooks.Injector
 	var resync time.Duration
 	var limits policygraph.Limits
 	var rotation certRotation
@@ -91,7 +92,17 @@ func run(ctx context.Context, args []string) error {
 	fs.IntVar(&webhookPort, "webhook-port", DefaultWebhookPort, "Port the admission webhooks listen on.")
 	fs.StringVar(&clientCAName, "webhook-client-ca-name", "",
 		"File in --webhook-cert-dir with the CA of the API server's webhook client certificate; when set, only callers presenting a certificate it signed are answered.")
-	fs.BoolVar(&enableWebhooks, "enable-webhooks", true, "Serve the validating admission webhooks.")
+	fs.BoolVar(&enableWebhooks, "enable-webhooks", true, "Serve the admission webhooks: the validating ones and the retryguard-proxy injector.")
+	fs.StringVar(&injector.Image, "proxy-image", "",
+		"The retryguard-proxy image the injector adds to pods annotated "+webhooks.InjectAnnotation+": \"true\"; when empty, such pods are refused (docs/proxy.md).")
+	fs.Func("proxy-image-pull-policy", "The injected sidecar's imagePullPolicy: Always, IfNotPresent (the default) or Never.", func(s string) error {
+		switch p := corev1.PullPolicy(s); p {
+		case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+			injector.PullPolicy = p
+			return nil
+		}
+		return fmt.Errorf("want Always, IfNotPresent or Never, got %q", s)
+	})
 	fs.IntVar(&concurrency, "max-concurrent-reconciles", 4, "RetryPolicy reconciles run at once.")
 	fs.DurationVar(&resync, "resync-period", controllers.DefaultResyncPeriod,
 		"How often every RetryPolicy is republished with nothing changed, so drift is repaired even without an event.")
@@ -167,6 +178,7 @@ func run(ctx context.Context, args []string) error {
 		if err := webhooks.SetupWithManager(ctx, mgr, limits); err != nil {
 			return fmt.Errorf("setting up the webhooks: %w", err)
 		}
+		webhooks.SetupInjectorWithManager(mgr, &injector)
 		serving := mgr.GetWebhookServer().StartedChecker()
 		ready = serving
 		if rotation.Enabled {

@@ -52,7 +52,7 @@ var _ = BeforeSuite(func() {
 	cfg, err := testEnv.Start()
 	Expect(err).NotTo(HaveOccurred())
 
-	mgr, _, err = devenv.StartManaged(ctx, testEnv, cfg, policygraph.DefaultLimits(), devenv.Features{Webhooks: true})
+	mgr, _, err = devenv.StartManaged(ctx, testEnv, cfg, policygraph.DefaultLimits(), devenv.Features{Webhooks: true, ProxyImage: testProxyImage})
 	Expect(err).NotTo(HaveOccurred())
 
 	userCfg := rest.CopyConfig(cfg)

@@ -84,6 +84,14 @@ const (
 	PolicyNotEnforced Code = "ERR_POLICY_NOT_ENFORCED"
 )
 
+// Proxy codes: retryguard-proxy's route table (docs/proxy.md).
+const (
+	// InvalidRoute: a route table entry the proxy cannot serve (a port, prefix, policy or upstream).
+	InvalidRoute Code = "ERR_INVALID_ROUTE"
+	// NoRoute: a request to the proxy that no route of its table matches.
+	NoRoute Code = "ERR_NO_ROUTE"
+)
+
 // String returns the code itself.
 func (c Code) String() string { return string(c) }
 

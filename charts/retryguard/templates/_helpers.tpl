@@ -64,3 +64,12 @@ system:serviceaccount:{{ .Release.Namespace }}:{{ include "retryguard.serviceAcc
 {{- define "retryguard.certSecret" -}}
 {{ include "retryguard.fullname" . }}-webhook-cert
 {{- end -}}
+
+{{- define "retryguard.proxyInjector" -}}
+{{ include "retryguard.fullname" . }}-proxy-injector
+{{- end -}}
+
+{{/* The retryguard-proxy sidecar's image, its tag defaulting to the chart's appVersion. */}}
+{{- define "retryguard.proxyImage" -}}
+{{ .Values.proxy.image.repository }}:{{ .Values.proxy.image.tag | default .Chart.AppVersion }}
+{{- end -}}
