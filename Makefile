@@ -94,9 +94,17 @@ verify-gen: manifests generate ## Fail when generated files differ from the comm
 envtest: ## Build (once) the kube-apiserver and etcd the tests run, and print where.
 	@echo "KUBEBUILDER_ASSETS=$$(hack/envtest-assets.sh)"
 
+# promtool (for the chart's alert rule tests) is built from the Go module proxy
+# once, pinned and cached outside the checkout by hack/promtool.sh.
+PROMTOOL = $(shell hack/promtool.sh)
+
 .PHONY: chart-check
-chart-check: manifests envtest ## Lint, render, install, upgrade and uninstall the Helm chart; prove its RBAC and admission policy by impersonation.
-	cd hack/chartcheck && KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test -count=1 ./...
+chart-check: manifests envtest ## Lint, render, install, upgrade and uninstall the Helm chart; prove its RBAC and admission policy by impersonation; test its alerts with promtool; hold its README's values table to the schema.
+	cd hack/chartcheck && KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" PROMTOOL="$(PROMTOOL)" $(GO) test -count=1 ./...
+
+.PHONY: chart-readme
+chart-readme: ## Regenerate the values table in charts/retryguard/README.md from values.schema.json and values.yaml.
+	cd hack/chartcheck && RETRYGUARD_WRITE_README=1 $(GO) test -count=1 -run '^TestChartReadmeValuesTable$$' .
 
 .PHONY: consumer-check
 consumer-check: ## Check that an application importing the runtime takes none of the operator's dependencies.

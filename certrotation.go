@@ -37,7 +37,7 @@ func (r *certRotation) addTo(mgr ctrl.Manager, certDir string, ready chan struct
 		DNSName:        service,
 		ExtraDNSNames:  extra,
 		IsReady:        ready,
-		Webhooks:       []rotator.WebhookInfo{{Name: r.WebhookConfiguration, Type: rotator.Validating}},
+		Webhooks:       r.webhooks(),
 		FieldOwner:     "retryguard-cert-rotator",
 		// Every replica serves webhooks, so every replica keeps the
 		// certificate current, not only the leader.
@@ -48,4 +48,13 @@ func (r *certRotation) addTo(mgr ctrl.Manager, certDir string, ready chan struct
 		return fmt.Errorf("setting up certificate rotation: %w", err)
 	}
 	return nil
+}
+
+// webhooks are the configurations the rotator injects its CA into.
+func (r *certRotation) webhooks() []rotator.WebhookInfo {
+	hooks := []rotator.WebhookInfo{{Name: r.WebhookConfiguration, Type: rotator.Validating}}
+	if r.InjectorConfiguration != "" {
+		hooks = append(hooks, rotator.WebhookInfo{Name: r.InjectorConfiguration, Type: rotator.Mutating})
+	}
+	return hooks
 }

@@ -10,6 +10,7 @@ require (
 	github.com/prometheus/client_golang v1.24.0
 	github.com/prometheus/client_model v0.6.2
 	github.com/retryguard/retryguard/runtime v0.1.0
+	github.com/retryguard/retryguard/runtime/events/kafka v0.1.0
 	github.com/retryguard/retryguard/runtime/watch/informer v0.1.0
 	github.com/spf13/cobra v1.10.2
 	github.com/twmb/franz-go v1.22.3

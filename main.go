@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -18,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -84,6 +87,10 @@ func run(ctx context.Context, args []string) error {
 		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
 	}
 	metricsOpts := metricsserver.Options{BindAddress: o.MetricsAddr, SecureServing: o.MetricsSecure, TLSOpts: tlsOpts}
+	if o.MetricsCertDir != "" {
+		cert := &servingCert{dir: o.MetricsCertDir}
+		metricsOpts.TLSOpts = append(slices.Clip(tlsOpts), func(c *tls.Config) { c.GetCertificate = cert.getCertificate })
+	}
 	if o.MetricsSecure {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
@@ -117,9 +124,14 @@ func run(ctx context.Context, args []string) error {
 	}
 	ready := healthz.Ping
 	if o.EnableWebhooks {
+		// The serving certificate's expiry, for the chart's alert.
+		if err := registerReplacing(&servingCert{dir: o.WebhookCertDir}); err != nil {
+			return fmt.Errorf("registering the certificate expiry metric: %w", err)
+		}
 		if err := webhooks.SetupWithManager(ctx, mgr, limits); err != nil {
 			return fmt.Errorf("setting up the webhooks: %w", err)
 		}
+		webhooks.SetupInjectorWithManager(mgr, &o.Injector)
 		serving := mgr.GetWebhookServer().StartedChecker()
 		ready = serving
 		if rotation.Enabled {
@@ -162,4 +174,16 @@ func (s *startAfter) Start(ctx context.Context) error {
 	case <-ctx.Done():
 		return nil
 	}
+}
+
+// registerReplacing registers c in controller-runtime's registry, replacing
+// the collector of an earlier run in this process (run is called once per
+// manager, and the tests start several).
+func registerReplacing(c prometheus.Collector) error {
+	err := metrics.Registry.Register(c)
+	if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
+		metrics.Registry.Unregister(are.ExistingCollector)
+		err = metrics.Registry.Register(c)
+	}
+	return err
 }

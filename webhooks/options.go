@@ -11,13 +11,17 @@ import (
 
 // SetupWithManager registers both validating webhooks. The cache must have
 // the indexes from policyindex.RegisterIndexes.
-func SetupWithManager(_ context.Context, mgr ctrl.Manager, platform policygraph.Limits) error {
+func SetupWithManager(ctx context.Context, mgr ctrl.Manager, limits policygraph.Limits) error {
+	policies, err := NewRetryPolicyValidator(ctx, mgr.GetCache(), limits)
+	if err != nil {
+		return err
+	}
 	if err := ctrl.NewWebhookManagedBy(mgr, &v1.RetryPolicy{}).
-		WithValidator(&RetryPolicyValidator{Reader: mgr.GetCache(), Limits: platform}).
+		WithValidator(policies).
 		Complete(); err != nil {
 		return err
 	}
 	return ctrl.NewWebhookManagedBy(mgr, &v1.RetryBudget{}).
-		WithValidator(&RetryBudgetValidator{Limits: platform}).
+		WithValidator(&RetryBudgetValidator{Limits: limits}).
 		Complete()
 }

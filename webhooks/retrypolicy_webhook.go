@@ -6,6 +6,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -17,12 +18,30 @@ import (
 // +kubebuilder:webhook:path=/validate-policy-retryguard-io-v1alpha1-retrypolicy,mutating=false,failurePolicy=fail,sideEffects=None,groups=policy.retryguard.io,resources=retrypolicies,verbs=create;update,versions=v1alpha1,name=vretrypolicy-v1alpha1.policy.retryguard.io,admissionReviewVersions=v1,timeoutSeconds=5
 
 // RetryPolicyValidator admits RetryPolicies. It is safe for concurrent use.
+// The manager's is NewRetryPolicyValidator's; one built from its fields
+// alone lists children through Reader and has no bound on concurrent
+// reviews.
 type RetryPolicyValidator struct {
 	// Reader serves other policies and the labels of namespaces; in the
 	// manager it is the indexed cache.
 	Reader client.Reader
 	// Limits are the platform's cross-object limits.
 	Limits policygraph.Limits
+
+	lookup policygraph.Lookup // nil: policyindex.CacheLookup{Reader: Reader}
+	turns  gate
+}
+
+// NewRetryPolicyValidator is the manager's validator: it reads children in
+// place from c's RetryPolicy informer (policyindex.NewIndexedLookup) and
+// judges at most MaxConcurrentReviews reviews at once. The manager calls
+// it before c starts; a started cache serves it too.
+func NewRetryPolicyValidator(ctx context.Context, c cache.Cache, limits policygraph.Limits) (*RetryPolicyValidator, error) {
+	lk, err := policyindex.NewIndexedLookup(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	return &RetryPolicyValidator{Reader: c, Limits: limits, lookup: lk, turns: make(gate, MaxConcurrentReviews)}, nil
 }
 
 var _ admission.Validator[*v1.RetryPolicy] = &RetryPolicyValidator{}
@@ -53,9 +72,24 @@ const ReviewBudget = 3 * time.Second
 func (v *RetryPolicyValidator) validate(ctx context.Context, p *v1.RetryPolicy) (admission.Warnings, error) {
 	ctx, cancel := context.WithTimeout(ctx, ReviewBudget)
 	defer cancel()
+	leave := v.turns.enter(ctx, ReviewQueueWait)
+	if leave == nil {
+		if ctx.Err() != nil {
+			return nil, errOutOfTime()
+		}
+		return nil, errBusy()
+	}
+	defer leave()
+	lk := v.lookup
+	if lk == nil {
+		lk = policyindex.CacheLookup{Reader: v.Reader}
+	}
 	spec := field.NewPath("spec")
 	errs := v1.ValidateRetryPolicySpec(&p.Spec, spec)
-	verdict, err := policygraph.ValidateRetryPolicy(ctx, policyindex.CacheLookup{Reader: v.Reader}, p, v.Limits, spec)
+	verdict, err := policygraph.ValidateRetryPolicy(ctx, lk, p, v.Limits, spec, policygraph.AnsweringRequester())
+	if ctx.Err() != nil {
+		return nil, errOutOfTime() // whatever the walk returned: a verdict cut short is no verdict
+	}
 	if err != nil {
 		return nil, apierrors.NewInternalError(err)
 	}

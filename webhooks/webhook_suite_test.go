@@ -52,7 +52,7 @@ var _ = BeforeSuite(func() {
 	cfg, err := testEnv.Start()
 	Expect(err).NotTo(HaveOccurred())
 
-	mgr, _, err = testenv.StartManaged(ctx, testEnv, cfg, policygraph.DefaultLimits(), testenv.Features{Webhooks: true})
+	mgr, _, err = testenv.StartManaged(ctx, testEnv, cfg, policygraph.DefaultLimits(), testenv.Features{Webhooks: true, ProxyImage: testProxyImage})
 	Expect(err).NotTo(HaveOccurred())
 
 	userCfg := rest.CopyConfig(cfg)

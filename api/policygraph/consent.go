@@ -61,6 +61,9 @@ func NamespaceLabelsOf(namespace string, nsLabels map[string]string) map[string]
 type consent struct {
 	lk     Lookup
 	labels map[string]map[string]string
+	// readLabels is set once a namespace's labels decided a consent, so
+	// that a Memo does not keep a walk that labels can change.
+	readLabels bool
 }
 
 func newConsent(lk Lookup) *consent { return &consent{lk: lk, labels: map[string]map[string]string{}} }
@@ -69,6 +72,7 @@ func (c *consent) permits(ctx context.Context, parent *v1.RetryPolicy, childNS s
 	if childNS == parent.Namespace || FromOf(parent) != v1.NamespacesFromSelector {
 		return ChildPermitted(parent, childNS, nil), nil
 	}
+	c.readLabels = true
 	nsLabels, ok := c.labels[childNS]
 	if !ok {
 		var err error

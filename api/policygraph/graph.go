@@ -25,7 +25,7 @@ import (
 
 // Platform limits, set by the manager's flags.
 const (
-	// DefaultMaxLeafAttempts is the seed's end-to-end ceiling of three total
+	// DefaultMaxLeafAttempts is the spec's end-to-end ceiling of three total
 	// attempts: only one layer of a call tree may retry.
 	DefaultMaxLeafAttempts = int64(3)
 	// DefaultMaxRetryPercent caps RetryBudget.spec.retryPercent.
@@ -66,6 +66,38 @@ type Lookup interface {
 	// NamespaceLabels reads a namespace's labels; found is false when the
 	// lookup does not know the namespace.
 	NamespaceLabels(ctx context.Context, namespace string) (labels map[string]string, found bool, err error)
+}
+
+// ChildVisitor is implemented by a Lookup that can read a parent's children
+// where they are stored, without building a list of them: a review of a
+// parent with 10,000 children then copies none of them, and each leaf
+// costs one index read rather than a list (docs/webhooks.md, bounded
+// work). visit must not modify or keep the policy; an error it returns
+// ends the visit and is returned. in is false, and nothing visited, when
+// the children cannot be read in place right now (a cache not synced yet):
+// the rules then list them through Children.
+type ChildVisitor interface {
+	VisitChildren(ctx context.Context, parent types.NamespacedName, visit func(*v1.RetryPolicy) error) (in bool, err error)
+}
+
+// visitChildren visits parent's children through lk, in place where lk is
+// a ChildVisitor.
+func visitChildren(ctx context.Context, lk Lookup, parent types.NamespacedName, visit func(*v1.RetryPolicy) error) error {
+	if cv, ok := lk.(ChildVisitor); ok {
+		if in, err := cv.VisitChildren(ctx, parent, visit); in || err != nil {
+			return err
+		}
+	}
+	children, err := lk.Children(ctx, parent)
+	if err != nil {
+		return err
+	}
+	for i := range children {
+		if err := visit(&children[i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Layer is one policy's place in a chain.
@@ -114,35 +146,82 @@ func (c Chain) Product() int64 {
 // "workflow(3) × job(3) × connector(3) = 27", and a layer with hidden
 // attempts as "connector(3×3 hidden)". A chain that crosses namespaces
 // names each layer's namespace: "gateway/workflow(3) × payments/connector(3)".
-func (c Chain) String() string {
-	parts := make([]string, len(c))
-	qualify := c.crossesNamespaces()
-	for i, l := range c {
-		name := l.Layer
-		if qualify {
-			name = l.Namespace + "/" + name
-		}
-		if l.Hidden > 1 {
-			parts[i] = fmt.Sprintf("%s(%d×%d hidden)", name, l.Attempts, l.Hidden)
-			continue
-		}
-		parts[i] = fmt.Sprintf("%s(%d)", name, l.Attempts)
-	}
-	return fmt.Sprintf("%s = %d", strings.Join(parts, " × "), c.Product())
-}
+func (c Chain) String() string { return c.render(namesAll) }
 
 // Policies lists the policy names along the chain, namespace/name when the
 // chain crosses namespaces.
-func (c Chain) Policies() string {
-	names := make([]string, len(c))
+func (c Chain) Policies() string { return c.renderPolicies(namesAll) }
+
+func namesAll(Layer) bool { return true }
+
+// render is String where only the layers named reports true for are named:
+// each run of other layers reads as its count and the calls it multiplies
+// by, "2 layers in other namespaces (×9)" (docs/security.md, what a refusal
+// names).
+func (c Chain) render(named func(Layer) bool) string {
 	qualify := c.crossesNamespaces()
-	for i, l := range c {
-		names[i] = l.Policy
-		if qualify {
-			names[i] = l.Namespace + "/" + l.Policy
+	var parts []string
+	c.runs(named, func(run Chain, shown bool) {
+		if !shown {
+			parts = append(parts, fmt.Sprintf("%s (×%d)", inOtherNamespaces(len(run), "layer", "layers"), run.Product()))
+			return
 		}
-	}
+		for _, l := range run {
+			name := l.Layer
+			if qualify {
+				name = l.Namespace + "/" + name
+			}
+			if l.Hidden > 1 {
+				parts = append(parts, fmt.Sprintf("%s(%d×%d hidden)", name, l.Attempts, l.Hidden))
+				continue
+			}
+			parts = append(parts, fmt.Sprintf("%s(%d)", name, l.Attempts))
+		}
+	})
+	return fmt.Sprintf("%s = %d", strings.Join(parts, " × "), c.Product())
+}
+
+// renderPolicies is Policies where only the layers named reports true for
+// are named, each run of others read as its count.
+func (c Chain) renderPolicies(named func(Layer) bool) string {
+	qualify := c.crossesNamespaces()
+	var names []string
+	c.runs(named, func(run Chain, shown bool) {
+		if !shown {
+			names = append(names, inOtherNamespaces(len(run), "policy", "policies"))
+			return
+		}
+		for _, l := range run {
+			if qualify {
+				names = append(names, l.Namespace+"/"+l.Policy)
+				continue
+			}
+			names = append(names, l.Policy)
+		}
+	})
 	return strings.Join(names, " → ")
+}
+
+// runs calls each for the chain's maximal runs of layers that named
+// reports alike, in order.
+func (c Chain) runs(named func(Layer) bool, each func(run Chain, shown bool)) {
+	for i := 0; i < len(c); {
+		shown, j := named(c[i]), i+1
+		for j < len(c) && named(c[j]) == shown {
+			j++
+		}
+		each(c[i:j], shown)
+		i = j
+	}
+}
+
+// inOtherNamespaces counts n objects a message may not name: "1 layer in
+// another namespace", "2 layers in other namespaces".
+func inOtherNamespaces(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one + " in another namespace"
+	}
+	return fmt.Sprintf("%d %s in other namespaces", n, many)
 }
 
 func (c Chain) crossesNamespaces() bool {
@@ -172,6 +251,8 @@ type Analysis struct {
 	Unpermitted []types.NamespacedName
 	// Cycle lists the policies of a parentRef cycle through Self, if any.
 	Cycle []string
+	// cycle is Cycle's keys, so that a refusal names only what it may.
+	cycle []types.NamespacedName
 	// TooDeep is set when a chain is longer than MaxDepth.
 	TooDeep bool
 }
@@ -247,7 +328,11 @@ func Analyze(ctx context.Context, lk Lookup, p *v1.RetryPolicy) (Analysis, error
 			break
 		}
 		if onPath[key] {
-			a.Cycle = cycleFrom(path, key, p.Namespace)
+			a.cycle = cycleFrom(path, key)
+			a.Cycle = make([]string, len(a.cycle))
+			for i, k := range a.cycle {
+				a.Cycle[i] = displayName(k, p.Namespace)
+			}
 			return a, nil
 		}
 		if len(path) > MaxDepth {
@@ -291,8 +376,8 @@ func Analyze(ctx context.Context, lk Lookup, p *v1.RetryPolicy) (Analysis, error
 	// The walk down starts at p's own depth, so that a chain too deep is
 	// refused at the policy whose change completes it (an attach of a deep
 	// subtree below a shallow parent), never left to turn its root too deep.
-	desc, deep, err := worstDescendants(ctx, lk, consent, p, onPath, len(a.Ancestors), &a.Unpermitted)
-	a.Descendants, a.TooDeep = desc, deep
+	desc, deep, unpermitted, err := descendantsOf(ctx, lk, consent, p, onPath, len(a.Ancestors))
+	a.Descendants, a.TooDeep, a.Unpermitted = desc, deep, unpermitted
 	return a, err
 }
 
@@ -304,13 +389,28 @@ func keyOf(p *v1.RetryPolicy) types.NamespacedName {
 // cycleFrom turns the upward path (child, parent, grandparent, ...) that
 // reached key again into the cycle in call order, caller first:
 // a's parent c, c's parent b, b's parent a reads "a → b → c → a".
-func cycleFrom(path []types.NamespacedName, key types.NamespacedName, home string) []string {
+func cycleFrom(path []types.NamespacedName, key types.NamespacedName) []types.NamespacedName {
 	start := slices.Index(path, key)
-	out := []string{displayName(key, home)}
+	out := []types.NamespacedName{key}
 	for i := len(path) - 1; i > start; i-- {
-		out = append(out, displayName(path[i], home))
+		out = append(out, path[i])
 	}
-	return append(out, displayName(key, home))
+	return append(out, key)
+}
+
+// MayName reports whether a message to whoever asked to store p may name
+// the policy key: p itself, a policy of p's own namespace, or the parent
+// p's spec references. Any other policy is another tenant's, which the
+// requester may not be allowed to read (admission answers whoever can
+// reach the webhook), so messages count such policies and never name them,
+// nor their namespace, layer, criticality or target (docs/security.md,
+// what a refusal names).
+func MayName(p *v1.RetryPolicy, key types.NamespacedName) bool {
+	if key.Namespace == p.Namespace {
+		return true
+	}
+	parent, ok := ParentKey(p)
+	return ok && key == parent
 }
 
 // worstDescendants returns the path below parent, which has depth
@@ -323,40 +423,35 @@ func worstDescendants(ctx context.Context, lk Lookup, consent *consent, parent *
 	if depth > MaxDepth {
 		return nil, true, nil
 	}
-	children, err := lk.Children(ctx, keyOf(parent))
-	if err != nil {
-		return nil, false, err
-	}
 	var best Chain
 	bestProduct := int64(1)
 	tooDeep := false
-	for i := range children {
+	err := visitChildren(ctx, lk, keyOf(parent), func(c *v1.RetryPolicy) error {
 		// A review whose caller gave up (the API server's timeout) or whose
 		// budget ran out stops here: a flood of reviews of a parent with
 		// thousands of children costs no more than their deadlines.
 		if err := ctx.Err(); err != nil {
-			return nil, false, err
+			return err
 		}
-		c := &children[i]
 		key := keyOf(c)
 		if onPath[key] {
-			continue // a stored cycle the up-walk reports; never loop on it
+			return nil // a stored cycle the up-walk reports; never loop on it
 		}
 		permitted, err := consent.permits(ctx, parent, c.Namespace)
 		if err != nil {
-			return nil, false, err
+			return err
 		}
 		if !permitted {
 			if unpermitted != nil {
 				*unpermitted = append(*unpermitted, key)
 			}
-			continue
+			return nil
 		}
 		onPath[key] = true
 		below, deep, err := worstDescendants(ctx, lk, consent, c, onPath, depth+1, nil)
 		delete(onPath, key)
 		if err != nil {
-			return nil, false, err
+			return err
 		}
 		tooDeep = tooDeep || deep
 		layer := LayerOf(c)
@@ -365,6 +460,10 @@ func worstDescendants(ctx context.Context, lk Lookup, consent *consent, parent *
 		if pr := chain.Product(); best == nil || pr > bestProduct {
 			best, bestProduct = chain, pr
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
 	}
 	return best, tooDeep, nil
 }

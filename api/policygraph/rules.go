@@ -23,6 +23,24 @@ type Verdict struct {
 	Schedule Schedule
 }
 
+// Option adjusts ValidateRetryPolicy.
+type Option func(*options)
+
+type options struct {
+	// mayName reports whether a message may name a policy.
+	redact bool
+}
+
+// AnsweringRequester makes every error and warning name only what MayName
+// allows, for a review's answer to whoever asked to store the policy:
+// admission answers whoever reaches the webhook, so its messages must not
+// describe other tenants' policies (docs/security.md, what a refusal
+// names). Without it the messages name every layer, as the policy's own
+// status and offline tools show them.
+func AnsweringRequester() Option {
+	return func(o *options) { o.redact = true }
+}
+
 // ValidateRetryPolicy applies every cross-object rule to p as it would be
 // stored: the layer product, cycles, a parent's consent to a child from
 // another namespace, shared failure domains, and the feasibility of its
@@ -30,7 +48,13 @@ type Verdict struct {
 // applies files in any order. A parent that withdraws its consent is
 // admitted with a warning naming the children it drops: the parent's owner
 // decides, and those children turn not Ready and stop retrying.
-func ValidateRetryPolicy(ctx context.Context, lk Lookup, p *v1.RetryPolicy, limits Limits, fldPath *field.Path) (Verdict, error) {
+func ValidateRetryPolicy(ctx context.Context, lk Lookup, p *v1.RetryPolicy, limits Limits, fldPath *field.Path,
+	opts ...Option) (Verdict, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	mayName := func(key types.NamespacedName) bool { return !o.redact || MayName(p, key) }
 	var v Verdict
 	a, err := Analyze(ctx, lk, p)
 	if err != nil {
@@ -38,10 +62,11 @@ func ValidateRetryPolicy(ctx context.Context, lk Lookup, p *v1.RetryPolicy, limi
 	}
 	v.Analysis = a
 	parentPath := fldPath.Child("layer", "parentRef", "name")
+	named := func(l Layer) bool { return mayName(types.NamespacedName{Namespace: l.Namespace, Name: l.Policy}) }
 	switch {
 	case len(a.Cycle) > 0:
 		v.Errors = append(v.Errors, v1.Invalid(parentPath, p.Spec.Layer.ParentRef.Name, codes.LayerCycle,
-			fmt.Sprintf("layer.parentRef forms a cycle: %s; a caller cannot be its own caller", strings.Join(a.Cycle, " → "))))
+			fmt.Sprintf("layer.parentRef forms a cycle: %s; a caller cannot be its own caller", cycleMessage(p.Namespace, a.cycle, mayName))))
 	case a.TooDeep:
 		v.Errors = append(v.Errors, v1.Invalid(parentPath, p.Spec.Layer.ParentRef.Name, codes.LayerCycle,
 			fmt.Sprintf("layer.parentRef chain is deeper than %d layers", MaxDepth)))
@@ -49,7 +74,7 @@ func ValidateRetryPolicy(ctx context.Context, lk Lookup, p *v1.RetryPolicy, limi
 		if worst := a.Worst(); worst.Product() > limits.MaxLeafAttempts {
 			v.Errors = append(v.Errors, v1.Invalid(fldPath.Child("maxAttempts"), p.Spec.MaxAttempts, codes.LayerAmplification,
 				fmt.Sprintf("%s > %d: attempts multiply across layers (%s); lower maxAttempts so that one layer owns the retries",
-					worst, limits.MaxLeafAttempts, worst.Policies())))
+					worst.render(named), limits.MaxLeafAttempts, worst.renderPolicies(named))))
 		}
 	}
 	if r := a.NotPermitted; r != nil {
@@ -57,7 +82,7 @@ func ValidateRetryPolicy(ctx context.Context, lk Lookup, p *v1.RetryPolicy, limi
 			NotPermittedMessage(*r, p.Namespace)))
 	}
 	if len(a.Unpermitted) > 0 {
-		v.Warnings = append(v.Warnings, unpermittedWarning(a.Unpermitted, FromOf(p)))
+		v.Warnings = append(v.Warnings, unpermittedWarning(a.Unpermitted, FromOf(p), o.redact))
 	}
 	if a.MissingParent != "" {
 		v.Warnings = append(v.Warnings, fmt.Sprintf(
@@ -91,20 +116,45 @@ func NotPermittedMessage(r Refusal, childNS string) string {
 	return fmt.Sprintf("layer.parentRef: RetryPolicy %q does not allow child layers from namespace %q: %s", r.Parent, childNS, why)
 }
 
+// cycleMessage renders a cycle as a refusal of a policy in namespace home
+// may: each key mayName allows by name (bare at home, namespace/name
+// elsewhere), each run of others as its count.
+func cycleMessage(home string, cycle []types.NamespacedName, mayName func(types.NamespacedName) bool) string {
+	var parts []string
+	for i := 0; i < len(cycle); {
+		if mayName(cycle[i]) {
+			parts = append(parts, displayName(cycle[i], home))
+			i++
+			continue
+		}
+		j := i + 1
+		for j < len(cycle) && !mayName(cycle[j]) {
+			j++
+		}
+		parts = append(parts, inOtherNamespaces(j-i, "policy", "policies"))
+		i = j
+	}
+	return strings.Join(parts, " → ")
+}
+
 // unpermittedWarning names the children from other namespaces that the
-// policy's layer.allowedChildren does not allow.
-func unpermittedWarning(children []types.NamespacedName, from v1.FromNamespaces) string {
-	names := make([]string, len(children))
-	for i, c := range children {
-		names[i] = c.String()
+// policy's layer.allowedChildren does not allow, or only counts them when
+// redact is set: they are other tenants' (MayName).
+func unpermittedWarning(children []types.NamespacedName, from v1.FromNamespaces, redact bool) string {
+	which := inOtherNamespaces(len(children), "child layer", "child layers")
+	if !redact {
+		names := make([]string, len(children))
+		for i, c := range children {
+			names[i] = c.String()
+		}
+		slices.Sort(names)
+		if len(names) > 3 {
+			names = append(names[:3], fmt.Sprintf("and %d more", len(names)-3))
+		}
+		which = "the child layers " + strings.Join(names, ", ")
 	}
-	slices.Sort(names)
-	if len(names) > 3 {
-		names = append(names[:3], fmt.Sprintf("and %d more", len(names)-3))
-	}
-	return fmt.Sprintf("layer.allowedChildren: namespaces.from %s does not allow the child layers %s; they are not counted in this "+
-		"policy's product, turn not Ready (ParentNotPermitted), and their pods make a single attempt",
-		from, strings.Join(names, ", "))
+	return fmt.Sprintf("layer.allowedChildren: namespaces.from %s does not allow %s; they are not counted in this "+
+		"policy's product, turn not Ready (ParentNotPermitted), and their pods make a single attempt", from, which)
 }
 
 // validateFailureDomains: a connection pool is shared only by policies with

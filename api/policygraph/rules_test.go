@@ -3,12 +3,14 @@ package policygraph_test
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
@@ -58,6 +60,9 @@ func TestValidateRetryPolicy(t *testing.T) {
 		warn     string   // a substring of one warning
 		leaf     int64
 		message  string // a substring of the first error
+		// hides are words that no error or warning may hold: what the
+		// request did not reference in another namespace (MayName).
+		hides []string
 	}{
 		"a lone connector with 3 attempts": {
 			incoming: pol("connector", "connector", 3), leaf: 3,
@@ -148,22 +153,41 @@ func TestValidateRetryPolicy(t *testing.T) {
 			want:     []string{"spec.layer.parentRef.name ERR_LAYER_CYCLE"},
 			message:  "a → b → c → a",
 		},
-		"cross-namespace [3,3,3] names each layer's namespace": {
+		"cross-namespace [3,3,3] names the namespace of each layer it may name, and counts the others": {
 			stored: []v1.RetryPolicy{
 				polIn("gateway", "workflow", "workflow", 3, allow(v1.NamespacesFromAll, nil)),
 				polIn("checkout", "job", "job", 3, parentIn("gateway", "workflow"), allow(v1.NamespacesFromAll, nil)),
 			},
 			incoming: polIn("payments", "connector", "connector", 3, parentIn("checkout", "job")),
 			want:     []string{"spec.maxAttempts ERR_LAYER_AMPLIFICATION"},
-			message: "gateway/workflow(3) × checkout/job(3) × payments/connector(3) = 27 > 3: attempts multiply across layers (gateway/workflow → " +
-				"checkout/job → payments/connector)",
-			leaf: 27,
+			message: "1 layer in another namespace (×3) × checkout/job(3) × payments/connector(3) = 27 > 3: " +
+				"attempts multiply across layers (1 policy in another namespace → checkout/job → payments/connector)",
+			hides: []string{"gateway", "workflow"},
+			leaf:  27,
+		},
+		"a run of layers the request did not reference reads as one count and its calls": {
+			stored: []v1.RetryPolicy{
+				polIn("gateway", "edge", "edge", 3, allow(v1.NamespacesFromAll, nil)),
+				polIn("telephony", "sms-2fa-dispatch", "telephony-api", 3, parentIn("gateway", "edge"), critical,
+					allow(v1.NamespacesFromAll, nil)),
+				polIn("checkout", "job", "job", 1, parentIn("telephony", "sms-2fa-dispatch"), allow(v1.NamespacesFromAll, nil)),
+				polIn("checkout", "local", "local", 1, parent("connector"), allow(v1.NamespacesFromAll, nil)),
+				polIn("ledger", "writer", "writer", 1, parentIn("checkout", "local")),
+			},
+			incoming: polIn("checkout", "connector", "connector", 3, parent("job"), allow(v1.NamespacesFromAll, nil)),
+			want:     []string{"spec.maxAttempts ERR_LAYER_AMPLIFICATION"},
+			message: "2 layers in other namespaces (×9) × checkout/job(1) × checkout/connector(3) × checkout/local(1) × " +
+				"1 layer in another namespace (×1) = 27 > 3: attempts multiply across layers " +
+				"(2 policies in other namespaces → checkout/job → checkout/connector → checkout/local → 1 policy in another namespace)",
+			hides: []string{"gateway", "edge", "telephony", "sms-2fa-dispatch", "Critical", "ledger", "writer"},
+			leaf:  27,
 		},
 		"a parent in another namespace counts its foreign child on update": {
 			stored:   []v1.RetryPolicy{polIn("payments", "connector", "connector", 3, parentIn("gateway", "job"))},
 			incoming: polIn("gateway", "job", "job", 2, allow(v1.NamespacesFromAll, nil)),
 			want:     []string{"spec.maxAttempts ERR_LAYER_AMPLIFICATION"},
-			message:  "gateway/job(2) × payments/connector(3) = 6 > 3",
+			message:  "gateway/job(2) × 1 layer in another namespace (×3) = 6 > 3",
+			hides:    []string{"payments", "connector"},
 		},
 		"parentRef.namespace set to the policy's own namespace needs no consent": {
 			stored:   []v1.RetryPolicy{pol("job", "job", 1)},
@@ -202,10 +226,11 @@ func TestValidateRetryPolicy(t *testing.T) {
 				allow(v1.NamespacesFromSelector, map[string]string{"kubernetes.io/metadata.name": "payments"}))},
 			incoming: polIn("payments", "connector", "connector", 3, parentIn("gateway", "job")), leaf: 3,
 		},
-		"a refused child is not counted: its parent's update is admitted with a warning naming it": {
+		"a refused child is not counted: its parent's update is admitted with a warning counting it": {
 			stored:   []v1.RetryPolicy{polIn("payments", "connector", "connector", 3, parentIn("gateway", "job"))},
 			incoming: polIn("gateway", "job", "job", 3),
-			warn:     "namespaces.from Same does not allow the child layers payments/connector",
+			warn:     "namespaces.from Same does not allow 1 child layer in another namespace; they are not counted",
+			hides:    []string{"payments", "connector"},
 			leaf:     3,
 		},
 		"withdrawing consent drops only the foreign children": {
@@ -215,7 +240,8 @@ func TestValidateRetryPolicy(t *testing.T) {
 			},
 			incoming: polIn("gateway", "job", "job", 3, allow(v1.NamespacesFromSelector, map[string]string{"team": "pay"})),
 			labels:   map[string]map[string]string{"payments": {"team": "ads"}},
-			warn:     "namespaces.from Selector does not allow the child layers payments/connector",
+			warn:     "namespaces.from Selector does not allow 1 child layer in another namespace",
+			hides:    []string{"payments", "connector"},
 		},
 		"a refused child makes one attempt, yet the layers below it count every caller above it": {
 			stored: []v1.RetryPolicy{
@@ -224,7 +250,8 @@ func TestValidateRetryPolicy(t *testing.T) {
 			},
 			incoming: polIn("checkout", "connector", "connector", 3, parent("job")),
 			want:     []string{"spec.maxAttempts ERR_LAYER_AMPLIFICATION"},
-			message:  "gateway/workflow(3) × checkout/job(1) × checkout/connector(3) = 9 > 3",
+			message:  "1 layer in another namespace (×3) × checkout/job(1) × checkout/connector(3) = 9 > 3",
+			hides:    []string{"gateway", "workflow"},
 			leaf:     9,
 		},
 		"below a refused child, a chain within the limit is admitted": {
@@ -239,6 +266,17 @@ func TestValidateRetryPolicy(t *testing.T) {
 			incoming: polIn("a", "x", "x", 1, parentIn("b", "y"), allow(v1.NamespacesFromAll, nil)),
 			want:     []string{"spec.layer.parentRef.name ERR_LAYER_CYCLE"},
 			message:  "x → b/y → x",
+		},
+		"a cycle through another tenant's policies counts them": {
+			stored: []v1.RetryPolicy{
+				polIn("b", "y", "y", 1, parentIn("c", "z"), allow(v1.NamespacesFromAll, nil)),
+				polIn("c", "z", "z", 1, parentIn("d", "w"), allow(v1.NamespacesFromAll, nil)),
+				polIn("d", "w", "w", 1, parentIn("a", "x"), allow(v1.NamespacesFromAll, nil)),
+			},
+			incoming: polIn("a", "x", "x", 1, parentIn("b", "y"), allow(v1.NamespacesFromAll, nil)),
+			want:     []string{"spec.layer.parentRef.name ERR_LAYER_CYCLE"},
+			message:  "x → 2 policies in other namespaces → b/y → x",
+			hides:    []string{"c/z", "d/w"},
 		},
 		"pools and budgets stay within a namespace": {
 			stored:   []v1.RetryPolicy{polIn("other", "sms-2fa", "connector", 3, pool("p"), budget("b"), critical)},
@@ -283,15 +321,34 @@ func TestValidateRetryPolicy(t *testing.T) {
 			for ns, l := range tc.labels {
 				lk.WithNamespace(ns, l)
 			}
-			v, err := policygraph.ValidateRetryPolicy(context.Background(), lk, &tc.incoming, limits, field.NewPath("spec"))
+			v, err := policygraph.ValidateRetryPolicy(context.Background(), lk, &tc.incoming, limits, field.NewPath("spec"),
+				policygraph.AnsweringRequester())
 			if err != nil {
 				t.Fatal(err)
+			}
+			// A Lookup that visits children in place reaches the same verdict.
+			inPlace, err := policygraph.ValidateRetryPolicy(context.Background(), visiting{lk}, &tc.incoming, limits, field.NewPath("spec"),
+				policygraph.AnsweringRequester())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(inPlace.Errors, v.Errors) || !slices.Equal(inPlace.Warnings, v.Warnings) {
+				t.Errorf("visiting in place: %v %q, listing: %v %q", inPlace.Errors, inPlace.Warnings, v.Errors, v.Warnings)
 			}
 			if got := codesOf(v.Errors); !slices.Equal(got, tc.want) {
 				t.Fatalf("errors %q, want %q (%v)", got, tc.want, v.Errors)
 			}
 			if tc.message != "" && !strings.Contains(v.Errors.ToAggregate().Error(), tc.message) {
 				t.Errorf("message %q lacks %q", v.Errors.ToAggregate(), tc.message)
+			}
+			for _, word := range tc.hides {
+				said := slices.Clone(v.Warnings)
+				for _, e := range v.Errors {
+					said = append(said, e.Error())
+				}
+				if i := slices.IndexFunc(said, func(m string) bool { return strings.Contains(m, word) }); i >= 0 {
+					t.Errorf("%q names %q, which the request did not reference", said[i], word)
+				}
 			}
 			if tc.warn == "" && len(v.Warnings) > 0 {
 				t.Errorf("unexpected warnings %q", v.Warnings)
@@ -357,7 +414,7 @@ func TestValidateRetryBudget(t *testing.T) {
 		consumers             bool
 		want                  []string
 	}{
-		{20, 20, true, nil}, // seed 003's toy: one retry/s each
+		{20, 20, true, nil}, // RG-LOAD's toy: one retry/s each
 		{0, 20, true, nil},  // no retry at all, on purpose
 		{20, 50, false, []string{"maxRetriesPerSecond: 20 retries/s shared by up to 50 partitions is below one retry/s per pod", "does not retry at all"}},
 		{20, 1, true, nil},  // with consumers only a fresh count that names a pod gives it a share: partitions cannot overshoot
@@ -397,7 +454,7 @@ func TestWorstCase(t *testing.T) {
 	if s := policygraph.WorstCase(&p.Spec); s.Duration != 4*time.Second || s.FeasibleAttempts != 3 {
 		t.Errorf("unbounded attempts: %+v", s)
 	}
-	// The seed's rule at its edge: the third attempt needs remaining ≥ wait + cost.
+	// The spec's rule at its edge: the third attempt needs remaining ≥ wait + cost.
 	p.Spec.PerAttemptTimeout = ptr.To(v1.DurationOf(1500 * time.Millisecond))
 	if s := policygraph.WorstCase(&p.Spec); s.FeasibleAttempts != 2 {
 		t.Errorf("1.5s attempts: %d feasible, want 2 (1.5+0.2+1.5=3.2s, then 0.8s left < 0.4+1.5)", s.FeasibleAttempts)
@@ -415,7 +472,7 @@ func TestWorstCase(t *testing.T) {
 	if s := policygraph.WorstCase(&q.Spec); s.FeasibleAttempts != 1 || !slices.Equal(s.Backoffs, []time.Duration{600 * time.Millisecond}) {
 		t.Errorf("reserve after the wait: %d feasible with waits %v, want 1 with [600ms]", s.FeasibleAttempts, s.Backoffs)
 	}
-	// Seed 003's boundary, as the runtime reads it: exactly the reserve left
+	// RG-LOAD's boundary, as the runtime reads it: exactly the reserve left
 	// when the attempt starts is allowed.
 	q.Spec.Deadline = v1.DurationOf(1500 * time.Millisecond)
 	q.Spec.MinRemaining = ptr.To(v1.DurationOf(800 * time.Millisecond))
@@ -497,4 +554,45 @@ func TestADescendantChainCannotMakeAnAncestorTooDeep(t *testing.T) {
 		len(v.Errors) > 0 || v.Analysis.TooDeep {
 		t.Fatalf("the parent above a chain of %d layers: %v %v", policygraph.MaxDepth, err, v.Errors)
 	}
+}
+
+// The policy's own status and offline tools (lint, explain) name every
+// layer: only an answer to a review's requester is redacted.
+func TestMessagesNameEveryLayerUnlessAnsweringRequester(t *testing.T) {
+	lk := policygraph.NewStaticLookup(
+		polIn("gateway", "workflow", "workflow", 3, allow(v1.NamespacesFromAll, nil)),
+		polIn("checkout", "job", "job", 3, parentIn("gateway", "workflow"), allow(v1.NamespacesFromAll, nil)))
+	p := polIn("payments", "connector", "connector", 3, parentIn("checkout", "job"))
+	for _, tc := range []struct {
+		opts []policygraph.Option
+		want string
+	}{
+		{nil, "gateway/workflow(3) × checkout/job(3) × payments/connector(3) = 27 > 3"},
+		{[]policygraph.Option{policygraph.AnsweringRequester()}, "1 layer in another namespace (×3) × checkout/job(3) × payments/connector(3) = 27 > 3"},
+	} {
+		v, err := policygraph.ValidateRetryPolicy(context.Background(), lk, &p, policygraph.DefaultLimits(), field.NewPath("spec"), tc.opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := v.Errors.ToAggregate(); got == nil || !strings.Contains(got.Error(), tc.want) {
+			t.Errorf("with %d options: %v, want %q", len(tc.opts), got, tc.want)
+		}
+	}
+}
+
+// visiting is a StaticLookup that visits children in place, as the
+// manager's indexed cache does.
+type visiting struct{ policygraph.StaticLookup }
+
+func (v visiting) VisitChildren(ctx context.Context, parent types.NamespacedName, visit func(*v1.RetryPolicy) error) (bool, error) {
+	children, err := v.Children(ctx, parent)
+	if err != nil {
+		return true, err
+	}
+	for i := range children {
+		if err := visit(&children[i]); err != nil {
+			return true, err
+		}
+	}
+	return true, nil
 }

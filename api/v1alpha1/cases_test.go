@@ -36,8 +36,17 @@ func policyFor(tb testing.TB, tc policyCase) *v1.RetryPolicy {
 }
 
 func budgetFor(tb testing.TB, tc budgetCase) *v1.RetryBudget {
-	b := testenv.Sample[v1.RetryBudget](tb, "policy_v1alpha1_retrybudget.yaml")
+	b := sampleBudget(tb)
 	tc.Mutate(&b.Spec)
+	return b
+}
+
+// sampleBudget is the sample RetryBudget as the API server stores it: with
+// the UID a published payload carries (a counted budget's count is joined
+// to its payloads by it).
+func sampleBudget(tb testing.TB) *v1.RetryBudget {
+	b := testenv.Sample[v1.RetryBudget](tb, "policy_v1alpha1_retrybudget.yaml")
+	b.UID = "7d3c2a61-0b5e-4f7a-9c1d-2e8f6a4b5c90"
 	return b
 }
 

@@ -35,7 +35,7 @@ type admissionVector struct {
 // TestConformanceAdmissionVectors -update-vectors rewrites it).
 func TestConformanceAdmissionVectors(t *testing.T) {
 	enforced := policyconfig.Enforcement{Mode: policyconfig.Enforced}
-	sampleBudget := testenv.Sample[v1.RetryBudget](t, "policy_v1alpha1_retrybudget.yaml")
+	sample := sampleBudget(t)
 	samplePolicy := testenv.Sample[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
 	samplePolicy.Namespace, samplePolicy.Generation = "auth", 1
 	var vectors []admissionVector
@@ -54,7 +54,7 @@ func TestConformanceAdmissionVectors(t *testing.T) {
 		p.Namespace, p.Generation = "auth", 1
 		var budget *v1.RetryBudget
 		if p.Spec.BudgetRef != nil {
-			budget = sampleBudget
+			budget = sample
 		}
 		add("policy: "+tc.Name, len(tc.Want) == 0, controllers.BuildPayload(p, budget, int64(p.Spec.MaxAttempts), enforced))
 	}

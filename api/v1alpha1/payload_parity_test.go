@@ -43,14 +43,14 @@ func onlyUnpublished(want []string) bool {
 // with encoding/json, not Marshal, so that nothing but Parse judges it.
 func TestParseIsAsStrictAsAdmission(t *testing.T) {
 	enforced := policyconfig.Enforcement{Mode: policyconfig.Enforced}
-	sampleBudget := testenv.Sample[v1.RetryBudget](t, "policy_v1alpha1_retrybudget.yaml")
+	sample := sampleBudget(t)
 	for _, tc := range policyCases {
 		t.Run("policy/"+tc.Name, func(t *testing.T) {
 			p := policyFor(t, tc)
 			p.Namespace, p.Generation = "auth", 1
 			var budget *v1.RetryBudget
 			if p.Spec.BudgetRef != nil {
-				budget = sampleBudget
+				budget = sample
 			}
 			payload := controllers.BuildPayload(p, budget, int64(p.Spec.MaxAttempts), enforced)
 			if onlyUnpublished(tc.Want) {

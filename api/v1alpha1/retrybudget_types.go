@@ -56,7 +56,7 @@ type RetryBudgetSpec struct {
 	Partitions *int32 `json:"partitions,omitempty"`
 
 	// maxRetriesPerSecond is an absolute retry allowance for the whole fleet
-	// of consumers, whatever the traffic: seed 003's "total 20/s retry
+	// of consumers, whatever the traffic: RG-LOAD's "total 20/s retry
 	// allowance". Each pod enforces its share. Unset means no absolute
 	// allowance (the ratio and the tokens still apply); 0 allows no retry.
 	// From 0 to 100000.

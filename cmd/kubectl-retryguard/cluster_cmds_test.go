@@ -167,7 +167,7 @@ func TestExplainTheWorstCaseSchedule(t *testing.T) {
 	)
 }
 
-// A fleet budget: seed 003's total 20/s allowance over the pods the
+// A fleet budget: RG-LOAD's total 20/s allowance over the pods the
 // controller counted, each named pod's share as the runtime rounds it and
 // when it takes it, the pods that hold nothing, and the nothing a named
 // pod falls back to when the count goes stale.
@@ -205,7 +205,7 @@ func assertContains(t *testing.T, out string, wants ...string) {
 	}
 }
 
-// crossChain is the seed's 3×3×3 across three namespaces: gateway consents
+// crossChain is the spec's 3×3×3 across three namespaces: gateway consents
 // to every namespace, checkout to the namespaces labelled team=payments,
 // and one more child in namespace ads, which checkout does not allow.
 func crossChain() []client.Object {

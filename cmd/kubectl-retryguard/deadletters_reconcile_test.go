@@ -15,9 +15,9 @@ import (
 	"github.com/retryguard/retryguard/runtime/retry"
 )
 
-// Issue 20, item 6, and seed 003: "an uncertain local outcome must trigger
+// Issue 20, item 6, and RG-LOAD: "an uncertain local outcome must trigger
 // reconciliation". The idempotency key is stable across every attempt and
-// every later try of the same operation (seed 000, INV-RTY-05), so the same
+// every later try of the same operation (RETRY-SMS-001, INV-RTY-05), so the same
 // operation can end in UNKNOWN_OUTCOME again after an operator reconciled its
 // first letter. A reconciliation names its letter precisely (letterID), so
 // it never hides the new letter, written after it.

@@ -60,9 +60,15 @@ func values(t *testing.T, sets ...string) map[string]any {
 // retryguard-system --set ...` does, schema validation included.
 func template(t *testing.T, sets ...string) (map[string][]object, error) {
 	t.Helper()
+	return templateAs(t, release, sets...)
+}
+
+// templateAs renders the chart as `helm template <name> ...` does.
+func templateAs(t *testing.T, name string, sets ...string) (map[string][]object, error) {
+	t.Helper()
 	install := action.NewInstall(&action.Configuration{})
 	install.ClientOnly, install.DryRun, install.IncludeCRDs = true, true, true
-	install.ReleaseName, install.Namespace = release, namespace
+	install.ReleaseName, install.Namespace = name, namespace
 	install.KubeVersion = &chartutil.KubeVersion{Version: "v1.37.2", Major: "1", Minor: "37"}
 	rel, err := install.Run(loadChart(t), values(t, sets...))
 	if err != nil {
@@ -173,7 +179,7 @@ func args(byKind map[string][]object) []any { return container(byKind)["args"].(
 func TestChartRendersWithCertManager(t *testing.T) {
 	byKind := mustTemplate(t)
 	want := []string{"Certificate", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Deployment",
-		"Issuer", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount",
+		"Issuer", "MutatingWebhookConfiguration", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount",
 		"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ValidatingWebhookConfiguration"}
 	if got := kinds(byKind); !slices.Equal(got, want) {
 		t.Fatalf("kinds %v, want %v", got, want)
@@ -190,9 +196,41 @@ func TestChartRendersWithCertManager(t *testing.T) {
 	if slices.Contains(args(byKind), any("--cert-rotation")) {
 		t.Error("the manager rotates its own certificate although cert-manager issues it")
 	}
-	vwc := byKind["ValidatingWebhookConfiguration"][0]["metadata"].(object)
-	if vwc["annotations"].(object)["cert-manager.io/inject-ca-from"] != namespace+"/rg-retryguard-serving-cert" {
-		t.Errorf("no CA injection from cert-manager: %v", vwc)
+	for _, kind := range []string{"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"} {
+		meta := byKind[kind][0]["metadata"].(object)
+		if meta["annotations"].(object)["cert-manager.io/inject-ca-from"] != namespace+"/rg-retryguard-serving-cert" {
+			t.Errorf("no CA injection from cert-manager into the %s: %v", kind, meta)
+		}
+	}
+	c, _ := container(byKind)["image"].(string)
+	proxyImage := "--proxy-image=retryguard/proxy:" + strings.TrimPrefix(c, "retryguard/manager:")
+	if !slices.Contains(args(byKind), any(proxyImage)) {
+		t.Errorf("the manager's args %v lack %s (the sidecar at the manager's version)", args(byKind), proxyImage)
+	}
+}
+
+// The chart's injector configuration is config/webhook/proxy_injector.yaml's,
+// but for the release's names and the release's namespace, which it also
+// keeps out of injection.
+func TestChartInjectorIsConfigs(t *testing.T) {
+	chart := mustTemplate(t)["MutatingWebhookConfiguration"]
+	if len(chart) != 1 {
+		t.Fatalf("%d MutatingWebhookConfigurations in the chart", len(chart))
+	}
+	c := chart[0]["webhooks"].([]any)[0].(object)
+	g := load(t, "config/webhook/proxy_injector.yaml")["webhooks"].([]any)[0].(object)
+	for _, field := range []string{"name", "failurePolicy", "sideEffects", "timeoutSeconds", "rules", "admissionReviewVersions",
+		"matchConditions", "reinvocationPolicy"} {
+		if !reflect.DeepEqual(c[field], g[field]) {
+			t.Errorf("%s is %v in the chart, %v in config/", field, c[field], g[field])
+		}
+	}
+	if cp, gp := c["clientConfig"].(object)["service"].(object)["path"], g["clientConfig"].(object)["service"].(object)["path"]; cp != gp ||
+		cp != "/inject-retryguard-proxy" {
+		t.Errorf("path %v in the chart, %v in config/", cp, gp)
+	}
+	if sel := fmt.Sprint(c["namespaceSelector"]); !strings.Contains(sel, namespace) || !strings.Contains(sel, "kube-system") {
+		t.Errorf("the chart injects into its own namespace or kube-system: %s", sel)
 	}
 }
 
@@ -238,10 +276,15 @@ func TestChartOptionalObjects(t *testing.T) {
 		}
 	}
 	var alerts []string
-	for _, r := range byKind["PrometheusRule"][0]["spec"].(object)["groups"].([]any)[0].(object)["rules"].([]any) {
-		alerts = append(alerts, r.(object)["alert"].(string))
+	for _, g := range byKind["PrometheusRule"][0]["spec"].(object)["groups"].([]any) {
+		for _, r := range g.(object)["rules"].([]any) {
+			if a, ok := r.(object)["alert"].(string); ok {
+				alerts = append(alerts, a)
+			}
+		}
 	}
-	want := []string{"RetryguardPoliciesNotReady", "RetryguardPayloadsRejected", "RetryguardRetryBudgetDenying", "RetryguardAttemptsPerOperationAboveLimit"}
+	want := []string{"RetryguardManagerDown", "RetryguardNoLeader", "RetryguardWebhookErrors", "RetryguardWebhookCertificateExpiresSoon",
+		"RetryguardPoliciesNotReady", "RetryBudgetExhausted", "ALERT_RETRY_RECOVERY_LAG", "RetryguardOperationLatencyAboveSLA", "RetryguardPayloadsRejected"}
 	if !slices.Equal(alerts, want) {
 		t.Errorf("alerts %v, want %v", alerts, want)
 	}
@@ -307,8 +350,14 @@ func TestChartRBACIsTheGeneratedRole(t *testing.T) {
 	rotation := mustTemplate(t, "webhook.certManager.enabled=false")
 	component := loadObjects(t, "config/components/cert-rotation/rbac.yaml")
 	for i, o := range []object{byName(rotation["Role"], "rg-retryguard-cert-rotation"), byName(rotation["ClusterRole"], "rg-retryguard-cert-rotation")} {
-		want := strings.NewReplacer("retryguard-webhook-cert", "rg-retryguard-webhook-cert",
-			"retryguard-validating-webhook-configuration", "rg-retryguard").Replace(fmt.Sprint(component[2*i]["rules"]))
+		want := strings.NewReplacer(
+			"retryguard-webhook-cert",
+			"rg-retryguard-webhook-cert",
+			"retryguard-validating-webhook-configuration",
+			"rg-retryguard",
+			"retryguard-proxy-injector",
+			"rg-retryguard-proxy-injector",
+		).Replace(fmt.Sprint(component[2*i]["rules"]))
 		if o == nil || fmt.Sprint(o["rules"]) != want {
 			t.Errorf("the chart's certificate rotation rules differ from config/components/cert-rotation:\n%v\n%v", o, want)
 		}

@@ -49,14 +49,7 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	helm := new(action.Configuration)
-	if err := helm.Init(kube.GetConfig(kubeconfig, "", namespace), namespace, "secret", t.Logf); err != nil {
-		t.Fatal(err)
-	}
+	helm := helmFor(t, env.KubeConfig)
 	ctx := context.Background()
 
 	// helm install rg charts/retryguard -n retryguard-system --create-namespace
@@ -140,4 +133,19 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	if len(secrets.Items) != 0 {
 		t.Errorf("release records left: %d", len(secrets.Items))
 	}
+}
+
+// helmFor is Helm's SDK configured for the API server of kubeconfig, in the
+// release's namespace, keeping releases in Secrets as helm does.
+func helmFor(t *testing.T, kubeconfig []byte) *action.Configuration {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	helm := new(action.Configuration)
+	if err := helm.Init(kube.GetConfig(path, "", namespace), namespace, "secret", t.Logf); err != nil {
+		t.Fatal(err)
+	}
+	return helm
 }

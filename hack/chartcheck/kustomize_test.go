@@ -24,7 +24,7 @@ func kustomize(t *testing.T, dir string) map[string][]object {
 // Both kustomize installs build, carry what the chart carries, and name the
 // objects main.go's certificate rotation flags default to.
 func TestKustomizeBuilds(t *testing.T) {
-	common := []string{"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Deployment", "Namespace",
+	common := []string{"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Deployment", "MutatingWebhookConfiguration", "Namespace",
 		"PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount",
 		"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ValidatingWebhookConfiguration"}
 	withCM := kustomize(t, "config/default")
@@ -44,6 +44,7 @@ func TestKustomizeBuilds(t *testing.T) {
 		"Secret":                         "retryguard-webhook-cert",
 		"Service":                        "retryguard-webhook-service",
 		"ValidatingWebhookConfiguration": "retryguard-validating-webhook-configuration",
+		"MutatingWebhookConfiguration":   "retryguard-proxy-injector",
 		"ServiceAccount":                 "retryguard-controller-manager",
 		"ValidatingAdmissionPolicy":      "retryguard-published-configmaps",
 	} {

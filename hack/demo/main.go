@@ -162,7 +162,7 @@ func run(w io.Writer) error {
 	}
 	s.chapter("7. One budget for a fleet of pods",
 		"A per-pod budget is not a budget for a dependency that 20 pods call: 20 pods each allowing",
-		"20 retries/s permit 100 + 20×20 = 500 calls/s (seed 003). A fleet budget divides one allowance.")
+		"20 retries/s permit 100 + 20×20 = 500 calls/s (RG-LOAD). A fleet budget divides one allowance.")
 	if err := s.fleet(ctx, tmp); err != nil {
 		return err
 	}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The telephony retry recovery drill (RETRY-SMS-001, MC-RT-01) in real time:
 # builds and runs hack/drills/recovery. Every flag is passed on; --help lists
-# them. Exit status: 0 when Option C (Retryguard) meets the seed, 1 when it
+# them. Exit status: 0 when Option C (Retryguard) meets the spec, 1 when it
 # does not, 2 when the drill could not run, 3 when C missed only a timing
 # mark while the machine kept the load off schedule. See docs/drill.md.
 set -euo pipefail

@@ -13,9 +13,12 @@ import (
 	"strconv"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/retryguard/retryguard/api/policygraph"
 	"github.com/retryguard/retryguard/controllers"
 	"github.com/retryguard/retryguard/runtime/limits"
+	"github.com/retryguard/retryguard/webhooks"
 )
 
 // Defaults of the manager's flags that the chart and config/ also name.
@@ -33,6 +36,9 @@ const (
 	DefaultCertSecret           = "retryguard-webhook-cert"
 	DefaultWebhookService       = "retryguard-webhook-service"
 	DefaultWebhookConfiguration = "retryguard-validating-webhook-configuration"
+	// DefaultInjectorConfiguration is config/default's name of the
+	// retryguard-proxy injector's MutatingWebhookConfiguration.
+	DefaultInjectorConfiguration = "retryguard-proxy-injector"
 	// PodNamespaceEnv is set from the downward API in the Deployment; it is
 	// --namespace's default.
 	PodNamespaceEnv = "POD_NAMESPACE"
@@ -46,6 +52,9 @@ type Manager struct {
 	MetricsAddr, ProbeAddr string
 	// MetricsSecure serves metrics over HTTPS to authorized callers only.
 	MetricsSecure bool
+	// MetricsCertDir holds the metrics endpoint's tls.crt and tls.key; empty:
+	// a self-signed certificate.
+	MetricsCertDir string
 	// EnableHTTP2 offers HTTP/2 on the metrics and webhook servers.
 	EnableHTTP2 bool
 	LeaderElect bool
@@ -55,7 +64,9 @@ type Manager struct {
 	WebhookPort    int
 	// WebhookClientCAName is a file in WebhookCertDir: when set, only callers
 	// presenting a certificate it signed are answered.
-	WebhookClientCAName     string
+	WebhookClientCAName string
+	// Injector is the retryguard-proxy sidecar the injecting webhook adds.
+	Injector                webhooks.Injector
 	MaxConcurrentReconciles int
 	ResyncPeriod            time.Duration
 	// Limits are the platform limits the webhooks and controllers apply.
@@ -72,6 +83,9 @@ type CertRotation struct {
 	Secret               string
 	Service              string
 	WebhookConfiguration string
+	// InjectorConfiguration is the retryguard-proxy injector's
+	// MutatingWebhookConfiguration ("" leaves it out).
+	InjectorConfiguration string
 	// ExtraDNSNames are further comma-separated names the serving
 	// certificate is valid for.
 	ExtraDNSNames string
@@ -85,6 +99,9 @@ func (o *Manager) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.MetricsSecure, "metrics-secure", true,
 		"Serve metrics over HTTPS to callers the API server authenticates and authorizes (get on the /metrics non-resource URL); "+
 			"false serves plain HTTP to anyone.")
+	fs.StringVar(&o.MetricsCertDir, "metrics-cert-dir", "",
+		"Directory with the tls.crt and tls.key the metrics endpoint serves, read again when they change (the chart passes --webhook-cert-dir, "+
+			"so that a scraper verifies it with the webhook's CA); empty: a self-signed certificate.")
 	fs.BoolVar(&o.EnableHTTP2, "enable-http2", false,
 		"Offer HTTP/2 on the metrics and webhook servers. Off by default: HTTP/2 Rapid Reset and Stream Cancellation (CVE-2023-44487, CVE-2023-39325).")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", DefaultProbeAddr, "Address the health and readiness probes bind to.")
@@ -95,7 +112,17 @@ func (o *Manager) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.WebhookClientCAName, "webhook-client-ca-name", "",
 		"File in --webhook-cert-dir with the CA of the API server's webhook client certificate; when set, only callers presenting a certificate it signed "+
 			"are answered.")
-	fs.BoolVar(&o.EnableWebhooks, "enable-webhooks", true, "Serve the validating admission webhooks.")
+	fs.BoolVar(&o.EnableWebhooks, "enable-webhooks", true, "Serve the admission webhooks: the validating ones and the retryguard-proxy injector.")
+	fs.StringVar(&o.Injector.Image, "proxy-image", "",
+		"The retryguard-proxy image the injector adds to pods annotated "+webhooks.InjectAnnotation+": \"true\"; when empty, such pods are refused (docs/proxy.md).")
+	fs.Func("proxy-image-pull-policy", "The injected sidecar's imagePullPolicy: Always, IfNotPresent (the default) or Never.", func(s string) error {
+		switch p := corev1.PullPolicy(s); p {
+		case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+			o.Injector.PullPolicy = p
+			return nil
+		}
+		return fmt.Errorf("want Always, IfNotPresent or Never, got %q", s)
+	})
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", DefaultMaxConcurrentReconciles, "RetryPolicy reconciles run at once.")
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", controllers.DefaultResyncPeriod,
 		"How often every RetryPolicy is republished with nothing changed, so drift is repaired even without an event.")
@@ -114,6 +141,8 @@ func (r *CertRotation) addFlags(fs *flag.FlagSet) {
 		"Service in front of the webhooks; the certificate is issued for <service>.<namespace>.svc.")
 	fs.StringVar(&r.WebhookConfiguration, "webhook-configuration", DefaultWebhookConfiguration,
 		"ValidatingWebhookConfiguration whose caBundle the rotator fills in.")
+	fs.StringVar(&r.InjectorConfiguration, "proxy-injector-configuration", DefaultInjectorConfiguration,
+		"MutatingWebhookConfiguration of the retryguard-proxy injector whose caBundle the rotator fills in; empty leaves it out.")
 	fs.StringVar(&r.ExtraDNSNames, "webhook-cert-dns-names", "", "Comma-separated further DNS names for the serving certificate.")
 }
 

@@ -33,7 +33,7 @@ func TestDefaultsAreValid(t *testing.T) {
 		WebhookCertDir: DefaultWebhookCertDir, WebhookPort: DefaultWebhookPort, MaxConcurrentReconciles: DefaultMaxConcurrentReconciles,
 		ResyncPeriod: controllers.DefaultResyncPeriod, Limits: policygraph.DefaultLimits(),
 		CertRotation: CertRotation{Namespace: o.CertRotation.Namespace, Secret: DefaultCertSecret, Service: DefaultWebhookService,
-			WebhookConfiguration: DefaultWebhookConfiguration},
+			WebhookConfiguration: DefaultWebhookConfiguration, InjectorConfiguration: DefaultInjectorConfiguration},
 	}
 	if o != want {
 		t.Errorf("defaults:\n got %+v\nwant %+v", o, want)

@@ -60,6 +60,9 @@ func NewManager(env *envtest.Environment, cfg *rest.Config) (ctrl.Manager, error
 // Features selects what SetupRetryguard wires in.
 type Features struct {
 	Webhooks, Controllers bool
+	// ProxyImage is the retryguard-proxy injector's image, as main.go's
+	// --proxy-image; the injector is served with the webhooks either way.
+	ProxyImage string
 }
 
 // Everything is what main.go runs.
@@ -80,6 +83,7 @@ func SetupRetryguard(ctx context.Context, mgr ctrl.Manager, limits policygraph.L
 		if err := webhooks.SetupWithManager(ctx, mgr, limits); err != nil {
 			return err
 		}
+		webhooks.SetupInjectorWithManager(mgr, &webhooks.Injector{Image: f.ProxyImage})
 	}
 	return nil
 }

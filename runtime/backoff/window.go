@@ -9,7 +9,7 @@ import "time"
 
 // Window is the backoff window before retry number retry (1 for the first
 // retry, after the first attempt failed): min(cap, base·multiplier^retry).
-// The seed's schedule follows: base 100ms ×2 gives 200ms before the second
+// The spec's schedule follows: base 100ms ×2 gives 200ms before the second
 // attempt and 400ms before the third. It saturates at cap instead of
 // overflowing, and a non-positive base or cap gives 0.
 func Window(base, cap time.Duration, multiplier int32, retry int) time.Duration {
@@ -38,11 +38,11 @@ func DecorrelatedMax(base, cap time.Duration, retry int) time.Duration {
 
 // CanStart reports whether a retry may start with left of the deadline
 // remaining: enough for the attempt (perAttemptTimeout, when the policy sets
-// one) and for minRemaining. Seed 003 fixes the boundary: 1,500 ms left holds a 1,000 ms
+// one) and for minRemaining. RG-LOAD fixes the boundary: 1,500 ms left holds a 1,000 ms
 // wait and a 500 ms attempt (500 ms left when the attempt starts: allowed),
 // and 1,499 ms does not. MC-ST-01's "remaining > 500 ms" is read with that
 // boundary: a retry never starts with less than minRemaining left, and one
-// that starts with exactly minRemaining left is the seed 003 fixture.
+// that starts with exactly minRemaining left is the RG-LOAD fixture.
 // It is the one deadline-feasibility rule: the runtime's Decide applies it
 // to the time left once the wait is over (and Do again when the wait has
 // ended, on the clock), and admission's worst-case schedule

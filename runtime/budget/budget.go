@@ -7,8 +7,8 @@
 // succeeds deposits retryPercent/100 of a token (0.1 at 10%); a success that
 // needed retries deposits nothing. A retry withdraws 1.0 token, and retries
 // are blocked when the balance is <= 0. So a balance of 0.1 still buys a
-// retry (leaving -0.9), and a balance of exactly 0 does not: the seed's rule,
-// chosen over "needs a whole token", which would deny a retry the seed
+// retry (leaving -0.9), and a balance of exactly 0 does not: the spec's rule,
+// chosen over "needs a whole token", which would deny a retry the spec
 // allows. The balance therefore never falls to -1 or below, and over time
 // the bucket still grants one retry per 100/retryPercent primary successes.
 //
@@ -43,7 +43,7 @@
 // waits policyconfig.ConsumerCountDelivery first, so that the pods whose
 // shares shrank have heard of it. maxRetriesPerSecond is a hard cap,
 // credited per second of the budget's clock, that no other rule (the floor
-// included) grants past. docs/runtime.md states each rule with the seed
+// included) grants past. docs/runtime.md states each rule with the spec
 // sentence it serves.
 package budget
 

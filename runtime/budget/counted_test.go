@@ -13,7 +13,7 @@ import (
 // budget's own ConfigMap's, joined by the watcher. Until a count of the
 // budget's UID is joined, or when the one joined is withdrawn, the pod
 // holds no share: never the allowance over partitions, which would let a
-// fleet that outgrew partitions grant more than the allowance (seed 003:
+// fleet that outgrew partitions grant more than the allowance (RG-LOAD:
 // "define behavior when budget coordination fails").
 func TestCountedBudgetWithoutACountHoldsNoShare(t *testing.T) {
 	clk := clock.NewFake(fleetT0)

@@ -14,7 +14,7 @@ import (
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
-// The fleet simulation: seed 003's toy on a virtual clock ("Partition a
+// The fleet simulation: RG-LOAD's toy on a virtual clock ("Partition a
 // total 20/s retry allowance … define behavior when budget coordination
 // fails"). A base of 100 primaries/s spread over the live pods, a
 // dependency that fails every call (or, for the greedy caller, one whose
@@ -64,7 +64,7 @@ func (f simFigures) payload() *policyconfig.Budget {
 
 func (f simFigures) config() Config { return ConfigOf(f.payload(), "") }
 
-// toy is seed 003's fleet budget: 20 retries/s for the fleet, a floor as
+// toy is RG-LOAD's fleet budget: 20 retries/s for the fleet, a floor as
 // large, at most 20 pods declared.
 var toy = simFigures{uid: "uid-1", generation: 1, percent: 20, window: 10 * time.Second, tokens: 20, floor: 20,
 	partitions: 20, allowance: 20, counted: true}
@@ -317,7 +317,7 @@ func simulate(sc simScenario, seed uint64) [rules]simResult {
 }
 
 // violations lists where r breaks the budget's promises: a second above a
-// fleet budget's maxRetriesPerSecond (seed 003's allowance), or a 60 s window above
+// fleet budget's maxRetriesPerSecond (RG-LOAD's allowance), or a 60 s window above
 // retryPercent of its primaries once it holds Credit real primaries
 // (INV-RTY-04). Before a recreation settles, the allowance is the larger
 // of the two budgets'.

@@ -12,13 +12,13 @@ import (
 )
 
 // Failures of coordination that must cost retries, never add them (issue
-// 19; seed 003: "define behavior when budget coordination fails"), through
+// 19; RG-LOAD: "define behavior when budget coordination fails"), through
 // the public API only: budget.NewRegistry, Registry.Resolve,
 // Budget.TryRetry on fake clocks.
 
 var fleetT0 = time.Date(2026, 9, 15, 12, 0, 0, 0, time.UTC)
 
-// namedFleet is seed 003's 20/s fleet allowance with tokens and a ratio
+// namedFleet is RG-LOAD's 20/s fleet allowance with tokens and a ratio
 // that never refuse, partitions at the CRD's default (1).
 func namedFleet(uid string, n int, at time.Time, members ...string) *policyconfig.Budget {
 	a := int32(20)

@@ -60,6 +60,10 @@ const (
 	SharedFailureDomainLeak Code = "ERR_SHARED_FAILURE_DOMAIN_LEAK"
 	// BudgetAbovePlatformCap: retryPercent above the platform's cap.
 	BudgetAbovePlatformCap Code = "ERR_BUDGET_ABOVE_PLATFORM_CAP"
+	// AdmissionBusy: the webhook could not judge a review in time (every
+	// turn was taken, or the review spent its budget), so it refused it;
+	// nothing was stored, and the same request may be sent again.
+	AdmissionBusy Code = "ERR_ADMISSION_BUSY"
 )
 
 // Runtime codes: why the in-pod runtime refused another attempt.
@@ -78,6 +82,14 @@ const (
 	MissingKeyVariable Code = "ERR_MISSING_KEY_VARIABLE"
 	// PolicyNotEnforced: the policy is unknown or published as NoRetry.
 	PolicyNotEnforced Code = "ERR_POLICY_NOT_ENFORCED"
+)
+
+// Proxy codes: retryguard-proxy's route table (docs/proxy.md).
+const (
+	// InvalidRoute: a route table entry the proxy cannot serve (a port, prefix, policy or upstream).
+	InvalidRoute Code = "ERR_INVALID_ROUTE"
+	// NoRoute: a request to the proxy that no route of its table matches.
+	NoRoute Code = "ERR_NO_ROUTE"
 )
 
 // String returns the code itself.

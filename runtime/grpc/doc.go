@@ -29,7 +29,7 @@
 //	DEADLINE_EXCEEDED              Timeout (not 504)                ambiguous: the write may have happened
 //	INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE  400        permanent (INV-RTY-03)
 //	UNAUTHENTICATED 401, PERMISSION_DENIED 403, NOT_FOUND 404       permanent
-//	ALREADY_EXISTS 409, ABORTED 409                                 permanent: seed 002, 409 needs a reread, not a replay
+//	ALREADY_EXISTS 409, ABORTED 409                                 permanent: RG-RETRY, 409 needs a reread, not a replay
 //	CANCELED                       499                              permanent
 //	UNKNOWN, INTERNAL              500                              unrecognized (terminal) unless 500 is listed
 //	UNIMPLEMENTED                  501                              unrecognized: admission never lets 501 be listed
@@ -60,7 +60,7 @@
 //
 // A service config's retryPolicy (from the resolver, or
 // grpc.WithDefaultServiceConfig) makes grpc-go retry below the interceptor,
-// a hidden layer that multiplies the policy's attempts (seed 002: three
+// a hidden layer that multiplies the policy's attempts (RG-RETRY: three
 // layers of three attempts make 27 calls). DialOptions disables it with
 // grpc.WithDisableRetry. On a channel built otherwise, the stats handler
 // counts grpc-go's attempts of each call; when there was more than one, the

@@ -53,7 +53,7 @@ func New(ex *retry.Executor, policy string) *Interceptor {
 }
 
 // DialOptions are what a channel needs, for grpc.NewClient: grpc-go's own
-// retries disabled (grpc.WithDisableRetry; seed 002: "disable hidden
+// retries disabled (grpc.WithDisableRetry; RG-RETRY: "disable hidden
 // defaults elsewhere"), the interceptor, and its stats handler.
 func (i *Interceptor) DialOptions() []grpc.DialOption {
 	return []grpc.DialOption{grpc.WithDisableRetry(), grpc.WithChainUnaryInterceptor(i.Unary), grpc.WithStatsHandler(i)}

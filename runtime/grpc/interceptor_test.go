@@ -128,7 +128,7 @@ func TestUnrecognizedStatusesGetOneAttempt(t *testing.T) {
 
 // DATA_LOSS after the call left says the server lost or corrupted data: it
 // cannot say whether this call's write survived, so the outcome is unknown
-// and goes to reconciliation (seed 003: "an uncertain local outcome must
+// and goes to reconciliation (RG-LOAD: "an uncertain local outcome must
 // trigger reconciliation, not an invented failure"), never retried.
 func TestDataLossIsAnUnknownOutcome(t *testing.T) {
 	h := &health{answer: always(grpccodes.DataLoss)}
@@ -193,7 +193,7 @@ func TestPushbackIsTheServersDelay(t *testing.T) {
 }
 
 // A DEADLINE_EXCEEDED after the call left may have been applied: without a
-// key it is not replayed and ends UNKNOWN_OUTCOME (seed 003: reconcile, do
+// key it is not replayed and ends UNKNOWN_OUTCOME (RG-LOAD: reconcile, do
 // not invent a failure). The server sees the attempt's deadline as grpc-timeout.
 func TestDeadlineExceededWithoutAKeyIsAnUnknownOutcome(t *testing.T) {
 	h := &health{answer: func(ctx context.Context, _ int) error { <-ctx.Done(); return ctx.Err() }}

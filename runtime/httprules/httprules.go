@@ -136,9 +136,9 @@ func retriesOnlyUndispatched[E ~string](statusCodes []int32, errors []E) bool {
 
 // MayRetry reports whether a policy may make more than one attempt: its
 // operation is safe to replay, or it retries only failures that prove the
-// request never left, which need no replay safety (seed 002: "proven
+// request never left, which need no replay safety (RG-RETRY: "proven
 // non-dispatch ... can permit another attempt even without a server
-// retryability flag"). A 429 still needs replay safety (seed 003).
+// retryability flag"). A 429 still needs replay safety (RG-LOAD).
 func MayRetry[E ~string](operation string, hasKeyTemplate bool, statusCodes []int32, errors []E) bool {
 	return IsReplaySafe(operation, hasKeyTemplate) || retriesOnlyUndispatched(statusCodes, errors)
 }

@@ -169,7 +169,7 @@ func classify(err error, retryOnStatus func(int) bool, retryOnErr func(string) b
 // status, named or not (a malformed response, an HTTP/2 stream reset, the
 // caller's own cancel), or a 502 or 504. Once one attempt of an operation may
 // have been applied, the operation's outcome is unknown until a later
-// attempt succeeds (Decide's MayHaveApplied; seed 003: "an uncertain local
+// attempt succeeds (Decide's MayHaveApplied; RG-LOAD: "an uncertain local
 // outcome must trigger reconciliation, not an invented failure").
 func mayHaveApplied(ev Evidence) bool {
 	return ev.Class == Ambiguous ||

@@ -109,11 +109,11 @@ const (
 //     a 502 or 504), since it may have been applied;
 //  5. a retry re-sends a request that may have reached the dependency when
 //     this attempt was dispatched or an earlier one may have been applied:
-//     it then needs replay safety (seed 003: retry_allowed(429,
+//     it then needs replay safety (RG-LOAD: retry_allowed(429,
 //     safe=False) is false). Proof that this request never left, with no
-//     earlier attempt that may have been applied, needs none (seed 002:
+//     earlier attempt that may have been applied, needs none (RG-RETRY:
 //     "proven non-dispatch ... can permit another attempt even without a
-//     server retryability flag"; seed 004: the connector handles "a
+//     server retryability flag"; RG-LAYERS: the connector handles "a
 //     connection refused before any request left the process");
 //  6. the failure is now eligible, and a retry also needs a request that
 //     can be sent again, attempts left, a Retry-After within
@@ -123,7 +123,7 @@ const (
 // Every stop ends UNKNOWN_OUTCOME once this attempt or an earlier one may
 // have been applied (MayHaveApplied), whatever the rule that stops it: the
 // outcome is unknown and goes to reconciliation, never to the fallback as a
-// failure (seed 003). Otherwise a budget refusal ends BUDGET_EXHAUSTED and
+// failure (RG-LOAD). Otherwise a budget refusal ends BUDGET_EXHAUSTED and
 // any other stop TERMINAL_EXHAUSTED. The code says which rule stopped it.
 func Decide(in DecisionInput) Decision {
 	ev := in.Evidence

@@ -48,7 +48,7 @@ func check(t *testing.T, name string, in retry.DecisionInput, w want) {
 	}
 }
 
-// Seed 000, MC-FM-01 and MC-ST-01: every failure mode of the matrix, and
+// RETRY-SMS-001, MC-FM-01 and MC-ST-01: every failure mode of the matrix, and
 // every transition out of ATTEMPTING, routed exactly.
 func TestDecideFailureModeMatrix(t *testing.T) {
 	reset := retry.Evidence{Class: retry.Ambiguous, Transport: limits.ConnectionReset, Dispatched: true}
@@ -155,7 +155,7 @@ func applied(change func(retry.DecisionInput) retry.DecisionInput) func(retry.De
 	}
 }
 
-// Issue 18, item 5, and seed 003 ("an uncertain local outcome must trigger
+// Issue 18, item 5, and RG-LOAD ("an uncertain local outcome must trigger
 // reconciliation, not an invented failure"): once an attempt may have been
 // applied, whatever stops the operation ends it UNKNOWN_OUTCOME, with the
 // code of the rule that stopped it; only a retry (and then a success) goes on.
@@ -207,7 +207,7 @@ func left(d time.Duration) func(retry.DecisionInput) retry.DecisionInput {
 	return func(in retry.DecisionInput) retry.DecisionInput { in.Remaining = d; return in }
 }
 
-// Seed 003's retry_allowed and its countermodels:
+// RG-LOAD's retry_allowed and its countermodels:
 //
 //	p = dict(safe=True, remaining_ms=1500, wait_ms=1000, attempt_ms=500, tokens=1)
 //	retry_allowed(429, **p) is true; 400, 401, 403, 404, 422 are false;
@@ -260,11 +260,11 @@ func TestCanStartBoundaries(t *testing.T) {
 		left, cost, reserve time.Duration
 		ok                  bool
 	}{
-		{500 * ms, 500 * ms, 0, true},         // seed 003: exactly the attempt's cost
+		{500 * ms, 500 * ms, 0, true},         // RG-LOAD: exactly the attempt's cost
 		{499 * ms, 500 * ms, 0, false},        //
-		{499 * ms, 0, 500 * ms, false},        // below the reserve (seed 000's 500 ms)
-		{500 * ms, 0, 500 * ms, true},         // seed 003's boundary: exactly the reserve
-		{500 * ms, 500 * ms, 500 * ms, true},  // both at once: seed 003's 1,500/1,000/500 fixture
+		{499 * ms, 0, 500 * ms, false},        // below the reserve (RETRY-SMS-001's 500 ms)
+		{500 * ms, 0, 500 * ms, true},         // RG-LOAD's boundary: exactly the reserve
+		{500 * ms, 500 * ms, 500 * ms, true},  // both at once: RG-LOAD's 1,500/1,000/500 fixture
 		{499 * ms, 500 * ms, 500 * ms, false}, // and its 1,499 ms countermodel
 	} {
 		if got := backoff.CanStart(tc.left, tc.cost, tc.reserve); got != tc.ok {

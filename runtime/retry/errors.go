@@ -71,7 +71,7 @@ func (e *Error) Problem() httprules.Problem {
 	switch {
 	case e.State == UnknownOutcome:
 		// Whatever stopped it, an operation that may have been applied is
-		// not a failure: it is accepted for reconciliation (seed 003).
+		// not a failure: it is accepted for reconciliation (RG-LOAD).
 		status = http.StatusAccepted
 	case !ok:
 		status = http.StatusBadGateway

@@ -164,7 +164,7 @@ type compiled struct {
 
 // failClosed is the policy of a name the Source does not know: one attempt.
 func (e *Executor) failClosed(name string) *compiled {
-	return &compiled{name: name, maxAttempts: 1, notEnforced: "the policy is not published", metrics: e.metrics.forPolicy(name)}
+	return &compiled{name: name, maxAttempts: 1, notEnforced: "the policy is not published", metrics: e.metrics.forPolicy(name, e.clock)}
 }
 
 func (e *Executor) policy(name string) *compiled {
@@ -193,7 +193,7 @@ func (e *Executor) compile(name string, p *policyconfig.Payload, ok bool) *compi
 		return e.failClosed(name)
 	}
 	pol := &p.Policy
-	c := &compiled{payload: p, name: name, maxAttempts: 1, metrics: e.metrics.forPolicy(name),
+	c := &compiled{payload: p, name: name, maxAttempts: 1, metrics: e.metrics.forPolicy(name, e.clock),
 		header: pol.IdempotencyHeader, deadline: pol.Deadline.D()}
 	if pol.KeyTemplate != "" {
 		key, err := compileKey(pol.KeyTemplate)
@@ -270,6 +270,7 @@ type run struct {
 	c           *compiled
 	operationID uint64
 	key         string
+	start       time.Time // when the operation started, for its duration
 	deadline    time.Time // zero when the policy sets none
 	m           machine
 	records     []AttemptRecord
@@ -317,6 +318,7 @@ func (r *run) to(next State, attempt int, code codes.Code) {
 func (r *run) execute(ctx context.Context, op Operation) error {
 	c, e := r.c, r.e
 	now := e.now() // one clock reading serves the first attempt
+	r.start = now
 	if c.deadline > 0 {
 		r.deadline = now.Add(c.deadline)
 	}
@@ -332,6 +334,9 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 		n   int
 	)
 	for n = 1; ; n++ {
+		if n > 1 {
+			c.metrics.retried(now)
+		}
 		r.to(Attempting, n, "")
 		if n == 1 && c.budget != nil {
 			c.budget.PrimaryAt(now)
@@ -341,11 +346,14 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 			if n == 1 && c.budget != nil {
 				c.budget.Success() // only a primary success deposits
 			}
-			if n == 1 {
-				c.metrics.succeededFirst()
-			} else {
-				c.metrics.attempt(classSuccess)
-				c.metrics.finished(n)
+			if c.metrics != nil { // the clock is read only for the metric
+				if took := e.now().Sub(r.start); n == 1 {
+					c.metrics.succeededFirst(took)
+				} else {
+					c.metrics.took(Dispatched, took)
+					c.metrics.attempt(classSuccess)
+					c.metrics.finished(n)
+				}
 			}
 			r.to(Dispatched, n, "")
 			return nil
@@ -356,6 +364,9 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 		now = e.clock.Now()
 		ev := classify(clientResent(err, r.call == nil, r.key != ""), c.retryOnStatus, c.retryOnError, now)
 		c.metrics.attempt(ev.Class)
+		if n == 1 {
+			c.metrics.primaryFailed(ev.Class, now)
+		}
 		in := DecisionInput{Evidence: ev, NotEnforced: c.notEnforced, ReplaySafe: c.replaySafe, MayHaveApplied: r.applied,
 			Attempt: n, MaxAttempts: c.maxAttempts, Remaining: r.remaining(ctx, now), PerAttemptTimeout: c.perAttemptTimeout,
 			MinRemaining: c.minRemaining, RetryAfterMaxDelay: c.retryAfterMaxDelay}
@@ -392,6 +403,7 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 			r.call.discard() // at once, not when the next attempt starts
 		}
 		r.to(BackoffWait, n, "")
+		c.metrics.waits(d.Sleep)
 		end := TerminalExhausted // how a wait that starts no attempt ends
 		if r.applied {
 			end = UnknownOutcome
@@ -483,6 +495,9 @@ func (r *run) letterContext(ctx context.Context) (context.Context, context.Cance
 // calls for it.
 func (r *run) finish(ctx context.Context, d Decision, last error) error {
 	r.to(d.Next, len(r.records), d.Code)
+	if r.c.metrics != nil {
+		r.c.metrics.took(d.Next, r.e.now().Sub(r.start))
+	}
 	e := &Error{Code: d.Code, State: d.Next, Policy: r.c.name, Key: r.key, Attempts: len(r.records), Detail: d.Detail, Err: last}
 	if n := len(r.records); n > 0 {
 		e.Last = r.records[n-1].Evidence

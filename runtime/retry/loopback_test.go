@@ -231,7 +231,7 @@ func TestADiscardedAttemptEndsAtOnce(t *testing.T) {
 	}
 }
 
-// Issue 18, item 1: "Discarded attempts are cancelled at once"; seed 002:
+// Issue 18, item 1: "Discarded attempts are cancelled at once"; RG-RETRY:
 // "Release failed transaction/connection scopes before external dependency
 // backoff". A 503 that declares a short body (within discard's 4 KiB drain)
 // but sends it slowly holds the operation in discard until the attempt's

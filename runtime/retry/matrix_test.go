@@ -39,7 +39,7 @@ func clientErr(op string, err error) error {
 
 func readTimeout() error { return &net.OpError{Op: "read", Net: "tcp", Err: timeoutErr{}} }
 
-// The seed's failure-mode matrix: each injected pattern, failing on every
+// The spec's failure-mode matrix: each injected pattern, failing on every
 // attempt, is routed exactly: the final state, the code, the attempts made,
 // the classification of the first, and whether it was eligible for retry.
 func TestFailureModeMatrix(t *testing.T) {
@@ -80,7 +80,7 @@ func TestFailureModeMatrix(t *testing.T) {
 		"an unparseable Retry-After": {Status(503, "soon-ish"), nil, TerminalExhausted, codes.PermanentFailure, 1, Transient},
 		"Retry-After above maxDelay": {Status(429, "10"), nil, TerminalExhausted, codes.RetryAfterTooLong, 1, Transient},
 		// An error no transport name covers, without proof that the request
-		// never left, may have been applied (seed 003): unknown, not failed.
+		// never left, may have been applied (RG-LOAD): unknown, not failed.
 		"an unrecognized error":                  {errors.New("the SDK said no"), nil, UnknownOutcome, codes.UnknownOutcome, 1, Unrecognized},
 		"an unrecognized error, proven not sent": {NotDispatched(errors.New("the SDK said no")), nil, TerminalExhausted, codes.PermanentFailure, 1, Unrecognized},
 		"the caller's cancel":                    {context.Canceled, nil, UnknownOutcome, codes.UnknownOutcome, 1, Unrecognized},

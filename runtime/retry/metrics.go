@@ -3,10 +3,12 @@ package retry
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/retryguard/retryguard/runtime/budget"
+	"github.com/retryguard/retryguard/runtime/clock"
 )
 
 // Metrics are the runtime's Prometheus metrics. Labels are bounded: policy
@@ -16,17 +18,17 @@ import (
 //
 // The per-policy operation, attempt and transition series are atomics of the
 // policy's own, read when Prometheus collects: an operation whose first
-// attempt succeeds (the common case) costs one atomic add, which stands for
-// its six series (SUBMITTED, ATTEMPTING and DISPATCHED transitions, the
-// DISPATCHED operation, the success attempt and its attempts-per-operation
-// observation of 1).
+// attempt succeeds (the common case) costs a clock read and two atomic adds,
+// its duration's bucket and sum, which stand for its seven series (SUBMITTED,
+// ATTEMPTING and DISPATCHED transitions, the DISPATCHED operation, the success
+// attempt, its attempts-per-operation observation of 1 and its duration).
 type Metrics struct {
 	denied    *prometheus.CounterVec
 	tokens    *prometheus.GaugeVec
 	conflicts *prometheus.CounterVec
 	Dropped   prometheus.Counter
 
-	operations, attempts, transitions, perOp *prometheus.Desc
+	operations, attempts, transitions, perOp, duration, backoff, recovery, lag *prometheus.Desc
 
 	mu       sync.Mutex
 	policies map[string]*policyMetrics
@@ -35,6 +37,19 @@ type Metrics struct {
 // perOpBuckets are retryguard_attempts_per_operation's buckets: 1 to 5
 // attempts (limits.MaxAttemptsCeiling is 3).
 const perOpBuckets = 5
+
+// durationBounds are retryguard_operation_duration_seconds' upper bounds. They
+// hold 1.2 s, the latency SLA's p95 bound (docs/metrics.md), so that the share of
+// operations over it is a bucket's count, not an interpolation, and 4 s, the
+// seed's operation deadline.
+var durationBounds = [...]time.Duration{5 * time.Millisecond, 10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond,
+	100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond, time.Second, 1200 * time.Millisecond,
+	2500 * time.Millisecond, 4 * time.Second, 10 * time.Second}
+
+// backoffBounds are retryguard_backoff_seconds' upper bounds: the full-jitter
+// ceilings of the spec's schedule (100 ms x 2^attempt) up to its 3 s cap.
+var backoffBounds = [...]time.Duration{5 * time.Millisecond, 10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond,
+	100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond, 1600 * time.Millisecond, 3 * time.Second}
 
 // NewMetrics registers the runtime's metrics with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
@@ -47,6 +62,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Lifecycle transitions by the state entered."}, "policy", "to"),
 		perOp: desc(prometheus.Opts{Name: "retryguard_attempts_per_operation",
 			Help: "Attempts each logical operation made."}, "policy"),
+		duration: desc(prometheus.Opts{Name: "retryguard_operation_duration_seconds",
+			Help: "Time from a logical operation's start to its final state, backoff included, by that state."}, "policy", "state"),
+		backoff: desc(prometheus.Opts{Name: "retryguard_backoff_seconds",
+			Help: "Backoff waits chosen before a retry."}, "policy"),
+		recovery: desc(prometheus.Opts{Name: "retryguard_recovery_seconds",
+			Help: "Time from a fault's end (under 1% of a second's primaries failing) until retries fell under 2 a second."}, "policy"),
+		lag: desc(prometheus.Opts{Name: "retryguard_recovery_lag_seconds",
+			Help: "Time since the fault's end while retries stay at 2 a second or more; 0 otherwise."}, "policy"),
 		denied: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "retryguard_retries_denied_total",
 			Help: "Retries not made, by reason (budget, deadline, deadline_at_start, retry_after, retry_after_unparseable, permanent, " +
 				"ambiguous, not_replay_safe, unrepeatable, exhausted, not_enforced, cancelled)."}, []string{"policy", "reason"}),
@@ -72,15 +95,70 @@ func desc(o prometheus.Opts, labels ...string) *prometheus.Desc {
 type policyMetrics struct {
 	m    *Metrics
 	name string
-	// firstTry counts operations whose first attempt succeeded: each is one
-	// more in six series, added when they are collected.
-	firstTry    atomic.Uint64
+	// firstTry holds the operations whose first attempt succeeded, by their
+	// duration: each is one more in six series and in the DISPATCHED
+	// duration's, added when they are collected, so that such an operation
+	// costs one clock read and the two atomic adds of its duration.
+	firstTry    durations
 	transitions [len(stateNames)]atomic.Uint64
 	attempts    [len(classNames)]atomic.Uint64
 	// perOp counts operations by the attempts they made: [n-1] for n in
 	// 1..perOpBuckets, [perOpBuckets] for more; perOpSum is their total.
 	perOp    [perOpBuckets + 1]atomic.Uint64
 	perOpSum atomic.Uint64
+	// duration[i] holds the operations that ended in terminalNames[i].
+	duration [len(terminalNames)]durations
+	backoff  durations
+	recovery recovery
+}
+
+// durations is a histogram of durations as atomics: counts[i] for the
+// durations within bounds[i] (and above bounds[i-1]), counts[len(bounds)] for
+// longer ones, and sum their nanoseconds. Sized for the longer bound set.
+type durations struct {
+	counts [len(durationBounds) + 1]atomic.Uint64
+	sum    atomic.Uint64
+}
+
+// observe counts d. A linear scan: the first bound holds a fast operation.
+func (h *durations) observe(bounds []time.Duration, d time.Duration) {
+	i := 0
+	for i < len(bounds) && d > bounds[i] {
+		i++
+	}
+	h.counts[i].Add(1)
+	h.sum.Add(uint64(max(d, 0)))
+}
+
+// count is how many durations h holds.
+func (h *durations) count() uint64 {
+	var n uint64
+	for i := range h.counts {
+		n += h.counts[i].Load()
+	}
+	return n
+}
+
+// plus returns a copy of h with o's first n+1 counts and sum added.
+func (h *durations) plus(o *durations, n int) *durations {
+	sum := new(durations)
+	for i := range n + 1 {
+		sum.counts[i].Store(h.counts[i].Load() + o.counts[i].Load())
+	}
+	sum.sum.Store(h.sum.Load() + o.sum.Load())
+	return sum
+}
+
+// metric reads h as a cumulative Prometheus histogram in seconds.
+func (h *durations) metric(desc *prometheus.Desc, bounds []time.Duration, labels ...string) prometheus.Metric {
+	buckets := make(map[float64]uint64, len(bounds))
+	var count uint64
+	for i, b := range bounds {
+		count += h.counts[i].Load()
+		buckets[b.Seconds()] = count
+	}
+	count += h.counts[len(bounds)].Load()
+	return prometheus.MustNewConstHistogram(desc, count, time.Duration(h.sum.Load()).Seconds(), buckets, labels...)
 }
 
 // stateNames and classNames are the fixed label sets of the per-policy
@@ -89,7 +167,21 @@ type policyMetrics struct {
 var (
 	stateNames = [...]State{Submitted, Attempting, BackoffWait, Dispatched, BudgetExhausted, TerminalExhausted, UnknownOutcome}
 	classNames = [...]Class{classSuccess, Transient, Ambiguous, Permanent, Unrecognized}
+	// terminalNames are the final states, retryguard_operation_duration_seconds' state label.
+	terminalNames = [...]State{Dispatched, BudgetExhausted, TerminalExhausted, UnknownOutcome}
 )
+
+func terminalIndex(s State) int {
+	switch s {
+	case Dispatched:
+		return 0
+	case BudgetExhausted:
+		return 1
+	case TerminalExhausted:
+		return 2
+	}
+	return 3 // UnknownOutcome
+}
 
 func stateIndex(s State) int {
 	switch s {
@@ -123,7 +215,9 @@ func classIndex(c Class) int {
 	return 4 // Unrecognized
 }
 
-func (m *Metrics) forPolicy(name string) *policyMetrics {
+// forPolicy returns name's series; clk (the first executor's clock) closes
+// its recovery windows when they are collected.
+func (m *Metrics) forPolicy(name string, clk clock.Clock) *policyMetrics {
 	if m == nil {
 		return nil
 	}
@@ -132,6 +226,7 @@ func (m *Metrics) forPolicy(name string) *policyMetrics {
 	pm, ok := m.policies[name]
 	if !ok {
 		pm = &policyMetrics{m: m, name: name}
+		pm.recovery.clock = clk
 		m.policies[name] = pm
 	}
 	return pm
@@ -143,6 +238,10 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.attempts
 	ch <- m.transitions
 	ch <- m.perOp
+	ch <- m.duration
+	ch <- m.backoff
+	ch <- m.recovery
+	ch <- m.lag
 }
 
 // Collect implements prometheus.Collector: it reads every policy's atomics,
@@ -158,7 +257,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
 	for _, pm := range pms {
-		first := pm.firstTry.Load()
+		first := pm.firstTry.count()
 		for i, s := range stateNames {
 			v := pm.transitions[i].Load()
 			if s == Submitted || s == Attempting || s == Dispatched {
@@ -187,6 +286,17 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		}
 		count += pm.perOp[perOpBuckets].Load()
 		ch <- prometheus.MustNewConstHistogram(m.perOp, count, float64(pm.perOpSum.Load()+first), buckets, pm.name)
+		for i, s := range terminalNames {
+			h := &pm.duration[i]
+			if s == Dispatched {
+				h = h.plus(&pm.firstTry, len(durationBounds))
+			}
+			ch <- h.metric(m.duration, durationBounds[:], pm.name, string(s))
+		}
+		ch <- pm.backoff.metric(m.backoff, backoffBounds[:], pm.name)
+		lag, done := pm.recoveryNow()
+		ch <- done.metric(m.recovery, recoveryBounds[:], pm.name)
+		ch <- prometheus.MustNewConstMetric(m.lag, prometheus.GaugeValue, lag.Seconds(), pm.name)
 	}
 }
 
@@ -205,11 +315,9 @@ func (m *Metrics) conflict(budget string) {
 	}
 }
 
-// succeededFirst records an operation whose first attempt succeeded.
-func (pm *policyMetrics) succeededFirst() {
-	if pm != nil {
-		pm.firstTry.Add(1)
-	}
+// succeededFirst records an operation whose first attempt succeeded in d.
+func (pm *policyMetrics) succeededFirst(d time.Duration) {
+	pm.firstTry.observe(durationBounds[:], d)
 }
 
 // started records SUBMITTED and the first ATTEMPTING of an operation whose
@@ -237,6 +345,20 @@ func (pm *policyMetrics) finished(attempts int) {
 	if pm != nil {
 		pm.perOp[min(max(attempts, 1), perOpBuckets+1)-1].Add(1)
 		pm.perOpSum.Add(uint64(max(attempts, 0)))
+	}
+}
+
+// took records how long an operation took to reach its final state s.
+func (pm *policyMetrics) took(s State, d time.Duration) {
+	if pm != nil {
+		pm.duration[terminalIndex(s)].observe(durationBounds[:], d)
+	}
+}
+
+// waits records the backoff chosen before a retry.
+func (pm *policyMetrics) waits(d time.Duration) {
+	if pm != nil {
+		pm.backoff.observe(backoffBounds[:], d)
 	}
 }
 

@@ -2,8 +2,10 @@ package retry
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
@@ -87,5 +89,74 @@ retryguard_state_transitions_total{policy="sms-2fa-dispatch",to="UNKNOWN_OUTCOME
 	}
 	if got.String() != strings.TrimPrefix(want, "\n") {
 		t.Errorf("metrics:\n%s\nwant:\n%s", got.String(), want)
+	}
+}
+
+// Operation latency is measured in seconds from the operation's start to its
+// final state, backoff included, so that the latency SLA (p95 <= 1,200 ms) can
+// be watched from the share of operations above the 1.2 s bucket; and each
+// backoff wait is recorded. On the virtual clock every duration is exact: the
+// attempts take the time the operation sleeps, and the jitter draws its largest
+// delay (the spec's 0-200 ms, then 0-400 ms).
+func TestMetricsMeasureOperationAndBackoffSeconds(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	p := smsPolicy()
+	clk := clock.NewVirtual(epoch)
+	ex := New(staticSource{p.Policy.Name: p}, WithClock(clk), WithMetrics(NewMetrics(reg)), WithRand(func(n int64) int64 { return n - 1 }))
+	do := func(took time.Duration, fail ...error) {
+		_ = ex.Do(context.Background(), p.Policy.Name, smsVars, func(ctx context.Context, a Attempt) error {
+			_ = clk.Sleep(ctx, took)
+			if a.Number <= len(fail) {
+				return fail[a.Number-1]
+			}
+			return nil
+		})
+	}
+	do(300 * time.Millisecond)                                                  // DISPATCHED in 0.3 s
+	do(100*time.Millisecond, Status(503, ""))                                   // 0.1 + 0.2 + 0.1 s
+	do(500*time.Millisecond, Status(503, ""), Status(503, ""), Status(503, "")) // 0.5 + 0.2 + 0.5 + 0.4 + 0.5 s
+	do(10*time.Millisecond, Status(400, ""))                                    // 10 ms, permanent
+
+	gathered, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hist := func(name string, labels map[string]string) (buckets map[float64]uint64, count uint64, sum float64) {
+		for _, mf := range gathered {
+			if mf.GetName() != name {
+				continue
+			}
+		next:
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if v, ok := labels[l.GetName()]; ok && v != l.GetValue() {
+						continue next
+					}
+				}
+				buckets = map[float64]uint64{}
+				for _, b := range m.GetHistogram().GetBucket() {
+					buckets[b.GetUpperBound()] = b.GetCumulativeCount()
+				}
+				return buckets, m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
+			}
+		}
+		t.Fatalf("no %s%v", name, labels)
+		return nil, 0, 0
+	}
+	const ns = 1e-9
+	ok, n, sum := hist("retryguard_operation_duration_seconds", map[string]string{"state": "DISPATCHED"})
+	if n != 2 || ok[0.25] != 0 || ok[0.5] != 2 || ok[1.2] != 2 || math.Abs(sum-(0.3+0.4-ns)) > 1e-6 {
+		t.Errorf("DISPATCHED: count %d, sum %v, buckets %v; want 2 within 0.5 s, 0.7 s in all", n, sum, ok)
+	}
+	failed, n, sum := hist("retryguard_operation_duration_seconds", map[string]string{"state": "TERMINAL_EXHAUSTED"})
+	if n != 2 || failed[0.01] != 1 || failed[1.2] != 1 || failed[2.5] != 2 || math.Abs(sum-(0.01+2.1-2*ns)) > 1e-6 {
+		t.Errorf("TERMINAL_EXHAUSTED: count %d, sum %v, buckets %v; want one in 10 ms and one above the SLA's 1.2 s", n, sum, failed)
+	}
+	if _, n, _ := hist("retryguard_operation_duration_seconds", map[string]string{"state": "UNKNOWN_OUTCOME"}); n != 0 {
+		t.Errorf("UNKNOWN_OUTCOME: %d operations", n)
+	}
+	waits, n, sum := hist("retryguard_backoff_seconds", nil)
+	if n != 3 || waits[0.1] != 0 || waits[0.2] != 2 || waits[0.4] != 3 || math.Abs(sum-(0.8-3*ns)) > 1e-6 {
+		t.Errorf("backoff: count %d, sum %v, buckets %v; want 0.2, 0.2 and 0.4 s", n, sum, waits)
 	}
 }

@@ -208,7 +208,7 @@ func attemptsCounted(t *testing.T, reg *prometheus.Registry) int {
 	return int(total)
 }
 
-// "metrics of every attempt" (issue 18; seed 002: "Derive ratios from
+// "metrics of every attempt" (issue 18; RG-RETRY: "Derive ratios from
 // scoped counters: attempts per logical call"): retryguard_attempts_total
 // counts every request the dependency received, through net/http's refused
 // re-send on a keep-alive connection and HTTP/2's refused stream.

@@ -28,7 +28,7 @@ func WithVars(ctx context.Context, vars Vars) context.Context {
 // DefaultMaxBufferedBody is the largest request body a RoundTripper keeps in
 // memory so that it can send it again, when MaxBufferedBody is 0: 64 KiB,
 // above the JSON bodies of the APIs it fronts and small enough that a
-// thousand requests in flight hold at most 64 MiB (seed 002: "bounded
+// thousand requests in flight hold at most 64 MiB (RG-RETRY: "bounded
 // buffering may permit retry").
 const DefaultMaxBufferedBody = 64 << 10
 

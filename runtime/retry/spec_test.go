@@ -1,7 +1,7 @@
 package retry_test
 
-// Each test here reads one sentence of RETRY-SMS-001 (seed 000) or of the
-// layered-budget rules (seed 003) and checks it the way an application
+// Each test here reads one sentence of RETRY-SMS-001 or of the
+// layered-budget rules (RG-LOAD) and checks it the way an application
 // would: through New, Do and the RoundTripper, nothing unexported.
 
 import (
@@ -76,8 +76,8 @@ func run(t *testing.T, ex *retry.Executor, clk *clock.Virtual, p *policyconfig.P
 	return re, calls
 }
 
-// Seed 000 MC-ST-01: BACKOFF_WAIT → ATTEMPTING only when the sleep has
-// elapsed and the deadline remaining holds minRemaining (500 ms); seed 003
+// RETRY-SMS-001 MC-ST-01: BACKOFF_WAIT → ATTEMPTING only when the sleep has
+// elapsed and the deadline remaining holds minRemaining (500 ms); RG-LOAD
 // fixes the boundary: exactly 500 ms left after the wait is allowed, 499 ms
 // is not. The wait is pinned by Retry-After: 1 and a backoff draw of its
 // minimum.
@@ -86,7 +86,7 @@ func TestARetryStartsOnlyAboveMinRemaining(t *testing.T) {
 		spent time.Duration // by the first attempt, of the 4 s deadline
 		retry bool
 	}{
-		{spent: 2500 * time.Millisecond, retry: true},  // 1,500 left, 500 after the wait: seed 003's boundary
+		{spent: 2500 * time.Millisecond, retry: true},  // 1,500 left, 500 after the wait: RG-LOAD's boundary
 		{spent: 2501 * time.Millisecond, retry: false}, // 1,499 left, 499 after the wait
 		{spent: 2900 * time.Millisecond, retry: false}, // 100 after the wait: the old check let it start
 	} {
@@ -116,7 +116,7 @@ func TestARetryStartsOnlyAboveMinRemaining(t *testing.T) {
 	}
 }
 
-// Seed 003's fixture: 1,500 ms left, a 1,000 ms wait and a 500 ms attempt
+// RG-LOAD's fixture: 1,500 ms left, a 1,000 ms wait and a 500 ms attempt
 // is allowed; at 1,499 ms it is denied. The attempt's cost is the policy's
 // perAttemptTimeout, and the sample's 500 ms minRemaining is kept.
 func TestSeed003DeadlineBoundary(t *testing.T) {
@@ -162,7 +162,7 @@ func TestTheCallersDeadlineIsReadOnTheInjectedClock(t *testing.T) {
 	}
 }
 
-// Seed 000 MC-FM-01: unparseable headers are a non-retryable terminal
+// RETRY-SMS-001 MC-FM-01: unparseable headers are a non-retryable terminal
 // failure. A valid Retry-After (a date in the past included) is not.
 func TestAnUnparseableRetryAfterIsTerminal(t *testing.T) {
 	for header, want := range map[string]int{"soon-ish": 1, "-5": 1, "1.5": 1, "   ": 1, "0": 2,
@@ -286,11 +286,11 @@ func TestRoundTripperHangUpAfterTheRequestIsAmbiguous(t *testing.T) {
 	}
 }
 
-// Seed 003: retry_allowed(429, safe=False, ...) is false. A retry of a
+// RG-LOAD: retry_allowed(429, safe=False, ...) is false. A retry of a
 // request that reached the dependency needs safe repeat semantics: an
-// idempotent method or a key. Proof that it never left needs none (seed 002:
+// idempotent method or a key. Proof that it never left needs none (RG-RETRY:
 // "proven non-dispatch ... can permit another attempt even without a server
-// retryability flag"; seed 004: "the connector can handle a connection
+// retryability flag"; RG-LAYERS: "the connector can handle a connection
 // refused before any request left the process").
 func TestARetryNeedsReplaySafety(t *testing.T) {
 	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
@@ -410,7 +410,7 @@ func TestAnAmbiguousFailureTheBudgetRefusesEndsUnknown(t *testing.T) {
 	}
 }
 
-// Seed 000 ADV-IR-01: the interceptor rejects any attempt beyond the limit
+// RETRY-SMS-001 ADV-IR-01: the interceptor rejects any attempt beyond the limit
 // with ERR_RETRY_LIMIT_EXCEEDED.
 func TestSpentAttemptsEndWithRetryLimitExceeded(t *testing.T) {
 	p := fixtures.SMS()

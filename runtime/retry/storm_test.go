@@ -11,7 +11,7 @@ import (
 	"github.com/retryguard/retryguard/runtime/clock"
 )
 
-// The seed's recovery drill (MC-RT-01), simulated: 1,200 requests/s; for the
+// The spec's recovery drill (MC-RT-01), simulated: 1,200 requests/s; for the
 // first 45 s the vendor answers 429 to 60% of attempts, then errs on 1 in
 // 2,000 (well under 1%). Every attempt takes 100 ms. The bubble's virtual
 // clock runs the real Executor, budget and backoff, one goroutine per

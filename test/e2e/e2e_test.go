@@ -220,7 +220,7 @@ var _ = Describe("Retryguard installed from its chart", Ordered, Label("e2e"), f
 
 	// enforce drives one application through the story and returns what the
 	// vendor saw.
-	storm := func(ctx context.Context, app *corev1.Service, user string, script []int) (SendResult, []Attempt) {
+	storm := func(ctx context.Context, base, app, user string, script []int) (SendResult, []Attempt) {
 		GinkgoHelper()
 		// Ordinary traffic first: the budget allows retries as a share of
 		// recent primaries. An empty script also drops what a previous
@@ -228,7 +228,7 @@ var _ = Describe("Retryguard installed from its chart", Ordered, Label("e2e"), f
 		Expect(call(ctx, "PUT", svcURL(vendorSvc)+"/script", []int{}, nil)).To(Succeed())
 		for i := range 30 {
 			var r SendResult
-			Expect(call(ctx, "POST", fmt.Sprintf("%s/send?user=warm%d&session=w", svcURL(app), i), nil, &r)).To(Succeed())
+			Expect(call(ctx, "POST", fmt.Sprintf("%s?user=warm%d&session=w", sendURL(base, app), i), nil, &r)).To(Succeed())
 			if r.Status != 201 {
 				var seen []Attempt
 				_ = call(ctx, "GET", svcURL(vendorSvc)+"/attempts", nil, &seen)
@@ -237,7 +237,7 @@ var _ = Describe("Retryguard installed from its chart", Ordered, Label("e2e"), f
 		}
 		Expect(call(ctx, "PUT", svcURL(vendorSvc)+"/script", script, nil)).To(Succeed())
 		var r SendResult
-		Expect(call(ctx, "POST", fmt.Sprintf("%s/send?user=%s&session=s-9", svcURL(app), user), nil, &r)).To(Succeed())
+		Expect(call(ctx, "POST", fmt.Sprintf("%s?user=%s&session=s-9", sendURL(base, app), user), nil, &r)).To(Succeed())
 		var seen []Attempt
 		Expect(call(ctx, "GET", svcURL(vendorSvc)+"/attempts", nil, &seen)).To(Succeed())
 		return r, seen
@@ -257,15 +257,20 @@ var _ = Describe("Retryguard installed from its chart", Ordered, Label("e2e"), f
 	It("enforces sms-2fa-dispatch in both applications: 3 attempts on a 503 storm, 1 on a 400, one key", func(ctx SpecContext) {
 		for _, app := range []*corev1.Service{informerSvc, volumeSvc} {
 			user := strings.TrimPrefix(app.Name, "smsapp-")
-			r, seen := storm(ctx, app, user, []int{503, 503, 503, 503, 503})
+			r, seen := storm(ctx, svcURL(app), app.Name, user, []int{503, 503, 503, 503, 503})
 			expectStorm(r, seen, user, 3)
 
-			r, seen = storm(ctx, app, user+"-bad", []int{400})
+			r, seen = storm(ctx, svcURL(app), app.Name, user+"-bad", []int{400})
 			Expect(seen).To(HaveLen(1), "a 400 is never retried: %+v", seen)
 			Expect(seen[0].Status).To(Equal(400))
 			Expect(r.Status).To(Equal(400), "%+v", r)
 		}
 	}, NodeTimeout(2*time.Minute))
+
+	It("governs a client that is not Go through the injected sidecar: busybox wget gets 3 attempts on a 503 storm, 1 on a 400, "+
+		"one key, and a dead letter", func(ctx SpecContext) {
+		anyLanguageSpec(ctx, vendorSvc, storm)
+	}, NodeTimeout(4*time.Minute))
 
 	It("delivers a policy update to the running pods (informer and mounted volume)", func(ctx SpecContext) {
 		var p policyv1alpha1.RetryPolicy
@@ -291,7 +296,7 @@ var _ = Describe("Retryguard installed from its chart", Ordered, Label("e2e"), f
 		wg.Wait()
 		for _, app := range []*corev1.Service{informerSvc, volumeSvc} {
 			user := strings.TrimPrefix(app.Name, "smsapp-") + "-updated"
-			r, seen := storm(ctx, app, user, []int{503, 503, 503, 503, 503})
+			r, seen := storm(ctx, svcURL(app), app.Name, user, []int{503, 503, 503, 503, 503})
 			expectStorm(r, seen, user, 2)
 		}
 	}, NodeTimeout(5*time.Minute))
@@ -312,6 +317,10 @@ var _ = Describe("Retryguard installed from its chart", Ordered, Label("e2e"), f
 		"a pod started while the controller is stopped retries nothing until a count names it", func(ctx SpecContext) {
 		fleetBudgetSpec(ctx, vendorSvc)
 	}, NodeTimeout(10*time.Minute))
+
+	It("gives the wget pod's sidecar its share of a fleet budget shared with a Go pod", func(ctx SpecContext) {
+		anyLanguageFleetSpec(ctx, vendorSvc)
+	}, NodeTimeout(5*time.Minute))
 
 	It("fails over when the leader pod is killed: another replica reconciles within the lease duration, admission keeps answering", func(ctx SpecContext) {
 		Expect(admissionRefusal(ctx)).To(MatchError(ContainSubstring("ERR_BUDGET_ABOVE_PLATFORM_CAP")))

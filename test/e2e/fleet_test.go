@@ -140,20 +140,27 @@ func fleetPods(ctx context.Context, g Gomega) map[string]string {
 func awaitShares(ctx context.Context, pods map[string]string, consumers *int32, want int64) {
 	GinkgoHelper()
 	for name, url := range pods {
-		Eventually(func(g Gomega) {
-			var v FleetPolicyView
-			g.Expect(call(ctx, "GET", url+"/policy", nil, &v)).To(Succeed())
-			g.Expect(v.Found).To(BeTrue())
-			g.Expect(v.Budget).NotTo(BeNil())
-			g.Expect(v.Budget.Name).To(Equal(fleetBudget))
-			if consumers == nil {
-				g.Expect(v.Budget.Consumers).To(BeNil())
-			} else {
-				g.Expect(v.Budget.Consumers).To(HaveValue(Equal(*consumers)))
-			}
-			g.Expect(v.Budget.Denominator).To(Equal(want), "%s: %+v", name, v.Budget)
-		}).WithContext(ctx).WithPolling(250*time.Millisecond).WithTimeout(time.Minute).Should(Succeed(), name)
+		awaitShare(ctx, name, url+"/policy", fleetBudget, consumers, want)
 	}
+}
+
+// awaitShare waits until the pod's view of budget at policyURL (smsapp's
+// /policy, or the sidecar's /policies/<name>) divides by want pods.
+func awaitShare(ctx context.Context, name, policyURL, budget string, consumers *int32, want int64) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		var v FleetPolicyView
+		g.Expect(call(ctx, "GET", policyURL, nil, &v)).To(Succeed())
+		g.Expect(v.Found).To(BeTrue())
+		g.Expect(v.Budget).NotTo(BeNil())
+		g.Expect(v.Budget.Name).To(Equal(budget))
+		if consumers == nil {
+			g.Expect(v.Budget.Consumers).To(BeNil())
+		} else {
+			g.Expect(v.Budget.Consumers).To(HaveValue(Equal(*consumers)))
+		}
+		g.Expect(v.Budget.Denominator).To(Equal(want), "%s: %+v", name, v.Budget)
+	}).WithContext(ctx).WithPolling(250*time.Millisecond).WithTimeout(time.Minute).Should(Succeed(), name)
 }
 
 // driveFleet sends fleetWorkers streams of SMS through each pod for

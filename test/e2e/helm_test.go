@@ -65,6 +65,9 @@ func chartValues(ch *chart.Chart, extra map[string]any) map[string]any {
 		img["tag"] = managerTag
 	}
 	vals := map[string]any{"image": img}
+	if _, ok := ch.Values["proxy"]; ok {
+		vals["proxy"] = map[string]any{"image": map[string]any{"repository": proxyRepository, "tag": proxyTag, "pullPolicy": "Never"}}
+	}
 	if selfManagedCerts(ch) {
 		vals["webhook"] = map[string]any{"certManager": map[string]any{"enabled": false}}
 	}

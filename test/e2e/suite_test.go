@@ -3,7 +3,9 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,6 +32,12 @@ const (
 	vendorImage       = "retryguard.local/e2e/vendor:1"
 	smsappImage       = "retryguard.local/e2e/smsapp:1"
 	netprobeImage     = "retryguard.local/e2e/netprobe:1"
+	// proxyRepository:proxyTag is retryguard-proxy, which the chart's
+	// injector adds; busyboxImage is Debian's busybox-static, the client
+	// that is not Go (hack/e2e/busybox-asset.sh).
+	proxyRepository = "retryguard.local/e2e/proxy"
+	proxyTag        = "1"
+	busyboxImage    = "retryguard.local/e2e/busybox:1"
 )
 
 // managerTag is the manager image's tag: "" when the image is make image's
@@ -76,6 +84,8 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	vendorTar := filepath.Join(cluster.DefaultImageDir, "vendor.tar")
 	smsappTar := filepath.Join(cluster.DefaultImageDir, "smsapp.tar")
 	netprobeTar := filepath.Join(cluster.DefaultImageDir, "netprobe.tar")
+	proxyTar := filepath.Join(cluster.DefaultImageDir, "proxy.tar")
+	busyboxTar := filepath.Join(cluster.DefaultImageDir, "busybox.tar")
 	var g errgroup.Group
 	if managerTar == "" {
 		managerTag = "e2e"
@@ -97,6 +107,17 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	g.Go(func() error {
 		return image.BinaryImage(ctx, wd, "./apps/netprobe", netprobeTar, netprobeImage, image.Config{})
 	})
+	g.Go(func() error {
+		return image.BinaryImage(ctx, repoRoot, "./cmd/retryguard-proxy", proxyTar, proxyRepository+":"+proxyTag, image.Config{})
+	})
+	g.Go(func() error {
+		out, err := exec.CommandContext(ctx, filepath.Join(repoRoot, "hack", "e2e", "busybox-asset.sh")).Output()
+		if err != nil {
+			return fmt.Errorf("hack/e2e/busybox-asset.sh: %w", err)
+		}
+		bin := filepath.Join(strings.TrimSpace(string(out)), "busybox")
+		return image.FileImage(bin, busyboxTar, busyboxImage, image.Config{Entrypoint: []string{"/busybox"}})
+	})
 	up := time.Now()
 	node, err = cluster.Up(ctx, opts)
 	Expect(err).NotTo(HaveOccurred())
@@ -107,7 +128,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		AddReportEntry("cluster down", time.Since(down).Round(100*time.Millisecond).String())
 	})
 	Expect(g.Wait()).To(Succeed())
-	for _, tar := range []string{managerTar, vendorTar, smsappTar, netprobeTar} {
+	for _, tar := range []string{managerTar, vendorTar, smsappTar, netprobeTar, proxyTar, busyboxTar} {
 		logf("importing %s", tar)
 		Expect(node.ImportImage(ctx, tar)).To(Succeed())
 	}

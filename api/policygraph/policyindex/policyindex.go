@@ -12,6 +12,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/retryguard/retryguard/api/policygraph"
@@ -93,9 +95,93 @@ func RegisterIndexes(ctx context.Context, indexer client.FieldIndexer) error {
 // concurrent use when its Reader is.
 type CacheLookup struct {
 	Reader client.Reader
+	// children is the RetryPolicy informer's store, with the
+	// indexChildren index, when NewIndexedLookup could reach it; synced
+	// reports whether it holds every policy yet.
+	children toolscache.Indexer
+	synced   func() bool
+	// memo keeps walks below a policy until the store changes: the
+	// children index function starts a new generation on every change.
+	memo *policygraph.Memo
 }
 
-var _ policygraph.Lookup = CacheLookup{}
+var (
+	_ policygraph.Lookup       = CacheLookup{}
+	_ policygraph.ChildVisitor = CacheLookup{}
+	_ policygraph.Memoizing    = CacheLookup{}
+)
+
+// Memo is the lookup's Memo, nil (none) unless NewIndexedLookup added the
+// children index.
+func (c CacheLookup) Memo() *policygraph.Memo { return c.memo }
+
+// indexChildren is the informer index NewIndexedLookup adds: a policy
+// under its parent's ParentRefKey, in every namespace.
+const indexChildren = "retryguard.io/children"
+
+// NewIndexedLookup is a CacheLookup over c that also reads children in
+// place: it adds an index to the RetryPolicy informer's own store and
+// visits a parent's children there, so that a review neither copies them
+// nor builds a list per descendant (controller-runtime's List copies each
+// item into the list it returns, by reflection, even with
+// UnsafeDisableDeepCopy). It keeps the worst chain below a policy between
+// reviews until a stored policy changes (policygraph.Memo). Until the informer has synced, and where c's
+// informer is not a client-go SharedIndexInformer, children are listed
+// through c as CacheLookup does. Call it before the cache starts.
+func NewIndexedLookup(ctx context.Context, c cache.Cache) (CacheLookup, error) {
+	lk := CacheLookup{Reader: c}
+	inf, err := c.GetInformer(ctx, &v1.RetryPolicy{}, cache.BlockUntilSynced(false))
+	if err != nil {
+		return lk, err
+	}
+	store, ok := inf.(interface{ GetIndexer() toolscache.Indexer })
+	if !ok {
+		return lk, nil
+	}
+	if _, added := store.GetIndexer().GetIndexers()[indexChildren]; added { // a second lookup over the same cache
+		lk.children, lk.synced = store.GetIndexer(), inf.HasSynced
+		return lk, nil
+	}
+	memo := &policygraph.Memo{}
+	err = inf.AddIndexers(toolscache.Indexers{indexChildren: func(obj any) ([]string, error) {
+		// The store calls its index functions under its lock, before a
+		// change is visible to any reader: the memo's generation moves first.
+		memo.Changed()
+		if p, ok := obj.(*v1.RetryPolicy); ok {
+			if key, ok := policygraph.ParentKey(p); ok {
+				return []string{ParentRefKey(key)}, nil
+			}
+		}
+		return nil, nil
+	}})
+	if err != nil {
+		return lk, err
+	}
+	lk.children, lk.synced, lk.memo = store.GetIndexer(), inf.HasSynced, memo
+	return lk, nil
+}
+
+// VisitChildren visits the policies, in every namespace, whose parentRef
+// names parent, in the informer's store once NewIndexedLookup reached it
+// and it has synced (in is false otherwise): each is the cache's own
+// object, which visit only reads.
+func (c CacheLookup) VisitChildren(_ context.Context, parent types.NamespacedName, visit func(*v1.RetryPolicy) error) (in bool, err error) {
+	if c.children == nil || !c.synced() {
+		return false, nil
+	}
+	objs, err := c.children.ByIndex(indexChildren, ParentRefKey(parent))
+	if err != nil {
+		return true, err
+	}
+	for _, o := range objs {
+		if p, ok := o.(*v1.RetryPolicy); ok {
+			if err := visit(p); err != nil {
+				return true, err
+			}
+		}
+	}
+	return true, nil
+}
 
 // Get returns the policy, or nil when it does not exist.
 func (c CacheLookup) Get(ctx context.Context, key types.NamespacedName) (*v1.RetryPolicy, error) {

@@ -1,9 +1,28 @@
+{{/* The chart's name, or nameOverride. */}}
+{{- define "retryguard.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+The objects' name, as Helm's own chart template makes it: fullnameOverride,
+else <release>-<name>, else the release's name alone when it already holds the
+name (release retryguard gives retryguard, not retryguard-retryguard).
+*/}}
 {{- define "retryguard.fullname" -}}
-{{- printf "%s-retryguard" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "retryguard.labels" -}}
-app.kubernetes.io/name: retryguard
+app.kubernetes.io/name: {{ include "retryguard.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
@@ -11,13 +30,22 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 {{- end -}}
 
 {{- define "retryguard.selector" -}}
-app.kubernetes.io/name: retryguard
+app.kubernetes.io/name: {{ include "retryguard.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
-{{/* The image, its tag defaulting to the chart's appVersion. */}}
+{{/* The image: by digest when one is set, else its tag, defaulting to the chart's appVersion. */}}
 {{- define "retryguard.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- end -}}
+
+{{/* The metrics Service, the job name Prometheus gives its targets. */}}
+{{- define "retryguard.metricsService" -}}
+{{ include "retryguard.fullname" . }}-metrics
 {{- end -}}
 
 {{- define "retryguard.serviceAccountName" -}}
@@ -35,4 +63,13 @@ system:serviceaccount:{{ .Release.Namespace }}:{{ include "retryguard.serviceAcc
 
 {{- define "retryguard.certSecret" -}}
 {{ include "retryguard.fullname" . }}-webhook-cert
+{{- end -}}
+
+{{- define "retryguard.proxyInjector" -}}
+{{ include "retryguard.fullname" . }}-proxy-injector
+{{- end -}}
+
+{{/* The retryguard-proxy sidecar's image, its tag defaulting to the chart's appVersion. */}}
+{{- define "retryguard.proxyImage" -}}
+{{ .Values.proxy.image.repository }}:{{ .Values.proxy.image.tag | default .Chart.AppVersion }}
 {{- end -}}

@@ -1,10 +1,10 @@
-// Command recovery is the seed's telephony retry recovery drill (MC-RT-01)
+// Command recovery is the spec's telephony retry recovery drill (MC-RT-01)
 // in real time: three retry strategies drive the same open-loop load, each
 // through the real HTTP stack against its own loopback fake telephony
 // provider that answers 429 to most attempts during a fault window and bans
 // a caller over the contracted rate. Option C is Retryguard, under the
 // sample policy as the controller publishes it. The exit status is C's
-// verdict: 0 when it meets the seed, 1 when it does not, 2 when the drill
+// verdict: 0 when it meets the spec, 1 when it does not, 2 when the drill
 // could not run. See docs/drill.md.
 package main
 
@@ -41,7 +41,7 @@ const (
 	DefaultFault     = 45 * time.Second
 	DefaultFaultRate = 0.6
 	DefaultAfter     = 15 * time.Second
-	// DefaultLatency is the virtual-clock drill's latency, within the seed's
+	// DefaultLatency is the virtual-clock drill's latency, within the spec's
 	// baseline (< 120 ms).
 	DefaultLatency = 100 * time.Millisecond
 	// QuickFault and QuickAfter scale the drill to about 20 s for CI.
@@ -58,7 +58,7 @@ const (
 // Exit statuses.
 const (
 	exitPass = 0
-	// exitFail: Option C missed a mark of the seed.
+	// exitFail: Option C missed a mark of the spec.
 	exitFail = 1
 	// exitBroken: the drill could not run.
 	exitBroken = 2

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// The seed's pass marks for the recovery drill (MC-RT-01, INV-RTY-04).
+// The spec's pass marks for the recovery drill (MC-RT-01, INV-RTY-04).
 const (
 	// maxRatio bounds outbound attempts per primary in every 1 s bucket
 	// after the first: retries at most 10% of primaries.
@@ -140,7 +140,7 @@ type verdict struct {
 	TimingOnly bool `json:"timingOnly"`
 }
 
-// judge holds a summary to the seed's marks; retryShare is how many retries
+// judge holds a summary to the spec's marks; retryShare is how many retries
 // a 1 s window may hold within the contract (the ban limit less the primary
 // rate).
 func judge(s summary, banLimit, retryShare int) verdict {

@@ -58,7 +58,7 @@ func optionOf(t *testing.T, rep *report, name string) optionReport {
 	return optionReport{}
 }
 
-// The quick drill: Retryguard meets the seed, the rejected options do not,
+// The quick drill: Retryguard meets the spec, the rejected options do not,
 // and every logical operation is accounted for.
 func TestQuickDrill(t *testing.T) {
 	if testing.Short() {

@@ -24,7 +24,7 @@ type scenario struct {
 	// primary rate it is contracted over.
 	BanLimit, RPS int
 	// BaselineEvery: after the fault, one first attempt in BaselineEvery is
-	// answered 503 (the seed's baseline of under 1% errors).
+	// answered 503 (the spec's baseline of under 1% errors).
 	BaselineEvery int
 }
 

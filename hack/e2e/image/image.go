@@ -73,3 +73,26 @@ func BinaryImage(ctx context.Context, moduleDir, pkg, tarPath, ref string, cfg C
 	}
 	return oci.WriteArchiveFile(tarPath, img, tag, time.Time{})
 }
+
+// FileImage packs a binary that is already built (a static one from a
+// distribution's package) as image ref at tarPath, as BinaryImage packs one
+// it builds: cfg.Entrypoint[0] is where it lies in the image.
+func FileImage(binary, tarPath, ref string, cfg Config) error {
+	tag, err := name.NewTag(ref)
+	if err != nil {
+		return err
+	}
+	if len(cfg.Entrypoint) == 0 {
+		return fmt.Errorf("%s: an entrypoint names where the binary lies", ref)
+	}
+	data, err := os.ReadFile(binary)
+	if err != nil {
+		return err
+	}
+	img, err := oci.Image(oci.Spec{Binary: data, Path: cfg.Entrypoint[0], User: cfg.User, Labels: cfg.Labels,
+		Platform: v1.Platform{OS: "linux", Architecture: runtime.GOARCH}, CreatedBy: "e2e: " + filepath.Base(binary)})
+	if err != nil {
+		return err
+	}
+	return oci.WriteArchiveFile(tarPath, img, tag, time.Time{})
+}

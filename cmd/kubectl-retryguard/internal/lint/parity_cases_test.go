@@ -85,10 +85,10 @@ func raised[T client.Object](obj T, change func(T)) T {
 // webhookCases restates webhooks/webhook_rules_test.go: the objects each
 // spec creates or updates, in its order.
 var webhookCases = []parityCase{
-	{"refuses the seed's [3,3,3] chain: 27 calls at the bottom", seq(
+	{"refuses the spec's [3,3,3] chain: 27 calls at the bottom", seq(
 		policy("workflow", "workflow", 3), policy("connector", "connector", 3, parent("job")),
 		policy("job", "job", 3, parent("workflow")))},
-	{"accepts the seed's [1,3,1] chain: 3 calls at the bottom", seq(
+	{"accepts the spec's [1,3,1] chain: 3 calls at the bottom", seq(
 		policy("workflow", "workflow", 1), policy("job", "job", 3, parent("workflow")),
 		policy("connector", "connector", 1, parent("job")))},
 	{"refuses an update that raises a parent above the limit for an existing child", seq(

@@ -1,0 +1,261 @@
+// Command retryguard-proxy is Retryguard's egress sidecar for services in any
+// language: the application sends plain HTTP to localhost:<port>, and the
+// proxy sends it on to the route's upstream (TLS for https) through the
+// runtime's retry.RoundTripper, under the route's RetryPolicy
+// (docs/proxy.md). It runs as a native sidecar, an init container with
+// restartPolicy: Always, which the injector adds to pods annotated
+// retryguard.io/inject: "true".
+//
+// Route listeners bind to loopback only: the pod's own containers are its
+// only callers, so the sidecar is never an open proxy for other pods.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/retryguard/retryguard/proxy"
+	"github.com/retryguard/retryguard/runtime/budget"
+	"github.com/retryguard/retryguard/runtime/deadletter"
+	"github.com/retryguard/retryguard/runtime/events/kafka"
+	"github.com/retryguard/retryguard/runtime/retry"
+	"github.com/retryguard/retryguard/runtime/watch"
+	"github.com/retryguard/retryguard/runtime/watch/informer"
+)
+
+// Defaults the injector and the manual YAML of docs/proxy.md rely on.
+const (
+	defaultRoutes      = "/etc/retryguard/proxy/routes.json"
+	defaultDeadLetters = "/var/run/retryguard/proxy/deadletters.journal"
+)
+
+type options struct {
+	routes, watch, policyDir, deadLetters, listenHost string
+	adminPort                                         int
+	brokers, deadLetterTopic                          string
+}
+
+func main() {
+	var o options
+	flag.StringVar(
+		&o.routes,
+		"routes",
+		defaultRoutes,
+		"the route table (JSON, docs/proxy.md); the injector mounts the pod's "+proxy.RoutesAnnotation+" annotation here",
+	)
+	flag.StringVar(&o.watch, "watch", "informer", "where policies come from: informer (the published ConfigMaps, needs get/list/watch on ConfigMaps) or files")
+	flag.StringVar(&o.policyDir, "policy-dir", "", "with --watch=files: the mounted ConfigMap volume")
+	flag.StringVar(&o.deadLetters, "dead-letters", defaultDeadLetters, "the dead-letter journal (the outbox); on a volume that outlives the container")
+	flag.StringVar(&o.listenHost, "listen-host", "127.0.0.1", "the address route listeners bind to")
+	flag.IntVar(&o.adminPort, "admin-port", proxy.DefaultAdminPort, "the port of /healthz, /readyz, /metrics and /deadletters (all addresses)")
+	flag.StringVar(
+		&o.brokers,
+		"kafka-brokers",
+		"",
+		"comma-separated Kafka seed brokers: lifecycle events go to each policy's eventsTopic, dead letters to --dead-letter-topic",
+	)
+	flag.StringVar(&o.deadLetterTopic, "dead-letter-topic", "", "with --kafka-brokers: the topic the outbox forwarder ships dead letters to")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		slog.Error("retryguard-proxy", "err", err)
+		os.Exit(1)
+	}
+}
+
+type source interface {
+	retry.Source
+	Start(context.Context) error
+	Rejected() uint64
+}
+
+func run(ctx context.Context, o options) error {
+	data, err := os.ReadFile(o.routes)
+	if err != nil {
+		return fmt.Errorf("the route table: %w", err)
+	}
+	table, err := proxy.Parse(data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", o.routes, err)
+	}
+	if err := table.Validate(o.adminPort); err != nil {
+		return fmt.Errorf("%s: %w", o.routes, err)
+	}
+	var src source
+	switch o.watch {
+	case "informer":
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return err
+		}
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return err
+		}
+		src = informer.New(cs, watch.PodNamespace())
+	case "files":
+		src = watch.NewFiles(o.policyDir)
+	default:
+		return fmt.Errorf("--watch=%q: want informer or files", o.watch)
+	}
+	if err := src.Start(ctx); err != nil {
+		return err
+	}
+
+	journal, err := deadletter.Open(o.deadLetters)
+	if err != nil {
+		return fmt.Errorf("the dead-letter journal: %w", err)
+	}
+	defer journal.Close()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(watch.Collector(src))
+	// One registry for both of the proxy's executors: the pod holds one
+	// share of each budget ($POD_UID), with the source's delivery bound.
+	delivery := time.Duration(1<<63 - 1)
+	if d, ok := src.(interface{ DeliveryBound() time.Duration }); ok {
+		delivery = d.DeliveryBound()
+	}
+	opts := []retry.Option{
+		retry.WithBudgets(budget.NewRegistry(nil, budget.WithDelivery(delivery))),
+		retry.WithDeadLetters(journal),
+		retry.WithMetrics(retry.NewMetrics(reg)),
+	}
+	if o.brokers != "" {
+		stopKafka, sinkOpt, err := startKafka(ctx, o, journal)
+		if err != nil {
+			return err
+		}
+		defer stopKafka()
+		opts = append(opts, sinkOpt)
+	}
+	rt := proxy.NewRuntime(src, &retry.Pools{}, nil, opts...)
+
+	var servers []*http.Server
+	var ready atomic.Bool
+	for _, port := range table.Ports() {
+		p, err := rt.New(table, port)
+		if err != nil {
+			return err
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort(o.listenHost, strconv.Itoa(port)))
+		if err != nil {
+			return err
+		}
+		srv := &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
+		servers = append(servers, srv)
+		go func() { _ = srv.Serve(ln) }()
+	}
+	admin := http.NewServeMux()
+	admin.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	admin.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	admin.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	admin.HandleFunc("GET /policies/{name}", func(w http.ResponseWriter, r *http.Request) { servePolicy(w, src, rt, r.PathValue("name")) })
+	admin.HandleFunc("GET /deadletters", func(w http.ResponseWriter, _ *http.Request) { serveDeadLetters(w, o.deadLetters, journal) })
+	adminSrv := &http.Server{Addr: ":" + strconv.Itoa(o.adminPort), Handler: admin, ReadHeaderTimeout: 10 * time.Second}
+	servers = append(servers, adminSrv)
+	ln, err := net.Listen("tcp", adminSrv.Addr)
+	if err != nil {
+		return err
+	}
+	go func() { _ = adminSrv.Serve(ln) }()
+	ready.Store(true)
+	slog.Info("retryguard-proxy ready", "routes", len(table.Routes), "ports", table.Ports(), "watch", o.watch, "admin", o.adminPort)
+
+	<-ctx.Done()
+	// A native sidecar is stopped after the application's containers, so
+	// what is in flight now is the last of its calls: let it finish.
+	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, s := range servers {
+		_ = s.Shutdown(shutdown)
+	}
+	return nil
+}
+
+// serveDeadLetters answers the journal's letters and how many are not yet
+// forwarded: a pod without Kafka keeps them there for reconciliation.
+func serveDeadLetters(w http.ResponseWriter, path string, j *deadletter.Journal) {
+	letters, err := deadletter.ReadAll(path)
+	var corrupt *deadletter.CorruptError
+	if err != nil && !errors.As(err, &corrupt) {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	unforwarded, err := j.Unforwarded()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"unforwarded": unforwarded, "letters": append([]retry.DeadLetter{}, letters...)})
+}
+
+// servePolicy answers what the proxy enforces for one policy: whether it
+// knows it, its attempts and generation, and its budget as this pod divides
+// it (the consumer count its payload carries, whether the count names this
+// pod by $POD_UID, and the denominator D in force; 0: no share).
+func servePolicy(w http.ResponseWriter, src retry.Source, rt *proxy.Runtime, name string) {
+	p, ok := src.Policy(name)
+	out := map[string]any{"found": ok}
+	if ok {
+		out["maxAttempts"], out["generation"] = p.Policy.MaxAttempts, p.Policy.Generation
+		if b := p.Budget; b != nil {
+			v := map[string]any{"name": b.Name, "named": false, "denominator": int64(0)}
+			if enforced, ok := rt.Budget(name); ok {
+				v["denominator"] = enforced.Denominator()
+			}
+			if c := b.Consumers; c != nil {
+				v["consumers"], v["observedAt"], v["named"] = c.Count, c.ObservedAt, c.Includes(os.Getenv(budget.PodUIDEnv))
+			}
+			out["budget"] = v
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(out)
+}
+
+// startKafka starts the events sink and the outbox forwarder.
+func startKafka(ctx context.Context, o options, journal *deadletter.Journal) (func(), retry.Option, error) {
+	if o.deadLetterTopic == "" {
+		return nil, nil, errors.New("--kafka-brokers needs --dead-letter-topic")
+	}
+	client, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(o.brokers, ",")...))
+	if err != nil {
+		return nil, nil, err
+	}
+	sink := kafka.NewEventSink(client, kafka.DefaultBuffer)
+	fwd := &kafka.Forwarder{Journal: journal, Client: client, Topic: o.deadLetterTopic}
+	go sink.Run(ctx)
+	go fwd.Run(ctx)
+	return func() {
+		sink.Close()
+		_ = fwd.Close()
+		client.Close()
+	}, retry.WithEventSink(sink), nil
+}

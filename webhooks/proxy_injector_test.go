@@ -1,0 +1,144 @@
+package webhooks_test
+
+import (
+	"os"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/retryguard/retryguard/internal/testenv"
+	"github.com/retryguard/retryguard/proxy"
+	"github.com/retryguard/retryguard/runtime/budget"
+	"github.com/retryguard/retryguard/runtime/codes"
+	"github.com/retryguard/retryguard/webhooks"
+)
+
+const testProxyImage = "retryguard/proxy:test"
+
+const routes = `{"routes":[{"port":15001,"pathPrefix":"/v1/","policy":"sms-2fa-dispatch","upstream":"https://api.telephony.example"}]}`
+
+func appPod(namespace, name string, annotations map[string]string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Annotations: annotations},
+		Spec: corev1.PodSpec{
+			AutomountServiceAccountToken: ptr.To(false),
+			InitContainers:               []corev1.Container{{Name: "migrate", Image: "busybox"}},
+			Containers:                   []corev1.Container{{Name: "app", Image: "busybox"}},
+		},
+	}
+}
+
+func injectAnnotations() map[string]string {
+	return map[string]string{webhooks.InjectAnnotation: "true", proxy.RoutesAnnotation: routes}
+}
+
+var _ = Describe("the retryguard-proxy injector", func() {
+	It("adds the native sidecar, its env and its volumes to a pod that asks, through the API server", func() {
+		ns := newNamespace()
+		pod := appPod(ns, "asks", injectAnnotations())
+		Expect(k8s.Create(ctx, pod)).To(Succeed())
+		Expect(pod.Spec.InitContainers).To(HaveLen(2))
+		side := pod.Spec.InitContainers[0]
+		Expect(side.Name).To(Equal(webhooks.ProxyContainer), "first, so that every later container has the proxy")
+		Expect(pod.Spec.InitContainers[1].Name).To(Equal("migrate"))
+		Expect(side.Image).To(Equal(testProxyImage))
+		Expect(side.RestartPolicy).To(HaveValue(Equal(corev1.ContainerRestartPolicyAlways)), "a native sidecar")
+		env := map[string]string{}
+		for _, e := range side.Env {
+			Expect(e.ValueFrom).NotTo(BeNil(), e.Name)
+			env[e.Name] = e.ValueFrom.FieldRef.FieldPath
+		}
+		Expect(env).To(HaveKeyWithValue("POD_NAMESPACE", "metadata.namespace"))
+		Expect(env).To(HaveKeyWithValue(budget.PodUIDEnv, "metadata.uid"))
+		vols := map[string]corev1.Volume{}
+		for _, v := range pod.Spec.Volumes {
+			vols[v.Name] = v
+		}
+		Expect(vols).To(HaveKey(webhooks.StateVolume))
+		Expect(vols[webhooks.StateVolume].EmptyDir).NotTo(BeNil())
+		Expect(vols).To(HaveKey(webhooks.RoutesVolume))
+		Expect(vols[webhooks.RoutesVolume].DownwardAPI.Items[0].FieldRef.FieldPath).To(Equal("metadata.annotations['" + proxy.RoutesAnnotation + "']"))
+		Expect(side.StartupProbe).NotTo(BeNil(), "the application starts once the proxy listens")
+		Expect(side.SecurityContext.RunAsNonRoot).To(HaveValue(BeTrue()))
+		Expect(pod.Spec.Containers).To(HaveLen(1), "the application's containers are untouched")
+	})
+
+	It("changes nothing on a second pass", func() {
+		in := &webhooks.Injector{Image: testProxyImage}
+		pod := appPod("ns", "twice", injectAnnotations())
+		Expect(in.Default(ctx, pod)).To(Succeed())
+		once := pod.DeepCopy()
+		Expect(in.Default(ctx, pod)).To(Succeed())
+		Expect(pod).To(Equal(once))
+
+		// Through the API server: a pod created from an injected spec (a
+		// controller that copies a live pod) keeps exactly one sidecar.
+		ns := newNamespace()
+		again := appPod(ns, "again", injectAnnotations())
+		again.Spec = once.Spec
+		Expect(k8s.Create(ctx, again)).To(Succeed())
+		Expect(again.Spec.InitContainers).To(HaveLen(2))
+		Expect(again.Spec.Volumes).To(HaveLen(len(once.Spec.Volumes)))
+	})
+
+	It("leaves a pod that does not ask as it is", func() {
+		ns := newNamespace()
+		for name, ann := range map[string]map[string]string{
+			"none":  nil,
+			"false": {webhooks.InjectAnnotation: "false", proxy.RoutesAnnotation: routes},
+			"other": {"retryguard.io/other": "true"},
+		} {
+			pod := appPod(ns, name, ann)
+			Expect(k8s.Create(ctx, pod)).To(Succeed(), name)
+			Expect(pod.Spec.InitContainers).To(HaveLen(1), name)
+			Expect(pod.Spec.Volumes).To(BeEmpty(), name)
+		}
+	})
+
+	It("refuses a pod that asks without a route table the proxy accepts, naming the annotation, the field and the code", func() {
+		ns := newNamespace()
+		err := k8s.Create(ctx, appPod(ns, "no-routes", map[string]string{webhooks.InjectAnnotation: "true"}))
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring(proxy.RoutesAnnotation))
+
+		bad := injectAnnotations()
+		bad[proxy.RoutesAnnotation] = `{"routes":[{"port":80,"policy":"p","upstream":"https://h"}]}`
+		err = k8s.Create(ctx, appPod(ns, "bad-routes", bad))
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("routes[0].port"))
+		Expect(err.Error()).To(ContainSubstring(string(codes.OutOfRange)))
+
+		Expect((&webhooks.Injector{}).Default(ctx, appPod(ns, "no-image", injectAnnotations()))).
+			To(MatchError(ContainSubstring("--proxy-image")), "closed, never a sidecar that cannot start")
+	})
+
+	It("fails open for pods that do not ask and closed for those that do, when the injector is unreachable", func() {
+		// The shipped configuration, pointed at a port nothing serves.
+		data, err := os.ReadFile(testenv.Path("config", "webhook", "proxy_injector.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		var cfg admissionregistrationv1.MutatingWebhookConfiguration
+		Expect(yaml.Unmarshal(data, &cfg)).To(Succeed())
+		cfg.Name = "unreachable-proxy-injector"
+		cfg.Webhooks[0].Name = "unreachable.proxy.retryguard.io"
+		cfg.Webhooks[0].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://127.0.0.1:1/inject")}
+		Expect(k8s.Create(ctx, &cfg)).To(Succeed())
+		DeferCleanup(func() { Expect(client.IgnoreNotFound(k8s.Delete(ctx, &cfg))).To(Succeed()) })
+
+		ns := newNamespace()
+		Eventually(func() error {
+			return k8s.Create(ctx, appPod(ns, "asks", injectAnnotations()), client.DryRunAll)
+		}).WithContext(ctx).WithTimeout(30 * time.Second).Should(MatchError(ContainSubstring("unreachable.proxy.retryguard.io")))
+		Expect(k8s.Create(ctx, appPod(ns, "does-not-ask", nil))).To(Succeed())
+		err = k8s.Create(ctx, appPod(ns, "asks", injectAnnotations()))
+		Expect(apierrors.IsInternalError(err) || strings.Contains(err.Error(), "failed calling webhook")).To(BeTrue(), "%v", err)
+	})
+})
