@@ -168,11 +168,15 @@ IMAGE_REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 IMAGE_CREATED ?= $(shell git log -1 --format=%ct 2>/dev/null || date +%s)
 
 .PHONY: image
-image: ## Build the manager image without Docker into bin/image/retryguard-manager.tar.
+image: ## Build the manager's and the retryguard-proxy sidecar's images without Docker into bin/image/retryguard-{manager,proxy}.tar.
 	mkdir -p $(IMAGE_DIR)
 	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -buildvcs=auto \
 		-ldflags "-s -w -X main.version=$(IMAGE_VERSION) -X main.revision=$(IMAGE_REVISION)" -o $(IMAGE_DIR)/manager .
 	cd hack/image && $(GO) run . -binary $(abspath $(IMAGE_DIR))/manager -output $(abspath $(IMAGE_DIR))/retryguard-manager.tar \
+		-version "$(IMAGE_VERSION)" -revision "$(IMAGE_REVISION)" -created "$(IMAGE_CREATED)"
+	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -buildvcs=auto -ldflags "-s -w" -o $(IMAGE_DIR)/retryguard-proxy ./cmd/retryguard-proxy
+	cd hack/image && $(GO) run . -binary $(abspath $(IMAGE_DIR))/retryguard-proxy -output $(abspath $(IMAGE_DIR))/retryguard-proxy.tar \
+		-repository retryguard/proxy -path /retryguard-proxy -title retryguard-proxy \
 		-version "$(IMAGE_VERSION)" -revision "$(IMAGE_REVISION)" -created "$(IMAGE_CREATED)"
 
 .PHONY: image-check

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -36,7 +38,14 @@ type Metadata struct {
 	Created time.Time
 	// Platform is the binary's GOOS and GOARCH.
 	Platform v1.Platform
+	// Path is where the binary is and the entrypoint (BinaryPath when
+	// empty); Title is the title label (DefaultTitle when empty). The
+	// retryguard-proxy sidecar's image is packed with its own.
+	Path, Title string
 }
+
+// DefaultTitle is the manager image's org.opencontainers.image.title label.
+const DefaultTitle = "retryguard-manager"
 
 // Tag is the image's tag, Repository:Version.
 func (m Metadata) Tag() (name.Tag, error) {
@@ -77,18 +86,19 @@ func Image(binary []byte, m Metadata) (v1.Image, error) {
 	if err := m.validate(); err != nil {
 		return nil, err
 	}
+	path, title := cmp.Or(m.Path, BinaryPath), cmp.Or(m.Title, DefaultTitle)
 	return oci.Image(oci.Spec{
 		Binary:    binary,
-		Path:      BinaryPath,
+		Path:      path,
 		User:      NonRootUser,
 		Created:   m.Created,
 		Platform:  m.Platform,
-		CreatedBy: "make image: COPY manager " + BinaryPath,
+		CreatedBy: "make image: COPY " + strings.TrimPrefix(path, "/") + " " + path,
 		Labels: map[string]string{
 			ocispec.AnnotationSource:   m.Source,
 			ocispec.AnnotationRevision: m.Revision,
 			ocispec.AnnotationVersion:  m.Version,
-			ocispec.AnnotationTitle:    "retryguard-manager",
+			ocispec.AnnotationTitle:    title,
 		},
 	})
 }

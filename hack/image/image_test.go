@@ -288,3 +288,30 @@ func TestMetadataIsRequired(t *testing.T) {
 		t.Errorf("with no binary: error %v, want one naming the binary", err)
 	}
 }
+
+// make image packs the retryguard-proxy sidecar with the same packer: its
+// binary at its own path, which is the entrypoint the injector relies on
+// (the injected container sets only args), and its own title.
+func TestTheProxyImageHasItsOwnEntrypoint(t *testing.T) {
+	m := testMeta
+	m.Repository, m.Path, m.Title = "retryguard/proxy", "/retryguard-proxy", "retryguard-proxy"
+	binary := []byte("\x7fELF not really a proxy")
+	img, err := Image(binary, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(cf.Config.Entrypoint, " "); got != "/retryguard-proxy" {
+		t.Errorf("entrypoint %q, want /retryguard-proxy", got)
+	}
+	if got := cf.Config.Labels[ocispec.AnnotationTitle]; got != "retryguard-proxy" {
+		t.Errorf("title %q, want retryguard-proxy", got)
+	}
+	headers, contents := rootfs(t, img)
+	if len(headers) != 1 || !bytes.Equal(contents["retryguard-proxy"], binary) {
+		t.Errorf("the filesystem holds %d files and /retryguard-proxy %q, want only the binary", len(headers), contents["retryguard-proxy"])
+	}
+}

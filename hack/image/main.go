@@ -42,6 +42,8 @@ func run(args []string) error {
 	fs.StringVar(&m.Revision, "revision", "", "the commit the binary was built from (required)")
 	fs.StringVar(&m.Source, "source", DefaultSource, "the source repository's URL")
 	fs.StringVar(&m.Platform.Architecture, "arch", runtime.GOARCH, "the binary's GOARCH")
+	fs.StringVar(&m.Path, "path", BinaryPath, "where the binary goes in the image, its entrypoint")
+	fs.StringVar(&m.Title, "title", DefaultTitle, "the image's title label")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
