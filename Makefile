@@ -79,6 +79,10 @@ vet: ## go vet the code.
 	$(GO) vet ./...
 	for m in $(RUNTIME_MODULES); do $(GO) -C $$m vet ./...; done
 
+.PHONY: exports
+exports: ## Regenerate runtime/exports.txt, the runtime's exported identifiers (make test fails until a new export is listed there and reviewed).
+	$(GO) -C runtime test -count=1 ./internal/exports -run TestExportsAreTheGolden -update
+
 .PHONY: verify-gen
 verify-gen: manifests generate ## Fail when generated files differ from the committed ones.
 	@if [[ -n "$$(git status --porcelain -- api config charts)" ]]; then \

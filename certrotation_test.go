@@ -20,7 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/options"
+	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/runtime/codes"
 )
 
@@ -44,7 +45,7 @@ func TestManagerRotatesItsOwnCertificate(t *testing.T) {
 	const ns = "retryguard-system"
 	webhookAddr := freeAddr(t)
 	_, port, _ := strings.Cut(webhookAddr, ":")
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: DefaultCertSecret}}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: options.DefaultCertSecret}}
 	for _, o := range []client.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, secret,
 		webhookConfigurationByURL(t, "https://localhost:"+port)} {
 		if err := c.Create(ctx, o); err != nil {
@@ -53,7 +54,7 @@ func TestManagerRotatesItsOwnCertificate(t *testing.T) {
 	}
 	// The manager runs as its ServiceAccount with config/rbac's rules and
 	// config/components/cert-rotation's.
-	saKubeconfig := asServiceAccount(ctx, t, c, kubeconfig, ns, devenv.Path("config", "components", "cert-rotation", "rbac.yaml"))
+	saKubeconfig := asServiceAccount(ctx, t, c, kubeconfig, ns, testenv.Path("config", "components", "cert-rotation", "rbac.yaml"))
 	certDir := t.TempDir()
 	go mountSecret(ctx, c, client.ObjectKeyFromObject(secret), certDir)
 
@@ -146,12 +147,12 @@ func expectRefusedByWebhook(ctx context.Context, t *testing.T, c client.Client, 
 // `make manifests` generates it, pointed at url.
 func webhookConfigurationByURL(t *testing.T, url string) *admissionv1.ValidatingWebhookConfiguration {
 	var vwc admissionv1.ValidatingWebhookConfiguration
-	raw, err := os.ReadFile(devenv.Path("config", "webhook", "manifests.yaml"))
+	raw, err := os.ReadFile(testenv.Path("config", "webhook", "manifests.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	loadYAMLBytes(t, bytes.TrimPrefix(raw, []byte("---\n")), &vwc)
-	vwc.Name = DefaultWebhookConfiguration
+	vwc.Name = options.DefaultWebhookConfiguration
 	for i := range vwc.Webhooks {
 		cc := &vwc.Webhooks[i].ClientConfig
 		u := url + *cc.Service.Path
@@ -162,7 +163,7 @@ func webhookConfigurationByURL(t *testing.T, url string) *admissionv1.Validating
 
 func injectedCA(ctx context.Context, t *testing.T, c client.Client) []byte {
 	var vwc admissionv1.ValidatingWebhookConfiguration
-	if err := c.Get(ctx, client.ObjectKey{Name: DefaultWebhookConfiguration}, &vwc); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Name: options.DefaultWebhookConfiguration}, &vwc); err != nil {
 		t.Fatal(err)
 	}
 	ca := vwc.Webhooks[0].ClientConfig.CABundle

@@ -10,10 +10,8 @@ import (
 	"net/http"
 	"os"
 	"slices"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -27,10 +25,10 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	"github.com/retryguard/retryguard/api/policygraph"
 	"github.com/retryguard/retryguard/api/policygraph/policyindex"
 	policyv1alpha1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/controllers"
+	"github.com/retryguard/retryguard/internal/options"
 	"github.com/retryguard/retryguard/webhooks"
 )
 
@@ -40,14 +38,6 @@ func init() {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(policyv1alpha1.AddToScheme(scheme))
 }
-
-// Defaults of the manager's flags that the chart and config/ also name.
-const (
-	DefaultMetricsAddr    = ":8443"
-	DefaultProbeAddr      = ":8081"
-	DefaultWebhookPort    = 9443
-	DefaultWebhookCertDir = "/tmp/k8s-webhook-server/serving-certs"
-)
 
 // version and revision are stamped by make image (-X main.version=…,
 // -X main.revision=…) and logged at start, so a pod's log names its build.
@@ -70,44 +60,8 @@ func main() {
 // run parses args, builds the manager and runs it until ctx ends.
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
-	var metricsAddr, metricsCertDir, probeAddr, certDir, clientCAName, kubeconfig string
-	var leaderElect, enableWebhooks, secureMetrics, enableHTTP2 bool
-	var concurrency, webhookPort int
-	var injector webhooks.Injector
-	var resync time.Duration
-	var limits policygraph.Limits
-	var rotation certRotation
-	fs.StringVar(&kubeconfig, "kubeconfig", "", "Path to a kubeconfig; in-cluster or $KUBECONFIG when empty.")
-	fs.StringVar(&metricsAddr, "metrics-bind-address", DefaultMetricsAddr, "Address the metrics endpoint binds to; 0 disables it.")
-	fs.BoolVar(&secureMetrics, "metrics-secure", true,
-		"Serve metrics over HTTPS to callers the API server authenticates and authorizes (get on the /metrics non-resource URL); false serves plain HTTP to anyone.")
-	fs.StringVar(&metricsCertDir, "metrics-cert-dir", "",
-		"Directory with the tls.crt and tls.key the metrics endpoint serves, read again when they change (the chart passes --webhook-cert-dir, "+
-			"so that a scraper verifies it with the webhook's CA); empty: a self-signed certificate.")
-	fs.BoolVar(&enableHTTP2, "enable-http2", false,
-		"Offer HTTP/2 on the metrics and webhook servers. Off by default: HTTP/2 Rapid Reset and Stream Cancellation (CVE-2023-44487, CVE-2023-39325).")
-	fs.StringVar(&probeAddr, "health-probe-bind-address", DefaultProbeAddr, "Address the health and readiness probes bind to.")
-	fs.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles at a time.")
-	fs.StringVar(&certDir, "webhook-cert-dir", DefaultWebhookCertDir, "Directory with the webhook serving tls.crt and tls.key; reloaded when they change.")
-	fs.IntVar(&webhookPort, "webhook-port", DefaultWebhookPort, "Port the admission webhooks listen on.")
-	fs.StringVar(&clientCAName, "webhook-client-ca-name", "",
-		"File in --webhook-cert-dir with the CA of the API server's webhook client certificate; when set, only callers presenting a certificate it signed are answered.")
-	fs.BoolVar(&enableWebhooks, "enable-webhooks", true, "Serve the admission webhooks: the validating ones and the retryguard-proxy injector.")
-	fs.StringVar(&injector.Image, "proxy-image", "",
-		"The retryguard-proxy image the injector adds to pods annotated "+webhooks.InjectAnnotation+": \"true\"; when empty, such pods are refused (docs/proxy.md).")
-	fs.Func("proxy-image-pull-policy", "The injected sidecar's imagePullPolicy: Always, IfNotPresent (the default) or Never.", func(s string) error {
-		switch p := corev1.PullPolicy(s); p {
-		case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
-			injector.PullPolicy = p
-			return nil
-		}
-		return fmt.Errorf("want Always, IfNotPresent or Never, got %q", s)
-	})
-	fs.IntVar(&concurrency, "max-concurrent-reconciles", 4, "RetryPolicy reconciles run at once.")
-	fs.DurationVar(&resync, "resync-period", controllers.DefaultResyncPeriod,
-		"How often every RetryPolicy is republished with nothing changed, so drift is repaired even without an event.")
-	rotation.bindFlags(fs)
-	webhooks.BindFlags(fs, &limits)
+	var o options.Manager
+	o.AddFlags(fs)
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -116,34 +70,32 @@ func run(ctx context.Context, args []string) error {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
 	log.Info("starting retryguard manager", "version", version, "revision", revision)
-	if resync < 0 {
-		return fmt.Errorf("--resync-period %v: must not be negative", resync)
-	}
-	if err := rotation.validate(enableWebhooks); err != nil {
+	if err := o.Validate(); err != nil {
 		return err
 	}
+	limits, rotation := o.Limits, certRotation{o.CertRotation}
 
-	if kubeconfig != "" {
-		_ = os.Setenv("KUBECONFIG", kubeconfig)
+	if o.Kubeconfig != "" {
+		_ = os.Setenv("KUBECONFIG", o.Kubeconfig)
 	}
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("loading the kubeconfig: %w", err)
 	}
 	var tlsOpts []func(*tls.Config)
-	if !enableHTTP2 {
+	if !o.EnableHTTP2 {
 		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
 	}
-	metricsOpts := metricsserver.Options{BindAddress: metricsAddr, SecureServing: secureMetrics, TLSOpts: tlsOpts}
-	if metricsCertDir != "" {
-		cert := &servingCert{dir: metricsCertDir}
+	metricsOpts := metricsserver.Options{BindAddress: o.MetricsAddr, SecureServing: o.MetricsSecure, TLSOpts: tlsOpts}
+	if o.MetricsCertDir != "" {
+		cert := &servingCert{dir: o.MetricsCertDir}
 		metricsOpts.TLSOpts = append(slices.Clip(tlsOpts), func(c *tls.Config) { c.GetCertificate = cert.getCertificate })
 	}
-	if secureMetrics {
+	if o.MetricsSecure {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
 	// Refusals are counted by code in retryguard_admission_denied_total.
-	var webhookServer webhook.Server = webhook.NewServer(webhooks.ServerOptions(webhookPort, certDir, clientCAName, tlsOpts))
+	var webhookServer webhook.Server = webhook.NewServer(webhooks.ServerOptions(o.WebhookPort, o.WebhookCertDir, o.WebhookClientCAName, tlsOpts))
 	certsReady := make(chan struct{})
 	if rotation.Enabled {
 		// The server cannot start before its certificate exists: it starts
@@ -153,8 +105,8 @@ func run(ctx context.Context, args []string) error {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsOpts,
-		HealthProbeBindAddress: probeAddr,
-		LeaderElection:         leaderElect,
+		HealthProbeBindAddress: o.ProbeAddr,
+		LeaderElection:         o.LeaderElect,
 		LeaderElectionID:       controllers.LeaderElectionID,
 		WebhookServer:          webhooks.CountDenials(webhookServer),
 		Cache:                  controllers.CacheOptions(),
@@ -166,23 +118,24 @@ func run(ctx context.Context, args []string) error {
 	if err := policyindex.RegisterIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return fmt.Errorf("registering field indexes: %w", err)
 	}
-	if err := controllers.SetupWithManager(ctx, mgr, controllers.Options{Limits: limits, MaxConcurrentReconciles: concurrency, ResyncPeriod: resync}); err != nil {
+	ctrlOpts := controllers.Options{Limits: limits, MaxConcurrentReconciles: o.MaxConcurrentReconciles, ResyncPeriod: o.ResyncPeriod}
+	if err := controllers.SetupWithManager(ctx, mgr, ctrlOpts); err != nil {
 		return fmt.Errorf("setting up the controllers: %w", err)
 	}
 	ready := healthz.Ping
-	if enableWebhooks {
+	if o.EnableWebhooks {
 		// The serving certificate's expiry, for the chart's alert.
-		if err := registerReplacing(&servingCert{dir: certDir}); err != nil {
+		if err := registerReplacing(&servingCert{dir: o.WebhookCertDir}); err != nil {
 			return fmt.Errorf("registering the certificate expiry metric: %w", err)
 		}
 		if err := webhooks.SetupWithManager(ctx, mgr, limits); err != nil {
 			return fmt.Errorf("setting up the webhooks: %w", err)
 		}
-		webhooks.SetupInjectorWithManager(mgr, &injector)
+		webhooks.SetupInjectorWithManager(mgr, &o.Injector)
 		serving := mgr.GetWebhookServer().StartedChecker()
 		ready = serving
 		if rotation.Enabled {
-			if err := rotation.addTo(mgr, certDir, certsReady); err != nil {
+			if err := rotation.addTo(mgr, o.WebhookCertDir, certsReady); err != nil {
 				return err
 			}
 			ready = func(req *http.Request) error {
@@ -202,7 +155,7 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	log.Info("starting manager", "maxLeafAttempts", limits.MaxLeafAttempts, "maxRetryPercent", limits.MaxRetryPercent,
-		"certRotation", rotation.Enabled, "secureMetrics", secureMetrics, "http2", enableHTTP2)
+		"certRotation", rotation.Enabled, "secureMetrics", o.MetricsSecure, "http2", o.EnableHTTP2)
 	return mgr.Start(ctx)
 }
 

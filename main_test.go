@@ -24,7 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 // test ends, and writes an admin kubeconfig for run's --kubeconfig.
 func startControlPlane(t *testing.T) (*rest.Config, string) {
 	t.Helper()
-	env, cfg := devenv.StartEnvironment(t, false)
+	env, cfg := testenv.StartEnvironment(t, false)
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
 		t.Fatal(err)
@@ -55,7 +55,7 @@ func asServiceAccount(ctx context.Context, t *testing.T, c client.Client, adminK
 	files := []string{"service_account", "role", "role_binding", "leader_election_role", "leader_election_role_binding",
 		"metrics_auth_role", "metrics_auth_role_binding"}
 	for i, f := range files {
-		files[i] = devenv.Path("config", "rbac", f+".yaml")
+		files[i] = testenv.Path("config", "rbac", f+".yaml")
 	}
 	for _, f := range append(files, extra...) {
 		raw, err := os.ReadFile(f)
@@ -214,7 +214,7 @@ func TestManagerRuns(t *testing.T) {
 func metricsReaderToken(ctx context.Context, t *testing.T, c client.Client) string {
 	t.Helper()
 	var role rbacv1.ClusterRole
-	loadYAML(t, devenv.Path("config", "rbac", "metrics_reader_role.yaml"), &role)
+	loadYAML(t, testenv.Path("config", "rbac", "metrics_reader_role.yaml"), &role)
 	role.Name = "retryguard-metrics-reader"
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "scraper"}}
 	binding := &rbacv1.ClusterRoleBinding{
@@ -252,7 +252,11 @@ func loadYAMLBytes(t *testing.T, raw []byte, into any) {
 
 func negotiatedProtocol(t *testing.T, addr string) string {
 	t.Helper()
-	conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2", "http/1.1"}}) //nolint:gosec // only the protocol is under test
+	conn, err := tls.Dial(
+		"tcp",
+		addr,
+		&tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2", "http/1.1"}},
+	) //nolint:gosec // only the protocol is under test
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +284,10 @@ func get(url, token string) (int, string) {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	// The metrics server's certificate is self-signed unless one is mounted.
-	insecure := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // see above
+	insecure := &http.Client{
+		Timeout:   5 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}},
+	} //nolint:gosec // see above
 	res, err := insecure.Do(req)
 	if err != nil {
 		return 0, ""

@@ -207,8 +207,8 @@ func decideInput(t *testing.T, defaults, input json.RawMessage) retry.DecisionIn
 		Evidence: retry.Evidence{Class: retry.Class(v.Class), Status: v.Status, Transport: v.Transport, Dispatched: v.Dispatched,
 			RetryAfter: v.RetryAfter.D(), RetryAfterUnparseable: v.RetryAfterUnparseable},
 		ReplaySafe: v.ReplaySafe, MayHaveApplied: v.MayHaveApplied, Attempt: v.Attempt, MaxAttempts: v.MaxAttempts,
-		Remaining: v.Remaining.D(), Wait: v.Wait.D(), AttemptCost: v.PerAttemptTimeout.D(), MinRemaining: v.MinRemaining.D(),
-		RetryAfterMax: v.RetryAfterMaxDelay.D(),
+		Remaining: v.Remaining.D(), Wait: v.Wait.D(), PerAttemptTimeout: v.PerAttemptTimeout.D(), MinRemaining: v.MinRemaining.D(),
+		RetryAfterMaxDelay: v.RetryAfterMaxDelay.D(),
 	}
 	if v.NotEnforced {
 		in.NotEnforced = "the policy is not in force"

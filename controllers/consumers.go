@@ -153,7 +153,13 @@ type consumerLease struct {
 // covers. A count names its pods, so a pod whose object was counted before
 // its process started is covered by that count: no renewal waits for young
 // pods.
-func (l *consumerLeases) renew(budget types.NamespacedName, uid types.UID, tally consumerTally, countedAt time.Time, refresh time.Duration) (policyconfig.Consumers, time.Duration) {
+func (l *consumerLeases) renew(
+	budget types.NamespacedName,
+	uid types.UID,
+	tally consumerTally,
+	countedAt time.Time,
+	refresh time.Duration,
+) (policyconfig.Consumers, time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	last, ok := l.byBudget[budget]

@@ -14,7 +14,7 @@ import (
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/controllers"
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 )
 
 // BenchmarkBudgetsOfPod measures mapping one pod event to the fleet budgets
@@ -26,7 +26,7 @@ import (
 //	go test -run '^$' -bench BenchmarkBudgetsOfPod -benchmem ./controllers/
 func BenchmarkBudgetsOfPod(b *testing.B) {
 	ctrl.SetLogger(logr.Discard())
-	env, cfg := devenv.StartEnvironment(b, false)
+	env, cfg := testenv.StartEnvironment(b, false)
 	cfg.QPS, cfg.Burst = -1, 0
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

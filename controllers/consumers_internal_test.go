@@ -90,7 +90,10 @@ func TestEvaluateFleetBudget(t *testing.T) {
 		t.Errorf("5 consumers of 5 retries a second hold one each: %+v", c)
 	}
 	b.Spec.MaxRetriesPerSecond = ptr.To[int32](4)
-	if c := evaluateBudget(b, 1, limits); !strings.Contains(c.Message, "5 consumers share maxRetriesPerSecond 4: below one retry a second each, so no pod retries") {
+	if c := evaluateBudget(b, 1, limits); !strings.Contains(
+		c.Message,
+		"5 consumers share maxRetriesPerSecond 4: below one retry a second each, so no pod retries",
+	) {
 		t.Errorf("more consumers than retries a second: %+v", c)
 	}
 	b.Spec.Consumers.PodSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Near"}}}

@@ -19,7 +19,7 @@ import (
 
 	"github.com/retryguard/retryguard/api/policygraph"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
@@ -120,11 +120,11 @@ func BenchmarkCountChangeWrites(b *testing.B) {
 // server's config.
 func startControllers(b *testing.B) (context.Context, ctrl.Manager, client.Client, *rest.Config) {
 	ctrl.SetLogger(logr.Discard())
-	env, cfg := devenv.StartEnvironment(b, false)
+	env, cfg := testenv.StartEnvironment(b, false)
 	cfg.QPS, cfg.Burst = -1, 0
 	bctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
-	m, _, err := devenv.StartManaged(bctx, env, cfg, policygraph.DefaultLimits(), devenv.Features{Controllers: true})
+	m, _, err := testenv.StartManaged(bctx, env, cfg, policygraph.DefaultLimits(), testenv.Features{Controllers: true})
 	if err != nil {
 		b.Fatal(err)
 	}

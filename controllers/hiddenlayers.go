@@ -30,7 +30,6 @@ import (
 	"github.com/retryguard/retryguard/api/policygraph"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/runtime/limits"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
 // Istio's VirtualServices are read with the unstructured client, so that
@@ -230,20 +229,17 @@ func (r *RetryPolicyReconciler) hiddenLayers(ctx context.Context, p *v1.RetryPol
 	return hidden, err
 }
 
-// nameHiddenLayers adds the hidden layers to the message of a policy that
-// is not Ready because its product is too large, so that a user sees the
-// VirtualService that tipped it over.
-func nameHiddenLayers(enforcement *policyconfig.Enforcement, ready *metav1.Condition, hidden []v1.HiddenLayer) {
-	if ready.Reason != v1.ReasonAmplificationExceeded || len(hidden) == 0 {
-		return
+// hiddenLayersSuffix names the hidden layers at the end of a message, "" when
+// there are none.
+func hiddenLayersSuffix(hidden []v1.HiddenLayer) string {
+	if len(hidden) == 0 {
+		return ""
 	}
 	parts := make([]string, len(hidden))
 	for i, h := range hidden {
 		parts[i] = fmt.Sprintf("%s makes %d attempts per call", h.Source, h.Attempts)
 	}
-	suffix := "; hidden layers: " + strings.Join(parts, ", ")
-	enforcement.Message += suffix
-	ready.Message += suffix
+	return "; hidden layers: " + strings.Join(parts, ", ")
 }
 
 // servedVirtualService is the newest VirtualService version of

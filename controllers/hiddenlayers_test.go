@@ -8,15 +8,15 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/retryguard/retryguard/api/policygraph"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
+	"github.com/retryguard/retryguard/runtime/codes"
 )
 
 func TestServedVirtualServicePrefersTheNewestVersion(t *testing.T) {
@@ -138,19 +138,22 @@ func TestReconcilerDetectsOnlyWithAFinder(t *testing.T) {
 	}
 }
 
+// The hidden layers are an input of the one verdict: a policy refused for
+// its product names them in both messages, any other verdict ignores them.
 func TestNameHiddenLayers(t *testing.T) {
 	hidden := []v1.HiddenLayer{{Source: "VirtualService/x", Attempts: 3}}
-	enf := policyconfig.Enforcement{Mode: policyconfig.NoRetry, Reason: v1.ReasonAmplificationExceeded, Message: "too many"}
-	cond := metav1.Condition{Reason: v1.ReasonAmplificationExceeded, Message: "too many; pods make a single attempt"}
-	nameHiddenLayers(&enf, &cond, hidden)
+	tooMany := field.ErrorList{v1.Invalid(field.NewPath("spec", "maxAttempts"), 27, codes.LayerAmplification, "too many")}
+	enf, cond := evaluatePolicy(policyFacts{Verdict: policygraph.Verdict{Errors: tooMany}, HiddenLayers: hidden}, 1)
+	if cond.Reason != v1.ReasonAmplificationExceeded {
+		t.Fatalf("reason %q", cond.Reason)
+	}
 	for _, msg := range []string{enf.Message, cond.Message} {
 		if !strings.Contains(msg, "VirtualService/x makes 3 attempts per call") {
 			t.Errorf("message %q does not name the VirtualService", msg)
 		}
 	}
-	other := metav1.Condition{Reason: v1.ReasonBudgetNotFound, Message: "no budget"}
-	nameHiddenLayers(&enf, &other, hidden)
-	if other.Message != "no budget" {
+	_, other := evaluatePolicy(policyFacts{BudgetRef: "b", HiddenLayers: hidden}, 1)
+	if want := `budgetRef: RetryBudget "b" does not exist; pods make a single attempt until this is fixed`; other.Message != want {
 		t.Errorf("another reason's message changed: %q", other.Message)
 	}
 }

@@ -90,7 +90,8 @@ func TestRoutingOf(t *testing.T) {
 		{"exported to its own namespace", meta + "spec: {hosts: [payments], exportTo: ['.'], http: [{}]}", "payments", true, 3},
 		{"exported elsewhere only: the namespace's sidecars do not see it", meta + "spec: {hosts: [payments], exportTo: [other], http: [{}]}",
 			"payments", false, 1},
-		{"from another namespace, by FQDN, exported everywhere by default", other + "spec: {hosts: [payments.shop.svc.cluster.local], http: [{retries: {attempts: 5}}]}",
+		{"from another namespace, by FQDN, exported everywhere by default", other + "spec: {hosts: [payments.shop.svc.cluster.local], http: [{retries: " +
+			"{attempts: 5}}]}",
 			"payments", true, 6},
 		{"from another namespace, by svc.ns", other + "spec: {hosts: [payments.shop], http: [{}]}", "payments", true, 3},
 		{"from another namespace, exported to the policy's", other + "spec: {hosts: [payments.shop.svc.cluster.local], exportTo: [shop], http: [{}]}",
@@ -140,7 +141,14 @@ func TestRoutingOf(t *testing.T) {
 // nothing for a service it does not route.
 func FuzzRoutingOf(f *testing.F) {
 	f.Add([]byte(`{"spec":{"hosts":["payments"],"http":[{"retries":{"attempts":2}}]}}`), "payments", "shop")
-	f.Add([]byte(`{"metadata":{"namespace":7},"spec":{"hosts":[1,"*"],"gateways":"mesh","exportTo":[null],"http":[null,{"match":[1,{"gateways":5}],"route":[{"destination":"x"},{"destination":{"host":3}}],"retries":{"attempts":1e300}}]}}`), "a", "b")
+	f.Add(
+		[]byte(
+			`{"metadata":{"namespace":7},"spec":{"hosts":[1,"*"],"gateways":"mesh","exportTo":[null],"http":[null,{"match":[1,{"gateways":5}],`+
+				`"route":[{"destination":"x"},{"destination":{"host":3}}],"retries":{"attempts":1e300}}]}}`,
+		),
+		"a",
+		"b",
+	)
 	f.Add([]byte(`{"spec":{"hosts":["*."],"http":[{"retries":{"attempts":-1e300}}]}}`), "", "")
 	f.Add([]byte(`[]`), "a", "b")
 	f.Fuzz(func(t *testing.T, data []byte, service, namespace string) {

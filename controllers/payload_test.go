@@ -12,7 +12,7 @@ import (
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/controllers"
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
@@ -27,7 +27,7 @@ func specOf(p *policyconfig.Policy) v1.RetryPolicySpec {
 		Backoff:      v1.Backoff{Jitter: v1.JitterMode(p.Backoff.Jitter), Base: d(p.Backoff.Base), Cap: d(p.Backoff.Cap), Multiplier: ptr.To(p.Backoff.Multiplier)},
 		Deadline:     *d(p.Deadline),
 		MinRemaining: d(p.MinRemaining),
-		RetryAfter:   &v1.RetryAfter{MaxDelay: d(p.RetryAfterMax)},
+		RetryAfter:   &v1.RetryAfter{MaxDelay: d(p.RetryAfterMaxDelay)},
 		RetryOn:      &v1.RetryOn{StatusCodes: p.RetryOnStatus},
 		Idempotency:  &v1.Idempotency{Header: ptr.To(p.IdempotencyHeader)},
 		Criticality:  ptr.To(v1.Criticality(p.Criticality)),
@@ -68,13 +68,13 @@ func specOf(p *policyconfig.Policy) v1.RetryPolicySpec {
 func TestEverySampleRoundTrips(t *testing.T) {
 	budgets := map[string]*v1.RetryBudget{}
 	for _, f := range []string{"policy_v1alpha1_retrybudget.yaml", "policy_v1alpha1_retrybudget_marketing.yaml"} {
-		b := devenv.Sample[v1.RetryBudget](t, f)
+		b := testenv.Sample[v1.RetryBudget](t, f)
 		b.Generation = 4
 		budgets[b.Name] = b
 	}
 	for _, f := range []string{"policy_v1alpha1_retrypolicy.yaml", "policy_v1alpha1_retrypolicy_marketing.yaml"} {
 		t.Run(f, func(t *testing.T) {
-			p := devenv.Sample[v1.RetryPolicy](t, f)
+			p := testenv.Sample[v1.RetryPolicy](t, f)
 			p.Namespace, p.Generation = "auth", 2
 			budget := budgets[p.Spec.BudgetRef.Name]
 			raw, err := policyconfig.Marshal(controllers.BuildPayload(p, budget, 3, policyconfig.Enforcement{Mode: policyconfig.Enforced}))
@@ -113,7 +113,7 @@ func TestEverySampleRoundTrips(t *testing.T) {
 // rather than one that Parse refuses, so the pods do not keep an older,
 // Enforced payload.
 func TestNoRetryPayloadDropsATemplateThatCannotRender(t *testing.T) {
-	p := devenv.Sample[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
+	p := testenv.Sample[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
 	p.Namespace, p.Generation = "auth", 2
 	p.Spec.Idempotency.KeyTemplate = ptr.To("SMS-{user_id")
 	noRetry := policyconfig.Enforcement{Mode: policyconfig.NoRetry, Reason: v1.ReasonInvalidSpec, Message: "bad template"}
@@ -136,9 +136,9 @@ func TestNoRetryPayloadDropsATemplateThatCannotRender(t *testing.T) {
 // count is in the budget's own ConfigMap, so that a count change rewrites
 // no payload.
 func TestFleetBudgetPayload(t *testing.T) {
-	p := devenv.Sample[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
+	p := testenv.Sample[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
 	p.Namespace, p.Generation = "auth", 2
-	budget := devenv.Sample[v1.RetryBudget](t, "policy_v1alpha1_retrybudget.yaml")
+	budget := testenv.Sample[v1.RetryBudget](t, "policy_v1alpha1_retrybudget.yaml")
 	budget.UID = "7d3c2a61-0b5e-4f7a-9c1d-2e8f6a4b5c90"
 	enforced := policyconfig.Enforcement{Mode: policyconfig.Enforced}
 	publish := func(b *v1.RetryBudget) *policyconfig.Budget {
@@ -187,7 +187,7 @@ func TestFleetBudgetPayload(t *testing.T) {
 // floor above it, is published as written and refused by the pods, as
 // admission would have refused it.
 func TestFleetBudgetOutOfRangeIsRefusedByThePods(t *testing.T) {
-	p := devenv.Sample[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
+	p := testenv.Sample[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
 	p.Namespace, p.Generation = "auth", 2
 	for name, edit := range map[string]func(*v1.RetryBudgetSpec){
 		"a negative allowance":       func(s *v1.RetryBudgetSpec) { s.MaxRetriesPerSecond = ptr.To[int32](-1) },
@@ -197,7 +197,7 @@ func TestFleetBudgetOutOfRangeIsRefusedByThePods(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			budget := devenv.Sample[v1.RetryBudget](t, "policy_v1alpha1_retrybudget.yaml")
+			budget := testenv.Sample[v1.RetryBudget](t, "policy_v1alpha1_retrybudget.yaml")
 			edit(&budget.Spec)
 			if len(v1.ValidateRetryBudgetSpec(&budget.Spec, field.NewPath("spec"))) == 0 {
 				t.Fatal("admission accepts it")

@@ -26,7 +26,11 @@ func evaluateBudget(b *v1.RetryBudget, policyCount int32, limits policygraph.Lim
 		return notReady(v1.ReasonAbovePlatformCap, "retryPercent %d is above the platform cap of %d%%", b.Spec.RetryPercent, limits.MaxRetryPercent)
 	}
 	if _, err := consumerSelector(b); err != nil {
-		return notReady(v1.ReasonInvalidSpec, "%v; no consumer count is published, so each pod takes the conservative share (the absolute figures over partitions)", err)
+		return notReady(
+			v1.ReasonInvalidSpec,
+			"%v; no consumer count is published, so each pod takes the conservative share (the absolute figures over partitions)",
+			err,
+		)
 	}
 	msg := fmt.Sprintf("%d policies draw on this budget", policyCount)
 	if n := b.Status.Consumers; n != nil {

@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
@@ -97,8 +98,8 @@ func (r *RetryPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	facts.HiddenLayers = hidden
 	enforcement, ready := evaluatePolicy(facts, p.Generation)
-	nameHiddenLayers(&enforcement, &ready, hidden)
 	leaf := facts.Verdict.Analysis.LeafAttempts()
 	if err := r.publish(ctx, &p, BuildPayload(&p, budget, leaf, enforcement)); err != nil {
 		meta.SetStatusCondition(&p.Status.Conditions, publishFailedCondition(err, p.Generation))
@@ -183,13 +184,20 @@ func contentHash(data string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// labelValue keeps a policy name usable as a label value (63 characters).
+// labelHashLength is how many hex digits of a name's SHA-256 stand for the
+// part of a long name that a label value cannot hold.
+const labelHashLength = 12
+
+// labelValue keeps a policy name usable as a label value
+// (validation.LabelValueMaxLength characters): a longer name keeps its head
+// and ends in a hash of the whole, so that two long names stay apart.
 func labelValue(name string) string {
-	if len(name) <= 63 {
+	if len(name) <= validation.LabelValueMaxLength {
 		return name
 	}
 	sum := sha256.Sum256([]byte(name))
-	return name[:50] + "-" + hex.EncodeToString(sum[:])[:12]
+	head := validation.LabelValueMaxLength - len("-") - labelHashLength
+	return name[:head] + "-" + hex.EncodeToString(sum[:])[:labelHashLength]
 }
 
 func isSubset(want, have map[string]string) bool {

@@ -57,7 +57,7 @@ var _ = Describe("Publishing", func() {
 		Expect(p.Spec.RetryAfter).To(HaveValue(HaveField("MaxDelay", BeNil())), "the API server stored a fixed default")
 		expectReason(ns, p.Name, v1.ReasonPublished)
 		payload, _ := payloadOf(Default, ns, p.Name)
-		Expect(payload.Policy.RetryAfterMax.D()).To(Equal(1500 * time.Millisecond))
+		Expect(payload.Policy.RetryAfterMaxDelay.D()).To(Equal(1500 * time.Millisecond))
 	})
 
 	It("republishes on update", func() {

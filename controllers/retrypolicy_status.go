@@ -26,6 +26,9 @@ type policyFacts struct {
 	BudgetFound bool
 	// Verdict is the cross-object rules' answer.
 	Verdict policygraph.Verdict
+	// HiddenLayers are the retry layers outside Retryguard (status.hiddenLayers);
+	// a policy refused for its product names them.
+	HiddenLayers []v1.HiddenLayer
 }
 
 // graphReasons maps cross-object codes to Ready reasons, in priority order.
@@ -41,12 +44,18 @@ var graphReasons = []struct {
 
 // evaluatePolicy decides a policy's enforcement and Ready condition from
 // what was observed. Anything short of fully safe is NoRetry: pods fail
-// closed, never open.
+// closed, never open. A policy whose product is too large names its hidden
+// layers at the end of both messages, so that a user sees the
+// VirtualService that tipped it over.
 func evaluatePolicy(f policyFacts, generation int64) (policyconfig.Enforcement, metav1.Condition) {
 	notReady := func(reason, msg string) (policyconfig.Enforcement, metav1.Condition) {
-		return policyconfig.Enforcement{Mode: policyconfig.NoRetry, Reason: reason, Message: msg},
+		var hidden string
+		if reason == v1.ReasonAmplificationExceeded {
+			hidden = hiddenLayersSuffix(f.HiddenLayers)
+		}
+		return policyconfig.Enforcement{Mode: policyconfig.NoRetry, Reason: reason, Message: msg + hidden},
 			metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionFalse, Reason: reason,
-				Message: msg + "; pods make a single attempt until this is fixed", ObservedGeneration: generation}
+				Message: msg + "; pods make a single attempt until this is fixed" + hidden, ObservedGeneration: generation}
 	}
 	if len(f.SpecErrors) > 0 {
 		return notReady(v1.ReasonInvalidSpec, f.SpecErrors.ToAggregate().Error())

@@ -21,7 +21,7 @@ import (
 	"github.com/retryguard/retryguard/api/policygraph"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
@@ -49,11 +49,11 @@ var _ = BeforeSuite(func() {
 	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	ctx, cancel = context.WithCancel(context.Background())
 	var err error
-	testEnv, err = devenv.NewEnvironment()
+	testEnv, err = testenv.NewEnvironment()
 	Expect(err).NotTo(HaveOccurred())
 	cfg, err := testEnv.Start()
 	Expect(err).NotTo(HaveOccurred())
-	mgr, _, err = devenv.StartManaged(ctx, testEnv, cfg, policygraph.DefaultLimits(), devenv.Features{Controllers: true})
+	mgr, _, err = testenv.StartManaged(ctx, testEnv, cfg, policygraph.DefaultLimits(), testenv.Features{Controllers: true})
 	Expect(err).NotTo(HaveOccurred())
 	k8s, err = client.New(cfg, client.Options{Scheme: testEnv.Scheme})
 	Expect(err).NotTo(HaveOccurred())

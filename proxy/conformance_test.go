@@ -304,7 +304,7 @@ func TestConformanceDecideVectors(t *testing.T) {
 			p := smsPayload(func(p *policyconfig.Payload) {
 				pol := &p.Policy
 				pol.MaxAttempts, pol.LeafAttempts = int32(in.MaxAttempts), int32(in.MaxAttempts)
-				pol.RetryAfterMax = policyconfig.Duration(mustDuration(t, in.RetryAfterMaxDelay))
+				pol.RetryAfterMaxDelay = policyconfig.Duration(mustDuration(t, in.RetryAfterMaxDelay))
 				pol.RetryOnStatus = []int32{429, 503}
 				if in.Class == "transient" || in.Class == "ambiguous" {
 					pol.RetryOnStatus = append(pol.RetryOnStatus, int32(in.Status))

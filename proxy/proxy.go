@@ -283,7 +283,7 @@ func statusOf(e *retry.Error) int {
 // Problem is the runtime's RFC 9457 problem with the extension members a
 // client of the proxy needs: the lifecycle state and the attempts made.
 type Problem struct {
-	retry.Problem
+	httprules.Problem
 	State    retry.State `json:"state,omitempty"`
 	Attempts int         `json:"attempts"`
 	Policy   string      `json:"policy,omitempty"`

@@ -16,6 +16,7 @@ import (
 
 	"github.com/retryguard/retryguard/runtime/codes"
 	"github.com/retryguard/retryguard/runtime/deadletter"
+	"github.com/retryguard/retryguard/runtime/limits"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 	"github.com/retryguard/retryguard/runtime/policyconfig/fixtures"
 	"github.com/retryguard/retryguard/runtime/retry"
@@ -295,7 +296,7 @@ func TestAMissingVariableSendsNothing(t *testing.T) {
 		code   codes.Code
 	}{
 		{map[string]string{"Retryguard-Var-User-Id": "42"}, codes.MissingKeyVariable},
-		{map[string]string{"Idempotency-Key": strings.Repeat("k", retry.MaxKeyLength+1)}, codes.InvalidKeyTemplate},
+		{map[string]string{"Idempotency-Key": strings.Repeat("k", limits.MaxIdempotencyKeyLength+1)}, codes.InvalidKeyTemplate},
 	} {
 		res, body := h.send(t, http.MethodPost, "/v1/messages", tc.header, `{}`)
 		if p := problemOf(t, res, body); res.StatusCode != 400 || p.Code != string(tc.code) || p.Attempts != 0 {
@@ -348,7 +349,7 @@ func TestTheDeadlineEndsIn504(t *testing.T) {
 	slow := func(w http.ResponseWriter, r *http.Request) { time.Sleep(600 * time.Millisecond); status(503)(w, r) }
 	u := newUpstream(t, slow, slow, slow)
 	h := newHarness(t, u, smsPayload(func(p *policyconfig.Payload) {
-		p.Policy.Deadline, p.Policy.RetryAfterMax = fixtures.D("1s"), fixtures.D("400ms")
+		p.Policy.Deadline, p.Policy.RetryAfterMaxDelay = fixtures.D("1s"), fixtures.D("400ms")
 	}))
 	res, body := h.send(t, http.MethodPost, "/v1/messages", smsVars, `{}`)
 	if p := problemOf(t, res, body); res.StatusCode != http.StatusGatewayTimeout || p.Code != string(codes.DeadlineExceeded) || p.Attempts != 1 {

@@ -19,7 +19,7 @@ import (
 	"github.com/retryguard/retryguard/api/policygraph/policyindex"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/webhooks"
 )
 
@@ -35,10 +35,10 @@ type benchCluster struct {
 func startBenchCluster(b *testing.B, withWebhooks bool) *benchCluster {
 	b.Helper()
 	ctrl.SetLogger(logr.Discard())
-	env, cfg := devenv.StartEnvironment(b, withWebhooks)
+	env, cfg := testenv.StartEnvironment(b, withWebhooks)
 	cfg.QPS, cfg.Burst = 5000, 5000
 	ctx, cancel := context.WithCancel(context.Background())
-	mgr, _, err := devenv.StartManaged(ctx, env, cfg, policygraph.DefaultLimits(), devenv.Features{Webhooks: withWebhooks})
+	mgr, _, err := testenv.StartManaged(ctx, env, cfg, policygraph.DefaultLimits(), testenv.Features{Webhooks: withWebhooks})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -91,9 +91,9 @@ func (bc *benchCluster) create(b *testing.B, from, n int, build func(int) *v1.Re
 		b.Fatal(firstErr)
 	}
 	// Settle waits 10 s; 10,000 creates on a loaded machine may need more.
-	err := devenv.Settle(ctx, bc.mgr)
+	err := testenv.Settle(ctx, bc.mgr)
 	for try := 0; err != nil && try < 5; try++ {
-		err = devenv.Settle(ctx, bc.mgr)
+		err = testenv.Settle(ctx, bc.mgr)
 	}
 	if err != nil {
 		b.Fatal(err)

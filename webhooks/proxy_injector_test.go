@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/proxy"
 	"github.com/retryguard/retryguard/runtime/budget"
 	"github.com/retryguard/retryguard/runtime/codes"
@@ -123,7 +123,7 @@ var _ = Describe("the retryguard-proxy injector", func() {
 
 	It("fails open for pods that do not ask and closed for those that do, when the injector is unreachable", func() {
 		// The shipped configuration, pointed at a port nothing serves.
-		data, err := os.ReadFile(devenv.Path("config", "webhook", "proxy_injector.yaml"))
+		data, err := os.ReadFile(testenv.Path("config", "webhook", "proxy_injector.yaml"))
 		Expect(err).NotTo(HaveOccurred())
 		var cfg admissionregistrationv1.MutatingWebhookConfiguration
 		Expect(yaml.Unmarshal(data, &cfg)).To(Succeed())

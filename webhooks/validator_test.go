@@ -18,14 +18,14 @@ import (
 	"github.com/retryguard/retryguard/api/policygraph"
 	"github.com/retryguard/retryguard/api/policygraph/policyindex"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/webhooks"
 )
 
 // fakeReader is an indexed fake client holding stored policies, standing in
 // for the manager's cache.
 func fakeReader(stored ...*v1.RetryPolicy) client.WithWatch {
-	b := fake.NewClientBuilder().WithScheme(devenv.Scheme())
+	b := fake.NewClientBuilder().WithScheme(testenv.Scheme())
 	for field, fn := range policyindex.IndexFuncs() {
 		b = b.WithIndex(&v1.RetryPolicy{}, field, fn)
 	}

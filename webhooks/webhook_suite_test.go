@@ -20,7 +20,7 @@ import (
 	"github.com/retryguard/retryguard/api/policygraph"
 	"github.com/retryguard/retryguard/api/policygraph/policyindex"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 )
 
 // The webhook suite runs the manager's webhook server for real: the API
@@ -31,7 +31,7 @@ var (
 	testEnv  *envtest.Environment
 	mgr      ctrl.Manager
 	k8s      client.Client
-	warnings = &devenv.WarningRecorder{}
+	warnings = &testenv.WarningRecorder{}
 	ctx      context.Context
 	cancel   context.CancelFunc
 	nsSeq    atomic.Int64
@@ -46,13 +46,13 @@ var _ = BeforeSuite(func() {
 	ctx, cancel = context.WithCancel(context.Background())
 	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	var err error
-	testEnv, err = devenv.NewEnvironment()
+	testEnv, err = testenv.NewEnvironment()
 	Expect(err).NotTo(HaveOccurred())
-	devenv.EnableWebhooks(testEnv)
+	testenv.EnableWebhooks(testEnv)
 	cfg, err := testEnv.Start()
 	Expect(err).NotTo(HaveOccurred())
 
-	mgr, _, err = devenv.StartManaged(ctx, testEnv, cfg, policygraph.DefaultLimits(), devenv.Features{Webhooks: true, ProxyImage: testProxyImage})
+	mgr, _, err = testenv.StartManaged(ctx, testEnv, cfg, policygraph.DefaultLimits(), testenv.Features{Webhooks: true, ProxyImage: testProxyImage})
 	Expect(err).NotTo(HaveOccurred())
 
 	userCfg := rest.CopyConfig(cfg)

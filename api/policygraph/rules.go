@@ -252,8 +252,12 @@ func ValidateRetryBudget(b *v1.RetryBudget, limits Limits, fldPath *field.Path) 
 		// retries a second so that the pods together never exceed it: below
 		// one, a pod does not retry.
 		v.Warnings = append(v.Warnings, fmt.Sprintf(
-			"maxRetriesPerSecond: %d retries/s shared by up to %d partitions is below one retry/s per pod; a pod taking the conservative share (1/%d) does not retry at all",
-			*m, partitions, partitions))
+			"maxRetriesPerSecond: %d retries/s shared by up to %d partitions is below one retry/s per pod; a pod taking the conservative share (1/%d) does "+
+				"not retry at all",
+			*m,
+			partitions,
+			partitions,
+		))
 	}
 	return v
 }

@@ -546,7 +546,8 @@ func TestADescendantChainCannotMakeAnAncestorTooDeep(t *testing.T) {
 	}
 	// One layer less is admitted, and the parent stays within the depth.
 	short := append([]v1.RetryPolicy{workflow, attach}, stored[2:len(stored)-1]...)
-	if v, err := policygraph.ValidateRetryPolicy(ctx, policygraph.NewStaticLookup(short...), &attach, policygraph.DefaultLimits(), nil); err != nil || len(v.Errors) > 0 {
+	if v, err := policygraph.ValidateRetryPolicy(ctx, policygraph.NewStaticLookup(short...), &attach, policygraph.DefaultLimits(), nil); err != nil ||
+		len(v.Errors) > 0 {
 		t.Fatalf("a chain of %d layers: %v %v", policygraph.MaxDepth, err, v.Errors)
 	}
 	if v, err := policygraph.ValidateRetryPolicy(ctx, policygraph.NewStaticLookup(short...), &workflow, policygraph.DefaultLimits(), nil); err != nil ||

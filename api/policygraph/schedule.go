@@ -14,8 +14,8 @@ import (
 type Schedule struct {
 	// Backoffs are the largest waits before attempts 2, 3, ...
 	Backoffs []time.Duration
-	// AttemptCost is perAttemptTimeout, or zero when the policy sets none.
-	AttemptCost time.Duration
+	// PerAttemptTimeout is the policy's perAttemptTimeout, or zero when it sets none.
+	PerAttemptTimeout time.Duration
 	// Deadline and MinRemaining are the policy's.
 	Deadline, MinRemaining time.Duration
 	// FeasibleAttempts is how many attempts the runtime can start in the
@@ -48,7 +48,7 @@ func WorstCase(spec *v1.RetryPolicySpec) Schedule {
 	d := spec.WithDefaults()
 	s := Schedule{Deadline: d.Deadline.Duration(), MinRemaining: d.MinRemaining.Duration()}
 	if d.PerAttemptTimeout != nil {
-		s.AttemptCost = d.PerAttemptTimeout.Duration()
+		s.PerAttemptTimeout = d.PerAttemptTimeout.Duration()
 	}
 	var elapsed time.Duration
 	for k := int32(1); k <= d.MaxAttempts; k++ {
@@ -57,16 +57,16 @@ func WorstCase(spec *v1.RetryPolicySpec) Schedule {
 			s.Backoffs = append(s.Backoffs, wait)
 			// The runtime's own rule, applied to the worst case: the wait
 			// must leave the attempt's cost and the reserve.
-			if !backoff.CanStart(s.Deadline-elapsed-wait, s.AttemptCost, s.MinRemaining) {
+			if !backoff.CanStart(s.Deadline-elapsed-wait, s.PerAttemptTimeout, s.MinRemaining) {
 				break
 			}
 			elapsed += wait
 		}
-		elapsed += s.AttemptCost
+		elapsed += s.PerAttemptTimeout
 		s.FeasibleAttempts = k
 	}
 	s.Duration = min(elapsed, s.Deadline)
-	if s.AttemptCost == 0 {
+	if s.PerAttemptTimeout == 0 {
 		s.Duration = s.Deadline
 	}
 	return s
@@ -79,8 +79,8 @@ func (s Schedule) Warning(want int32) string {
 		waits[i] = b.String()
 	}
 	cost := "attempts of unbounded cost"
-	if s.AttemptCost > 0 {
-		cost = fmt.Sprintf("attempts of up to %s (perAttemptTimeout)", s.AttemptCost)
+	if s.PerAttemptTimeout > 0 {
+		cost = fmt.Sprintf("attempts of up to %s (perAttemptTimeout)", s.PerAttemptTimeout)
 	}
 	return fmt.Sprintf("deadline: only %d of %d attempts can run in the worst case: %s with waits of up to %s do not fit in deadline %s with minRemaining %s",
 		s.FeasibleAttempts, want, cost, strings.Join(waits, ", "), s.Deadline, s.MinRemaining)

@@ -9,7 +9,7 @@ import (
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 )
 
 // The single-object admission table lives in fixtures, so that kubectl
@@ -30,7 +30,7 @@ func dur(s string) *v1.Duration { d := v1.Duration(s); return &d }
 
 // policyFor returns the sample 2FA policy with the case's change applied.
 func policyFor(tb testing.TB, tc policyCase) *v1.RetryPolicy {
-	p := devenv.Sample[v1.RetryPolicy](tb, "policy_v1alpha1_retrypolicy.yaml")
+	p := testenv.Sample[v1.RetryPolicy](tb, "policy_v1alpha1_retrypolicy.yaml")
 	tc.Mutate(&p.Spec)
 	return p
 }
@@ -45,7 +45,7 @@ func budgetFor(tb testing.TB, tc budgetCase) *v1.RetryBudget {
 // the UID a published payload carries (a counted budget's count is joined
 // to its payloads by it).
 func sampleBudget(tb testing.TB) *v1.RetryBudget {
-	b := devenv.Sample[v1.RetryBudget](tb, "policy_v1alpha1_retrybudget.yaml")
+	b := testenv.Sample[v1.RetryBudget](tb, "policy_v1alpha1_retrybudget.yaml")
 	b.UID = "7d3c2a61-0b5e-4f7a-9c1d-2e8f6a4b5c90"
 	return b
 }

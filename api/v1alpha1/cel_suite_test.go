@@ -22,7 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 )
 
 // The CEL suite sends objects through a real kube-apiserver with the
@@ -44,7 +44,7 @@ var _ = BeforeSuite(func() {
 	ctx = context.Background()
 	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	var err error
-	testEnv, err = devenv.NewEnvironment()
+	testEnv, err = testenv.NewEnvironment()
 	Expect(err).NotTo(HaveOccurred())
 	cfg, err := testEnv.Start()
 	Expect(err).NotTo(HaveOccurred())
@@ -143,12 +143,12 @@ var _ = Describe("Rejections a user reads", func() {
 var _ = Describe("Samples", func() {
 	It("are all accepted, and read back with every default visible", func() {
 		for _, f := range []string{"policy_v1alpha1_retrybudget.yaml", "policy_v1alpha1_retrybudget_marketing.yaml"} {
-			b := devenv.Sample[v1.RetryBudget](GinkgoTB(), f)
+			b := testenv.Sample[v1.RetryBudget](GinkgoTB(), f)
 			b.Namespace = "cel"
 			Expect(k8s.Create(ctx, b)).To(Succeed(), f)
 		}
 		for _, f := range []string{"policy_v1alpha1_retrypolicy.yaml", "policy_v1alpha1_retrypolicy_marketing.yaml"} {
-			p := devenv.Sample[v1.RetryPolicy](GinkgoTB(), f)
+			p := testenv.Sample[v1.RetryPolicy](GinkgoTB(), f)
 			p.Namespace = "cel"
 			Expect(k8s.Create(ctx, p)).To(Succeed(), f)
 		}

@@ -10,7 +10,7 @@ import (
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/controllers"
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
@@ -36,7 +36,7 @@ type admissionVector struct {
 func TestConformanceAdmissionVectors(t *testing.T) {
 	enforced := policyconfig.Enforcement{Mode: policyconfig.Enforced}
 	sample := sampleBudget(t)
-	samplePolicy := devenv.Sample[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
+	samplePolicy := testenv.Sample[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
 	samplePolicy.Namespace, samplePolicy.Generation = "auth", 1
 	var vectors []admissionVector
 	add := func(name string, accept bool, payload *policyconfig.Payload) {

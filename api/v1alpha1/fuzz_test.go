@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/runtime/httprules"
 )
 
@@ -62,7 +62,7 @@ func FuzzValidateRetryPolicySpec(f *testing.F) {
 
 // FuzzValidateRetryBudgetSpec: never a panic, and accepted budgets are in range.
 func FuzzValidateRetryBudgetSpec(f *testing.F) {
-	raw, _ := os.ReadFile(devenv.Path("config", "samples", "policy_v1alpha1_retrybudget.yaml"))
+	raw, _ := os.ReadFile(testenv.Path("config", "samples", "policy_v1alpha1_retrybudget.yaml"))
 	f.Add(raw)
 	f.Add([]byte(`{"retryPercent":10,"window":"60s","maxTokens":10,"partitions":3}`))
 	f.Add([]byte(`{"retryPercent":0,"window":"-1s","maxTokens":-5,"partitions":0}`))

@@ -11,7 +11,7 @@ import (
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/controllers"
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
@@ -70,7 +70,7 @@ func TestParseIsAsStrictAsAdmission(t *testing.T) {
 			expectParse(t, payload, len(tc.Want) == 0, v1.ValidateRetryPolicySpec(&p.Spec, field.NewPath("spec")))
 		})
 	}
-	samplePolicy := devenv.Sample[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
+	samplePolicy := testenv.Sample[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
 	samplePolicy.Namespace, samplePolicy.Generation = "auth", 1
 	for _, tc := range budgetCases {
 		t.Run("budget/"+tc.Name, func(t *testing.T) {

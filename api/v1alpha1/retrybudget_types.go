@@ -2,8 +2,6 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/retryguard/retryguard/runtime/limits"
 )
 
 // Defaults of RetryBudget.
@@ -12,8 +10,6 @@ const (
 	DefaultBudgetMaxTokens           = int32(10)
 	DefaultBudgetMinRetriesPerSecond = int32(0)
 	DefaultBudgetPartitions          = int32(1)
-	MaxBudgetTokens                  = limits.MaxBudgetTokens
-	MaxBudgetPartitions              = limits.MaxBudgetPartitions
 )
 
 // RetryBudgetSpec is a token-bucket retry budget for one dependency.

@@ -15,28 +15,28 @@ func ValidateRetryBudgetSpec(spec *RetryBudgetSpec, fldPath *field.Path) field.E
 	var errs field.ErrorList
 	if s.RetryPercent < 1 || s.RetryPercent > limits.MaxBudgetRetryPercent {
 		errs = append(errs, Invalid(fldPath.Child("retryPercent"), s.RetryPercent, codes.OutOfRange,
-			"retryPercent must be between 1 and 100"))
+			outOfRange("retryPercent", 1, limits.MaxBudgetRetryPercent)))
 	}
 	errs = append(errs, validateDuration(*s.Window, fldPath.Child("window"))...)
 	if w := s.Window.Duration(); s.Window.Valid() && (w < limits.MinBudgetWindow || w > limits.MaxBudgetWindow) {
 		errs = append(errs, Invalid(fldPath.Child("window"), string(*s.Window), codes.OutOfRange,
-			"window must be between 1s and 1h"))
+			outOfRange("window", limits.MinBudgetWindow, limits.MaxBudgetWindow)))
 	}
-	if t := *s.MaxTokens; t < 1 || t > MaxBudgetTokens {
+	if t := *s.MaxTokens; t < 1 || t > limits.MaxBudgetTokens {
 		errs = append(errs, Invalid(fldPath.Child("maxTokens"), t, codes.OutOfRange,
-			"maxTokens must be between 1 and 1000"))
+			outOfRange("maxTokens", 1, limits.MaxBudgetTokens)))
 	}
 	if f := *s.MinRetriesPerSecond; f < 0 || f > limits.MaxBudgetMinRetriesPerSecond {
 		errs = append(errs, Invalid(fldPath.Child("minRetriesPerSecond"), f, codes.OutOfRange,
-			"minRetriesPerSecond must be between 0 and 10000"))
+			outOfRange("minRetriesPerSecond", 0, limits.MaxBudgetMinRetriesPerSecond)))
 	}
-	if p := *s.Partitions; p < 1 || p > MaxBudgetPartitions {
+	if p := *s.Partitions; p < 1 || p > limits.MaxBudgetPartitions {
 		errs = append(errs, Invalid(fldPath.Child("partitions"), p, codes.OutOfRange,
-			"partitions must be between 1 and 1000"))
+			outOfRange("partitions", 1, limits.MaxBudgetPartitions)))
 	}
 	if m := s.MaxRetriesPerSecond; m != nil && (*m < 0 || *m > limits.MaxBudgetRetriesPerSecond) {
 		errs = append(errs, Invalid(fldPath.Child("maxRetriesPerSecond"), *m, codes.OutOfRange,
-			"maxRetriesPerSecond must be between 0 and 100000"))
+			outOfRange("maxRetriesPerSecond", 0, limits.MaxBudgetRetriesPerSecond)))
 	}
 	// A floor above the allowance (judged only on an allowance in range, so
 	// that a negative one is refused once).

@@ -12,21 +12,14 @@ import (
 // validators and the runtime when a field is absent. The bounds live in
 // package limits, which the payload parser shares.
 const (
-	DefaultBackoffJitter       = JitterFull
-	DefaultBackoffBase         = "100ms"
-	DefaultBackoffCap          = "3s"
-	DefaultBackoffMultiplier   = int32(2)
-	DefaultHiddenAttempts      = int32(1)
-	DefaultMinRemaining        = "500ms"
-	DefaultIdempotencyHeader   = "Idempotency-Key"
-	DefaultCriticality         = CriticalityStandard
-	MaxAttemptsCeiling         = limits.MaxAttemptsCeiling
-	MaxRetryOnStatusCodes      = limits.MaxRetryOnStatusCodes
-	MaxFallbackChannels        = limits.MaxFallbackChannels
-	MaxKeyTemplateLength       = limits.MaxKeyTemplateLength
-	MaxOperationLength         = limits.MaxOperationLength
-	MaxFallbackEndpointLength  = limits.MaxFallbackEndpointLength
-	MaxConnectionsPerPoolLimit = limits.MaxConnectionsPerPool
+	DefaultBackoffJitter     = JitterFull
+	DefaultBackoffBase       = "100ms"
+	DefaultBackoffCap        = "3s"
+	DefaultBackoffMultiplier = int32(2)
+	DefaultHiddenAttempts    = int32(1)
+	DefaultMinRemaining      = "500ms"
+	DefaultIdempotencyHeader = "Idempotency-Key"
+	DefaultCriticality       = CriticalityStandard
 )
 
 // DefaultRetryAfterMaxDelay is the longest Retry-After honoured when

@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -10,11 +11,9 @@ import (
 	"github.com/retryguard/retryguard/runtime/limits"
 )
 
-var (
-	supportedJitter = []string{string(JitterFull), string(JitterEqual), string(JitterDecorrelated), string(JitterNone)}
-	supportedErrors = []string{string(ConnectionRefused), string(ConnectionReset), string(Timeout), string(DNSFailure)}
-	supportedCrit   = []string{string(CriticalityCritical), string(CriticalityStandard)}
-)
+// supportedJitter is what the CRD's enum admits: the modes of package limits,
+// and None, named only to be refused with ERR_JITTER_REQUIRED.
+var supportedJitter = append(slices.Clone(limits.JitterModes), string(JitterNone))
 
 // ValidateRetryPolicySpec checks every rule that needs nothing but the spec.
 // The CRD carries the same rules as CEL; the webhooks run this function too so
@@ -23,13 +22,13 @@ var (
 func ValidateRetryPolicySpec(spec *RetryPolicySpec, fldPath *field.Path) field.ErrorList {
 	s := spec.WithDefaults()
 	var errs field.ErrorList
-	if s.MaxAttempts < 1 || s.MaxAttempts > MaxAttemptsCeiling {
+	if s.MaxAttempts < 1 || s.MaxAttempts > limits.MaxAttemptsCeiling {
 		errs = append(errs, Invalid(fldPath.Child("maxAttempts"), s.MaxAttempts, codes.RetryLimitExceeded,
-			"maxAttempts counts total attempts (the first call included) and must be between 1 and 3"))
+			"maxAttempts counts total attempts (the first call included) and must be "+between(1, limits.MaxAttemptsCeiling)))
 	}
 	if h := *s.Layer.HiddenAttempts; h < 1 || h > limits.MaxHiddenAttempts {
 		errs = append(errs, Invalid(fldPath.Child("layer", "hiddenAttempts"), h, codes.OutOfRange,
-			"layer.hiddenAttempts must be between 1 and 10"))
+			outOfRange("layer.hiddenAttempts", 1, limits.MaxHiddenAttempts)))
 	}
 	errs = append(errs, validateAllowedChildren(s.Layer.AllowedChildren, fldPath.Child("layer", "allowedChildren"))...)
 	errs = append(errs, validateBackoff(&s.Backoff, fldPath.Child("backoff"))...)
@@ -40,12 +39,12 @@ func ValidateRetryPolicySpec(spec *RetryPolicySpec, fldPath *field.Path) field.E
 		errs = append(errs, Invalid(fldPath.Child("budgetRef"), nil, codes.BudgetRequired,
 			"a policy with maxAttempts above 1 must name a RetryBudget in budgetRef; retries without a budget caused INC-2901"))
 	}
-	if p := s.ConnectionPool; p != nil && (p.MaxConnections < 1 || p.MaxConnections > MaxConnectionsPerPoolLimit) {
+	if p := s.ConnectionPool; p != nil && (p.MaxConnections < 1 || p.MaxConnections > limits.MaxConnectionsPerPool) {
 		errs = append(errs, Invalid(fldPath.Child("connectionPool", "maxConnections"), p.MaxConnections, codes.OutOfRange,
-			"connectionPool.maxConnections must be between 1 and 1000"))
+			outOfRange("connectionPool.maxConnections", 1, limits.MaxConnectionsPerPool)))
 	}
-	if c := *s.Criticality; c != CriticalityCritical && c != CriticalityStandard {
-		errs = append(errs, field.NotSupported(fldPath.Child("criticality"), c, supportedCrit))
+	if c := *s.Criticality; !slices.Contains(limits.Criticalities, string(c)) {
+		errs = append(errs, field.NotSupported(fldPath.Child("criticality"), c, limits.Criticalities))
 	}
 	if s.Fallback != nil {
 		for i := range s.Fallback.Channels {
@@ -86,9 +85,10 @@ func validateBackoff(b *Backoff, fldPath *field.Path) field.ErrorList {
 	case JitterNone:
 		errs = append(errs, Invalid(fldPath.Child("jitter"), b.Jitter, codes.JitterRequired,
 			"backoff.jitter None makes every caller retry in lockstep; use Full, Equal or Decorrelated"))
-	case JitterFull, JitterEqual, JitterDecorrelated:
 	default:
-		errs = append(errs, field.NotSupported(fldPath.Child("jitter"), b.Jitter, supportedJitter))
+		if !slices.Contains(limits.JitterModes, string(b.Jitter)) {
+			errs = append(errs, field.NotSupported(fldPath.Child("jitter"), b.Jitter, supportedJitter))
+		}
 	}
 	errs = append(errs, validateDuration(*b.Base, fldPath.Child("base"))...)
 	errs = append(errs, validateDuration(*b.Cap, fldPath.Child("cap"))...)
@@ -103,7 +103,7 @@ func validateBackoff(b *Backoff, fldPath *field.Path) field.ErrorList {
 	}
 	if m := *b.Multiplier; m < 1 || m > limits.MaxBackoffMultiplier {
 		errs = append(errs, Invalid(fldPath.Child("multiplier"), m, codes.OutOfRange,
-			"backoff.multiplier must be between 1 and 10"))
+			outOfRange("backoff.multiplier", 1, limits.MaxBackoffMultiplier)))
 	}
 	return errs
 }
@@ -118,10 +118,8 @@ func validateRetryOn(r *RetryOn, fldPath *field.Path) field.ErrorList {
 		}
 	}
 	for i, e := range r.Errors {
-		switch e {
-		case ConnectionRefused, ConnectionReset, Timeout, DNSFailure:
-		default:
-			errs = append(errs, field.NotSupported(fldPath.Child("errors").Index(i), e, supportedErrors))
+		if !slices.Contains(limits.TransportErrors, string(e)) {
+			errs = append(errs, field.NotSupported(fldPath.Child("errors").Index(i), e, limits.TransportErrors))
 		}
 	}
 	return errs

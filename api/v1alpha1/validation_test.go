@@ -10,7 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 )
 
 func TestValidateRetryPolicySpec(t *testing.T) {
@@ -45,13 +45,13 @@ func TestValidateRetryBudgetSpec(t *testing.T) {
 // Every sample must pass the Go validators as it is, undefaulted.
 func TestSamplesAreValid(t *testing.T) {
 	for _, f := range []string{"policy_v1alpha1_retrypolicy.yaml", "policy_v1alpha1_retrypolicy_marketing.yaml"} {
-		p := devenv.Sample[v1.RetryPolicy](t, f)
+		p := testenv.Sample[v1.RetryPolicy](t, f)
 		if errs := v1.ValidateRetryPolicySpec(&p.Spec, field.NewPath("spec")); len(errs) > 0 {
 			t.Errorf("%s: %v", f, errs)
 		}
 	}
 	for _, f := range []string{"policy_v1alpha1_retrybudget.yaml", "policy_v1alpha1_retrybudget_marketing.yaml"} {
-		b := devenv.Sample[v1.RetryBudget](t, f)
+		b := testenv.Sample[v1.RetryBudget](t, f)
 		if errs := v1.ValidateRetryBudgetSpec(&b.Spec, field.NewPath("spec")); len(errs) > 0 {
 			t.Errorf("%s: %v", f, errs)
 		}
@@ -60,7 +60,7 @@ func TestSamplesAreValid(t *testing.T) {
 
 // Garbage in the enums must be an error, never a panic or a silent pass.
 func TestValidateRetryPolicySpecRejectsUnknownEnums(t *testing.T) {
-	p := devenv.Sample[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
+	p := testenv.Sample[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
 	p.Spec.Backoff.Jitter = "Sometimes"
 	p.Spec.RetryOn.Errors = append(p.Spec.RetryOn.Errors, "Gremlins")
 	crit := v1.Criticality("Meh")

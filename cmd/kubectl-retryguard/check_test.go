@@ -22,7 +22,7 @@ import (
 	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/kube"
 	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/output"
 	"github.com/retryguard/retryguard/controllers"
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 )
 
 // check against a real API server with the manager's webhooks: what is
@@ -32,11 +32,11 @@ import (
 // own check.
 func TestCheckAgainstARealAPIServer(t *testing.T) {
 	ctrl.SetLogger(logr.Discard())
-	env, cfg := devenv.StartEnvironment(t, true)
+	env, cfg := testenv.StartEnvironment(t, true)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	managerCtx, stopManager := context.WithCancel(ctx)
-	if _, _, err := devenv.StartManaged(managerCtx, env, cfg, policygraph.DefaultLimits(), devenv.Features{Webhooks: true}); err != nil {
+	if _, _, err := testenv.StartManaged(managerCtx, env, cfg, policygraph.DefaultLimits(), testenv.Features{Webhooks: true}); err != nil {
 		t.Fatal(err)
 	}
 	k8s, err := client.New(cfg, client.Options{Scheme: kube.Scheme()})
@@ -122,7 +122,7 @@ func installAdmissionPolicy(t *testing.T, ctx context.Context, k8s client.Client
 	for file, into := range map[string]client.Object{
 		"validating_admission_policy.yaml": &policy, "validating_admission_policy_binding.yaml": &binding,
 	} {
-		data, err := os.ReadFile(devenv.Path("config", "vap", file))
+		data, err := os.ReadFile(testenv.Path("config", "vap", file))
 		if err != nil {
 			t.Fatal(err)
 		}

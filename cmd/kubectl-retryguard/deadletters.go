@@ -66,7 +66,7 @@ func letterID(l retry.DeadLetter) string {
 	if l.Key == "" {
 		return deadletter.Identity(l) // already names the operation number and time
 	}
-	return fmt.Sprintf("%s#%d@%s", deadletter.Identity(l), l.Operation, l.At.UTC().Format(time.RFC3339Nano))
+	return fmt.Sprintf("%s#%d@%s", deadletter.Identity(l), l.OperationID, l.At.UTC().Format(time.RFC3339Nano))
 }
 
 // entry is one dead letter and its reconciliation, if any.
@@ -108,11 +108,16 @@ func runDeadletters(ctx context.Context, args []string, stdout, stderr io.Writer
 		return exitUsage
 	}
 	sub := args[0]
-	fs := newFlagSet("deadletters "+sub, "deadletters "+sub+" (-f JOURNAL | --brokers HOST:PORT --topic TOPIC) [flags]", `  kubectl cp auth/smsapp-7d9c:/var/lib/retryguard/dead-letters.journal dead-letters.journal
+	fs := newFlagSet(
+		"deadletters "+sub,
+		"deadletters "+sub+" (-f JOURNAL | --brokers HOST:PORT --topic TOPIC) [flags]",
+		`  kubectl cp auth/smsapp-7d9c:/var/lib/retryguard/dead-letters.journal dead-letters.journal
   kubectl retryguard deadletters list -f dead-letters.journal --state UNKNOWN_OUTCOME --since 2h
   kubectl retryguard deadletters export --brokers kafka:9092 --topic retryguard.deadletters --policy sms-2fa-dispatch > letters.jsonl
   kubectl retryguard deadletters reconcile -f dead-letters.journal --note "provider shows it delivered" auth/sms-2fa-dispatch/SMS-2FA-42-s1
-`, stderr)
+`,
+		stderr,
+	)
 	var file, brokers, topic, state, policy, since, until, note, by string
 	var all bool
 	fs.StringVar(&file, "f", "", "A dead-letter journal file (read only; reconciliations go to FILE.reconciled).")

@@ -23,7 +23,7 @@ import (
 // it never hides the new letter, written after it.
 func TestReconcileDoesNotHideALaterLetter(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "dead-letters.journal")
-	first := retry.DeadLetter{Operation: 1, Namespace: "auth", Policy: "sms-2fa-dispatch", Key: "SMS-2FA-42-s1",
+	first := retry.DeadLetter{OperationID: 1, Namespace: "auth", Policy: "sms-2fa-dispatch", Key: "SMS-2FA-42-s1",
 		State: retry.UnknownOutcome, Code: "ERR_UNKNOWN_OUTCOME", At: time.Now().Add(-time.Hour)}
 	write := func(l retry.DeadLetter) {
 		j, err := deadletter.Open(path)
@@ -43,7 +43,7 @@ func TestReconcileDoesNotHideALaterLetter(t *testing.T) {
 
 	time.Sleep(10 * time.Millisecond)
 	later := first
-	later.Operation, later.At = 7, time.Now() // a new operation, after the reconciliation
+	later.OperationID, later.At = 7, time.Now() // a new operation, after the reconciliation
 	write(later)
 	out := runOK(t, "deadletters", "list", "-f", path, "--state", "UNKNOWN_OUTCOME")
 	if lines(out) != 1 {
@@ -75,13 +75,13 @@ func TestTopicReconcileDoesNotHideALaterLetter(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	first := retry.DeadLetter{Operation: 1, Namespace: "auth", Policy: "sms-2fa-dispatch", Key: "SMS-2FA-42-s1",
+	first := retry.DeadLetter{OperationID: 1, Namespace: "auth", Policy: "sms-2fa-dispatch", Key: "SMS-2FA-42-s1",
 		State: retry.UnknownOutcome, Code: "ERR_UNKNOWN_OUTCOME", At: time.Now().Add(-time.Hour)}
 	produce(first)
 	brokers := strings.Join(c.ListenAddrs(), ",")
 	runOK(t, "deadletters", "reconcile", "--brokers", brokers, "--topic", topic, "--note", "delivered", deadletter.Identity(first))
 	later := first
-	later.Operation, later.At = 7, time.Now()
+	later.OperationID, later.At = 7, time.Now()
 	produce(later)
 	out := runOK(t, "deadletters", "list", "--brokers", brokers, "--topic", topic, "--state", "UNKNOWN_OUTCOME")
 	if lines(out) != 1 {

@@ -21,11 +21,11 @@ import (
 func someLetters(now time.Time) []retry.DeadLetter {
 	var out []retry.DeadLetter
 	for i := range 3 {
-		out = append(out, retry.DeadLetter{Operation: uint64(i + 1), Namespace: "auth", Policy: "sms-2fa-dispatch",
+		out = append(out, retry.DeadLetter{OperationID: uint64(i + 1), Namespace: "auth", Policy: "sms-2fa-dispatch",
 			Key: fmt.Sprintf("SMS-2FA-%d-s", i), State: retry.UnknownOutcome, Code: "ERR_UNKNOWN_OUTCOME",
 			At: now.Add(-time.Duration(3-i) * time.Hour)})
 	}
-	return append(out, retry.DeadLetter{Operation: 9, Namespace: "pay", Policy: "charge", Key: "PAY-9",
+	return append(out, retry.DeadLetter{OperationID: 9, Namespace: "pay", Policy: "charge", Key: "PAY-9",
 		State: retry.TerminalExhausted, Code: "ERR_RETRY_LIMIT_EXCEEDED", At: now.Add(-time.Hour)})
 }
 

@@ -11,12 +11,12 @@ import (
 	"testing"
 
 	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/output"
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 )
 
 func pluginDoc(t *testing.T) string {
 	t.Helper()
-	data, err := os.ReadFile(devenv.Path("docs", "kubectl-plugin.md"))
+	data, err := os.ReadFile(testenv.Path("docs", "kubectl-plugin.md"))
 	if err != nil {
 		t.Fatal(err)
 	}

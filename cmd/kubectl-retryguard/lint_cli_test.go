@@ -80,7 +80,12 @@ func TestLintExitCodesAndFiles(t *testing.T) {
 	writeFile(t, dir, "ok/policy.yaml", docs(policyYAML("connector", 1, "")+"\n",
 		"apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: app}\n"))
 	unknownField := writeFile(t, dir, "unknown.yaml", policyYAML("connector", 1, "", "  maxRetries: 5"))
-	raise := writeFile(t, dir, "raise.yaml", "apiVersion: policy.retryguard.io/v1alpha1\nkind: RetryBudget\nmetadata: {name: b, namespace: x}\nspec: {retryPercent: 25}\n")
+	raise := writeFile(
+		t,
+		dir,
+		"raise.yaml",
+		"apiVersion: policy.retryguard.io/v1alpha1\nkind: RetryBudget\nmetadata: {name: b, namespace: x}\nspec: {retryPercent: 25}\n",
+	)
 	orphan := writeFile(t, dir, "orphan.yaml", policyYAML("connector", 3, "job"))
 
 	for name, tc := range map[string]struct {
@@ -187,7 +192,12 @@ func TestLintAcrossNamespaces(t *testing.T) {
 		return strings.Replace(doc, "metadata:\n", "metadata:\n  namespace: "+ns+"\n", 1)
 	}
 	parent := inNS(policyYAML("job", 1, ""), "gateway")
-	parent = strings.Replace(parent, "    name: job\n", "    name: job\n    allowedChildren: {namespaces: {from: Selector, selector: {matchLabels: {team: payments}}}}\n", 1)
+	parent = strings.Replace(
+		parent,
+		"    name: job\n",
+		"    name: job\n    allowedChildren: {namespaces: {from: Selector, selector: {matchLabels: {team: payments}}}}\n",
+		1,
+	)
 	child := func(ns string) string {
 		doc := inNS(policyYAML("connector", 3, "job"), ns)
 		return strings.Replace(doc, "parentRef: {name: job}", "parentRef: {name: job, namespace: gateway}", 1)

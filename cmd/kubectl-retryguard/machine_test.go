@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/output"
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
@@ -20,7 +20,7 @@ import (
 // reads strictly, and jq too when it is installed; -o yaml is the same
 // object.
 func TestLintJSONOverTheSamples(t *testing.T) {
-	samples := devenv.Path("config", "samples")
+	samples := testenv.Path("config", "samples")
 	code, out, errOut := runCLI(t, "", "lint", "-f", samples, "-o", "json")
 	if code != exitOK {
 		t.Fatalf("exit %d\n%s%s", code, out, errOut)

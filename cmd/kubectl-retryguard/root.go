@@ -15,8 +15,8 @@ import (
 	"github.com/retryguard/retryguard/api/policygraph"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/output"
+	"github.com/retryguard/retryguard/internal/options"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
-	"github.com/retryguard/retryguard/webhooks"
 )
 
 const rootLong = `kubectl retryguard: see and check Retryguard retry policies.
@@ -119,11 +119,11 @@ func clusterFlags(cmd *cobra.Command) *genericclioptions.ConfigFlags {
 }
 
 // limitsFlags registers the platform limits with the manager's own flag
-// names and defaults (webhooks.BindFlags).
+// names and defaults (options.BindPlatformLimits).
 func limitsFlags(cmd *cobra.Command) *policygraph.Limits {
 	limits := policygraph.DefaultLimits()
 	goflags := flag.NewFlagSet(cmd.Name(), flag.ContinueOnError)
-	webhooks.BindFlags(goflags, &limits)
+	options.BindPlatformLimits(goflags, &limits)
 	cmd.Flags().AddGoFlagSet(goflags)
 	return &limits
 }

@@ -56,13 +56,23 @@ type options struct {
 
 func main() {
 	var o options
-	flag.StringVar(&o.routes, "routes", defaultRoutes, "the route table (JSON, docs/proxy.md); the injector mounts the pod's "+proxy.RoutesAnnotation+" annotation here")
+	flag.StringVar(
+		&o.routes,
+		"routes",
+		defaultRoutes,
+		"the route table (JSON, docs/proxy.md); the injector mounts the pod's "+proxy.RoutesAnnotation+" annotation here",
+	)
 	flag.StringVar(&o.watch, "watch", "informer", "where policies come from: informer (the published ConfigMaps, needs get/list/watch on ConfigMaps) or files")
 	flag.StringVar(&o.policyDir, "policy-dir", "", "with --watch=files: the mounted ConfigMap volume")
 	flag.StringVar(&o.deadLetters, "dead-letters", defaultDeadLetters, "the dead-letter journal (the outbox); on a volume that outlives the container")
 	flag.StringVar(&o.listenHost, "listen-host", "127.0.0.1", "the address route listeners bind to")
 	flag.IntVar(&o.adminPort, "admin-port", proxy.DefaultAdminPort, "the port of /healthz, /readyz, /metrics and /deadletters (all addresses)")
-	flag.StringVar(&o.brokers, "kafka-brokers", "", "comma-separated Kafka seed brokers: lifecycle events go to each policy's eventsTopic, dead letters to --dead-letter-topic")
+	flag.StringVar(
+		&o.brokers,
+		"kafka-brokers",
+		"",
+		"comma-separated Kafka seed brokers: lifecycle events go to each policy's eventsTopic, dead letters to --dead-letter-topic",
+	)
 	flag.StringVar(&o.deadLetterTopic, "dead-letter-topic", "", "with --kafka-brokers: the topic the outbox forwarder ships dead letters to")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)

@@ -225,7 +225,8 @@ func TestChartInjectorIsConfigs(t *testing.T) {
 			t.Errorf("%s is %v in the chart, %v in config/", field, c[field], g[field])
 		}
 	}
-	if cp, gp := c["clientConfig"].(object)["service"].(object)["path"], g["clientConfig"].(object)["service"].(object)["path"]; cp != gp || cp != "/inject-retryguard-proxy" {
+	if cp, gp := c["clientConfig"].(object)["service"].(object)["path"], g["clientConfig"].(object)["service"].(object)["path"]; cp != gp ||
+		cp != "/inject-retryguard-proxy" {
 		t.Errorf("path %v in the chart, %v in config/", cp, gp)
 	}
 	if sel := fmt.Sprint(c["namespaceSelector"]); !strings.Contains(sel, namespace) || !strings.Contains(sel, "kube-system") {
@@ -349,8 +350,14 @@ func TestChartRBACIsTheGeneratedRole(t *testing.T) {
 	rotation := mustTemplate(t, "webhook.certManager.enabled=false")
 	component := loadObjects(t, "config/components/cert-rotation/rbac.yaml")
 	for i, o := range []object{byName(rotation["Role"], "rg-retryguard-cert-rotation"), byName(rotation["ClusterRole"], "rg-retryguard-cert-rotation")} {
-		want := strings.NewReplacer("retryguard-webhook-cert", "rg-retryguard-webhook-cert",
-			"retryguard-validating-webhook-configuration", "rg-retryguard", "retryguard-proxy-injector", "rg-retryguard-proxy-injector").Replace(fmt.Sprint(component[2*i]["rules"]))
+		want := strings.NewReplacer(
+			"retryguard-webhook-cert",
+			"rg-retryguard-webhook-cert",
+			"retryguard-validating-webhook-configuration",
+			"rg-retryguard",
+			"retryguard-proxy-injector",
+			"rg-retryguard-proxy-injector",
+		).Replace(fmt.Sprint(component[2*i]["rules"]))
 		if o == nil || fmt.Sprint(o["rules"]) != want {
 			t.Errorf("the chart's certificate rotation rules differ from config/components/cert-rotation:\n%v\n%v", o, want)
 		}

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 )
 
 // startEnv starts kube-apiserver and etcd with the CRDs (and, when asked,
@@ -28,12 +28,12 @@ func startEnv(t *testing.T, webhooks bool) (*envtest.Environment, *rest.Config, 
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		t.Fatal("needs KUBEBUILDER_ASSETS: run make chart-check")
 	}
-	env, err := devenv.NewEnvironment()
+	env, err := testenv.NewEnvironment()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if webhooks {
-		devenv.EnableWebhooks(env)
+		testenv.EnableWebhooks(env)
 	}
 	// As hardened clusters (and OpenShift) do: setting blockOwnerDeletion on
 	// an owner reference then needs update on the owner's finalizers, so a

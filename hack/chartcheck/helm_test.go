@@ -24,7 +24,7 @@ import (
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/kube"
 
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 )
 
 // helm install, upgrade and uninstall, through Helm's SDK, against a real API
@@ -32,7 +32,7 @@ import (
 // changes a value changes the Deployment, and an uninstall removes
 // everything but the CRDs (which Helm never deletes).
 func TestHelmInstallUpgradeUninstall(t *testing.T) {
-	assets, err := devenv.AssetsDir()
+	assets, err := testenv.AssetsDir()
 	if err != nil {
 		t.Fatal(err)
 	}

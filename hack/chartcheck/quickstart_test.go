@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/retryguard/retryguard/api/policygraph"
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 	"github.com/retryguard/retryguard/runtime/retry"
 	"github.com/retryguard/retryguard/runtime/watch/informer"
@@ -59,7 +59,7 @@ func TestQuickStartWithAppRBAC(t *testing.T) {
 	create(ctx, t, admin, rbac...)
 
 	// The operator publishes the samples.
-	_, done, err := devenv.StartManaged(ctx, env, cfg, policygraph.DefaultLimits(), devenv.Features{Controllers: true})
+	_, done, err := testenv.StartManaged(ctx, env, cfg, policygraph.DefaultLimits(), testenv.Features{Controllers: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ import (
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
 	"github.com/retryguard/retryguard/controllers"
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/runtime/codes"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
@@ -107,7 +107,7 @@ func runAsServiceAccount(t *testing.T, ns, sa string, rbac []object) {
 	mustCreate(ctx, t, admin, fixtures.Budget(app, fixtures.DefaultBudget, 10))
 	mustCreate(ctx, t, admin, fixtures.Policy(app, "job", "job", 3))
 	mustCreate(ctx, t, admin, fixtures.Policy(app, "connector", "connector", 1, fixtures.Parent("job")))
-	if err := devenv.Settle(ctx, mgr); err != nil {
+	if err := testenv.Settle(ctx, mgr); err != nil {
 		t.Fatal(err)
 	}
 	refused(t, admin.Create(ctx, fixtures.Policy(app, "worker", "connector", 3, fixtures.Parent("job"))), codes.LayerAmplification)
@@ -116,12 +116,13 @@ func runAsServiceAccount(t *testing.T, ns, sa string, rbac []object) {
 	// Controllers: both policies Ready and published, the budget's status
 	// written, a not-Ready policy reported by a Warning event.
 	mustCreate(ctx, t, admin, fixtures.Policy(app, "orphan", "connector", 1, fixtures.BudgetRef("missing")))
-	if err := devenv.Converged(ctx, mgr); err != nil {
+	if err := testenv.Converged(ctx, mgr); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"job", "connector"} {
 		var p v1.RetryPolicy
-		if err := admin.Get(ctx, client.ObjectKey{Namespace: app, Name: name}, &p); err != nil || !meta.IsStatusConditionTrue(p.Status.Conditions, v1.ConditionReady) {
+		if err := admin.Get(ctx, client.ObjectKey{Namespace: app, Name: name}, &p); err != nil ||
+			!meta.IsStatusConditionTrue(p.Status.Conditions, v1.ConditionReady) {
 			t.Fatalf("policy %s not Ready: %v %v", name, err, p.Status.Conditions)
 		}
 	}
@@ -208,10 +209,10 @@ func startManagerAs(ctx context.Context, t *testing.T, env *envtest.Environment,
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := devenv.SetupRetryguard(ctx, mgr, policygraph.DefaultLimits(), devenv.Everything); err != nil {
+	if err := testenv.SetupRetryguard(ctx, mgr, policygraph.DefaultLimits(), testenv.Everything); err != nil {
 		t.Fatal(err)
 	}
-	done, err := devenv.StartManager(ctx, env, mgr)
+	done, err := testenv.StartManager(ctx, env, mgr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +261,10 @@ func scrape(addr, token string) int {
 	req, _ := http.NewRequest(http.MethodGet, "https://"+addr+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer "+token)
 	// The metrics server's certificate is self-signed.
-	insecure := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // see above
+	insecure := &http.Client{
+		Timeout:   5 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}},
+	} //nolint:gosec // see above
 	res, err := insecure.Do(req)
 	if err != nil {
 		return 0

@@ -83,9 +83,10 @@ func TestChartPodValues(t *testing.T) {
 		"logLevel=debug", "extraArgs[0]=--max-concurrent-reconciles=8")
 	spec, meta := podSpec(byKind), podMeta(byKind)
 	for what, ok := range map[string]bool{
-		"image by digest":    container(byKind)["image"] == "retryguard/manager@"+digest,
-		"imagePullSecrets":   fmt.Sprint(spec["imagePullSecrets"]) == "[map[name:regcred]]",
-		"podAnnotations":     meta["annotations"].(object)["example.com/team"] == "payments" && meta["annotations"].(object)["kubectl.kubernetes.io/default-container"] == "manager",
+		"image by digest":  container(byKind)["image"] == "retryguard/manager@"+digest,
+		"imagePullSecrets": fmt.Sprint(spec["imagePullSecrets"]) == "[map[name:regcred]]",
+		"podAnnotations": meta["annotations"].(object)["example.com/team"] == "payments" &&
+			meta["annotations"].(object)["kubectl.kubernetes.io/default-container"] == "manager",
 		"podLabels":          meta["labels"].(object)["team"] == "payments" && meta["labels"].(object)["app.kubernetes.io/instance"] == release,
 		"affinity replaced":  spec["affinity"].(object)["nodeAffinity"] != nil && spec["affinity"].(object)["podAntiAffinity"] == nil,
 		"tolerations":        fmt.Sprint(spec["tolerations"]) == "[map[key:dedicated operator:Exists]]",
@@ -102,7 +103,8 @@ func TestChartPodValues(t *testing.T) {
 	if level := mustTemplate(t, "logLevel=4"); !slices.Contains(args(level), any("--zap-log-level=4")) {
 		t.Errorf("logLevel=4: args %v", args(level))
 	}
-	for _, bad := range []string{"logLevel=loud", "logLevel=0", "image.digest=latest", "extraArgs[0]=max", "imagePullSecrets[0].other=x", "nameOverride=" + strings.Repeat("a", 64)} {
+	for _, bad := range []string{"logLevel=loud", "logLevel=0", "image.digest=latest", "extraArgs[0]=max", "imagePullSecrets[0].other=x",
+		"nameOverride=" + strings.Repeat("a", 64)} {
 		if _, err := template(t, bad); err == nil || !strings.Contains(err.Error(), "schema") {
 			t.Errorf("--set %s: %v, want a schema refusal", bad, err)
 		}
@@ -170,7 +172,8 @@ func TestChartPodMonitor(t *testing.T) {
 		fmt.Sprint(pm["podMetricsEndpoints"]) != "[map[interval:30s path:/metrics port:metrics]]" {
 		t.Errorf("PodMonitor %v", pm)
 	}
-	pm = mustTemplate(t, "metrics.podMonitor.enabled=true", "metrics.podMonitor.namespaces={shop,sms}", "metrics.podMonitor.port=http")["PodMonitor"][0]["spec"].(object)
+	pm = mustTemplate(t, "metrics.podMonitor.enabled=true", "metrics.podMonitor.namespaces={shop,sms}",
+		"metrics.podMonitor.port=http")["PodMonitor"][0]["spec"].(object)
 	if fmt.Sprint(pm["namespaceSelector"]) != "map[matchNames:[shop sms]]" || !strings.Contains(fmt.Sprint(pm["podMetricsEndpoints"]), "port:http") {
 		t.Errorf("PodMonitor %v", pm)
 	}
@@ -198,11 +201,18 @@ func TestHelmInstallUpgradeWithValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := d.Spec.Template
-	got := []bool{pod.Spec.Containers[0].Image == "retryguard/manager@"+digest, len(pod.Spec.ImagePullSecrets) == 1 && pod.Spec.ImagePullSecrets[0].Name == "regcred",
-		pod.Annotations["team"] == "payments", pod.Labels["tier"] == "control", pod.Spec.PriorityClassName == "system-cluster-critical",
-		slices.Contains(pod.Spec.Containers[0].Args, "--zap-log-level=debug"), slices.Contains(pod.Spec.Containers[0].Args, "--max-concurrent-reconciles=8"),
-		pod.Spec.NodeSelector["disk"] == "ssd", len(pod.Spec.Tolerations) == 1 && pod.Spec.Tolerations[0].Key == "dedicated",
-		pod.Spec.Affinity != nil && pod.Spec.Affinity.PodAffinity != nil && pod.Spec.Affinity.PodAntiAffinity == nil}
+	got := []bool{
+		pod.Spec.Containers[0].Image == "retryguard/manager@"+digest,
+		len(pod.Spec.ImagePullSecrets) == 1 && pod.Spec.ImagePullSecrets[0].Name == "regcred",
+		pod.Annotations["team"] == "payments",
+		pod.Labels["tier"] == "control",
+		pod.Spec.PriorityClassName == "system-cluster-critical",
+		slices.Contains(pod.Spec.Containers[0].Args, "--zap-log-level=debug"),
+		slices.Contains(pod.Spec.Containers[0].Args, "--max-concurrent-reconciles=8"),
+		pod.Spec.NodeSelector["disk"] == "ssd",
+		len(pod.Spec.Tolerations) == 1 && pod.Spec.Tolerations[0].Key == "dedicated",
+		pod.Spec.Affinity != nil && pod.Spec.Affinity.PodAffinity != nil && pod.Spec.Affinity.PodAntiAffinity == nil,
+	}
 	if slices.Contains(got, false) {
 		t.Errorf("installed pod template %v: %+v", got, pod)
 	}

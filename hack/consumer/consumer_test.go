@@ -78,7 +78,8 @@ func TestRuntimeImportsNothingFromTheAPI(t *testing.T) {
 	}
 	for _, pkg := range strings.Fields(string(out)) {
 		if strings.HasPrefix(pkg, "github.com/retryguard/retryguard/api") || strings.HasPrefix(pkg, "github.com/retryguard/retryguard/controllers") ||
-			strings.HasPrefix(pkg, "github.com/retryguard/retryguard/webhooks") || strings.HasPrefix(pkg, "github.com/retryguard/retryguard/hack") {
+			strings.HasPrefix(pkg, "github.com/retryguard/retryguard/webhooks") || strings.HasPrefix(pkg, "github.com/retryguard/retryguard/hack") ||
+			strings.HasPrefix(pkg, "github.com/retryguard/retryguard/internal") {
 			t.Errorf("a runtime package depends on %s", pkg)
 		}
 	}

@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
@@ -28,8 +28,8 @@ func (s *story) cleanup(ctx context.Context) error {
 		return err
 	}
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: policyconfig.ConfigMapName(policy)}}
-	if _, err := devenv.Gone(ctx, s.reader, cm, devenv.CollectionDeadline); err != nil {
-		return fmt.Errorf("the ConfigMap of the deleted policy %s is still there after %s: %w", policy, devenv.CollectionDeadline, err)
+	if _, err := testenv.Gone(ctx, s.reader, cm, testenv.CollectionDeadline); err != nil {
+		return fmt.Errorf("the ConfigMap of the deleted policy %s is still there after %s: %w", policy, testenv.CollectionDeadline, err)
 	}
 	if err := s.kubectl("get", "cm", "-l", selector); err != nil {
 		return err
@@ -40,8 +40,8 @@ func (s *story) cleanup(ctx context.Context) error {
 		return err
 	}
 	if err := s.apply("-n", namespace,
-		"-f", devenv.Path("config", "samples", "policy_v1alpha1_retrybudget_marketing.yaml"),
-		"-f", devenv.Path("config", "samples", "policy_v1alpha1_retrypolicy_marketing.yaml")); err != nil {
+		"-f", testenv.Path("config", "samples", "policy_v1alpha1_retrybudget_marketing.yaml"),
+		"-f", testenv.Path("config", "samples", "policy_v1alpha1_retrypolicy_marketing.yaml")); err != nil {
 		return err
 	}
 	if err := s.converged(); err != nil {
@@ -58,7 +58,7 @@ func (s *story) cleanup(ctx context.Context) error {
 		return err
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
-	took, err := devenv.Gone(ctx, s.reader, ns, namespaceDeadline)
+	took, err := testenv.Gone(ctx, s.reader, ns, namespaceDeadline)
 	if err != nil {
 		return fmt.Errorf("the deleted namespace %s is still there after %s: %w", namespace, namespaceDeadline, err)
 	}

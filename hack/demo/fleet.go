@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
@@ -33,7 +33,7 @@ func (s *story) teams() error {
 		{"2-ads-job.yaml", false},
 		{"3-gateway-retries.yaml", false},
 	} {
-		f := devenv.Path("hack", "demo", "teams", step.file)
+		f := testenv.Path("hack", "demo", "teams", step.file)
 		s.note(firstComment(f))
 		err := s.apply("-f", f)
 		if (err == nil) != step.accepted {
@@ -54,11 +54,13 @@ func (s *story) teams() error {
 // counts the pods its selector matches, publishes the count, and each pod
 // enforces its share of the fleet's allowance.
 func (s *story) fleet(ctx context.Context, tmp string) error {
-	if err := s.apply("-f", devenv.Path("hack", "demo", "fleet", "budget-and-policy.yaml")); err != nil {
+	if err := s.apply("-f", testenv.Path("hack", "demo", "fleet", "budget-and-policy.yaml")); err != nil {
 		return err
 	}
 	for _, replicas := range []int{2, 20} {
-		s.note(fmt.Sprintf("The SMS gateway runs %d pods (no kubelet here: they stay Pending, and they count, since a pod may retry from the moment it starts):", replicas))
+		s.note(
+			fmt.Sprintf("The SMS gateway runs %d pods (no kubelet here: they stay Pending, and they count, since a pod may retry from the moment it starts):", replicas),
+		)
 		pods := filepath.Join(tmp, fmt.Sprintf("sms-gateway-%d.yaml", replicas))
 		if err := os.WriteFile(pods, []byte(smsGatewayPods(replicas)), 0o644); err != nil {
 			return err

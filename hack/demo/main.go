@@ -22,7 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/retryguard/retryguard/api/policygraph"
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
@@ -52,12 +52,12 @@ func run(w io.Writer) error {
 		"Traffic reached 9,600 req/s (8x) and the vendor banned its IPs for 35 minutes.",
 		"Retryguard makes that configuration impossible to apply. Starting a local control plane",
 		"with Retryguard's manager, its admission webhooks and kube-controller-manager...")
-	cluster, err := devenv.Up(ctx, s.kubeconfig, policygraph.DefaultLimits())
+	cluster, err := testenv.Up(ctx, s.kubeconfig, policygraph.DefaultLimits())
 	if err != nil {
 		return err
 	}
-	s.settle = func() error { return devenv.Settle(ctx, cluster.Manager) }
-	s.converged = func() error { return devenv.Converged(ctx, cluster.Manager) }
+	s.settle = func() error { return testenv.Settle(ctx, cluster.Manager) }
+	s.converged = func() error { return testenv.Converged(ctx, cluster.Manager) }
 	s.reader = cluster.Manager.GetAPIReader()
 	defer func() {
 		s.chapter("Tearing down", "Stopping the manager, kube-controller-manager, kube-apiserver and etcd.")
@@ -69,7 +69,7 @@ func run(w io.Writer) error {
 	s.chapter("1. The platform team applies the RETRY-SMS-001 policies",
 		"A budget of 10% of primary traffic, and a 2FA connector with 3 total attempts, full jitter,",
 		"a 4 s deadline and a stable idempotency key. A marketing caller gets its own pool and budget.")
-	if err := s.apply("-k", devenv.Path("config", "samples")); err != nil {
+	if err := s.apply("-k", testenv.Path("config", "samples")); err != nil {
 		return err
 	}
 	if err := s.converged(); err != nil {
@@ -89,14 +89,15 @@ func run(w io.Writer) error {
 	s.chapter("2. The API server filled in every default",
 		"The marketing policy did not say how long to wait for a Retry-After or what to retry on:")
 	if err := s.kubectl("get", "rp", "marketing-campaign-notify", "-o",
-		`jsonpath={"backoff: "}{.spec.backoff}{"\nminRemaining: "}{.spec.minRemaining}{"\nretryAfter: "}{.spec.retryAfter}{"\nretryOn: "}{.spec.retryOn}{"\n"}`); err != nil {
+		`jsonpath={"backoff: "}{.spec.backoff}{"\nminRemaining: "}{.spec.minRemaining}{"\nretryAfter: "}{.spec.retryAfter}{"\nretryOn: "}{.spec.retryOn}`+
+			`{"\n"}`); err != nil {
 		return err
 	}
 
 	s.chapter("3. Unsafe policies are refused before they reach a pod",
 		"Rules about one object are CEL in the CRD; rules about several are the admission webhooks'.",
 		"Each refusal names the field, the rule and a stable code that runbooks and alerts can match.")
-	unsafe, err := filepath.Glob(devenv.Path("hack", "demo", "unsafe", "*.yaml"))
+	unsafe, err := filepath.Glob(testenv.Path("hack", "demo", "unsafe", "*.yaml"))
 	if err != nil {
 		return err
 	}
@@ -121,7 +122,7 @@ func run(w io.Writer) error {
 		{"3-one-layer-retries.yaml", true, ""},
 		{"2-job.yaml", true, "The job team applies the same policy again: now it is the only layer that retries."},
 	} {
-		f := devenv.Path("hack", "demo", "layers", step.file)
+		f := testenv.Path("hack", "demo", "layers", step.file)
 		if step.note == "" {
 			step.note = firstComment(f)
 		}
@@ -171,7 +172,14 @@ func run(w io.Writer) error {
 	if err := s.cleanup(ctx); err != nil {
 		return err
 	}
-	s.chapter("The end", fmt.Sprintf("%d unsafe objects refused; the %d policies stored were the safe ones, pods enforced them, and deleting cleaned up after them.", s.refused, len(stored)))
+	s.chapter(
+		"The end",
+		fmt.Sprintf(
+			"%d unsafe objects refused; the %d policies stored were the safe ones, pods enforced them, and deleting cleaned up after them.",
+			s.refused,
+			len(stored),
+		),
+	)
 	return nil
 }
 
@@ -251,7 +259,7 @@ func shorten(args []string) []string {
 	for i, a := range args {
 		if rel, err := filepath.Rel(os.TempDir(), a); err == nil && filepath.IsAbs(a) && !strings.HasPrefix(rel, "..") {
 			a = filepath.Base(a)
-		} else if rel, err := filepath.Rel(devenv.RepoRoot(), a); err == nil && filepath.IsAbs(a) {
+		} else if rel, err := filepath.Rel(testenv.RepoRoot(), a); err == nil && filepath.IsAbs(a) {
 			a = rel
 		}
 		if strings.HasPrefix(a, "jsonpath=") {

@@ -9,14 +9,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
 // `make demo` is one of the two commands the README promises; this runs the
 // same story and checks that it still tells the truth.
 func TestDemoTellsTheStory(t *testing.T) {
-	if _, err := devenv.AssetsDir(); err != nil {
+	if _, err := testenv.AssetsDir(); err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
@@ -38,7 +38,7 @@ func TestDemoTellsTheStory(t *testing.T) {
 		}
 	}
 	// Each unsafe manifest is refused, with the code its story is about.
-	unsafe, _ := filepath.Glob(devenv.Path("hack", "demo", "unsafe", "*.yaml"))
+	unsafe, _ := filepath.Glob(testenv.Path("hack", "demo", "unsafe", "*.yaml"))
 	if len(unsafe) == 0 {
 		t.Fatal("no unsafe manifests")
 	}

@@ -14,7 +14,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/runtime/deadletter"
 	"github.com/retryguard/retryguard/runtime/retry"
 	"github.com/retryguard/retryguard/runtime/watch/informer"
@@ -58,7 +58,7 @@ func (v *vendor) seen() (int, []string) {
 
 // pod tells the last chapter: an application pod enforcing the published
 // policy on its calls to the vendor.
-func (s *story) pod(ctx context.Context, cluster *devenv.Cluster, dir string) error {
+func (s *story) pod(ctx context.Context, cluster *testenv.Cluster, dir string) error {
 	ctx, stop := context.WithCancel(ctx) // ends the informer's watch before teardown
 	defer stop()
 	cs, err := kubernetes.NewForConfig(cluster.Config)

@@ -21,8 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/retryguard/retryguard/api/policygraph"
-	"github.com/retryguard/retryguard/hack/devenv"
-	"github.com/retryguard/retryguard/webhooks"
+	"github.com/retryguard/retryguard/internal/options"
+	"github.com/retryguard/retryguard/internal/testenv"
 )
 
 func main() {
@@ -34,13 +34,13 @@ func main() {
 
 func run() error {
 	var limits policygraph.Limits
-	webhooks.BindFlags(flag.CommandLine, &limits)
+	options.BindPlatformLimits(flag.CommandLine, &limits)
 	zapOpts := zap.Options{Development: true}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
-	kubeconfig := devenv.Path("bin", "dev", "kubeconfig")
-	cluster, err := devenv.Up(context.Background(), kubeconfig, limits)
+	kubeconfig := testenv.Path("bin", "dev", "kubeconfig")
+	cluster, err := testenv.Up(context.Background(), kubeconfig, limits)
 	if err != nil {
 		return err
 	}
@@ -48,9 +48,13 @@ func run() error {
 	signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
 
 	fmt.Printf("API server: %s (the manager and its webhooks run in this process)\n", cluster.Config.Host)
-	fmt.Printf("Controllers: kube-controller-manager's %s (log: %s)\n", devenv.ControllerManagerControllers, cluster.ControllerManager.LogPath)
+	fmt.Printf("Controllers: kube-controller-manager's %s (log: %s)\n", testenv.ControllerManagerControllers, cluster.ControllerManager.LogPath)
 	fmt.Printf("Try:        kubectl --kubeconfig %s apply -k config/samples\n", "bin/dev/kubeconfig")
-	fmt.Printf("Then:       kubectl --kubeconfig %s delete rp sms-2fa-dispatch   # its ConfigMap goes within %s\n", "bin/dev/kubeconfig", devenv.CollectionDeadline)
+	fmt.Printf(
+		"Then:       kubectl --kubeconfig %s delete rp sms-2fa-dispatch   # its ConfigMap goes within %s\n",
+		"bin/dev/kubeconfig",
+		testenv.CollectionDeadline,
+	)
 	fmt.Println("retryguard dev cluster ready")
 
 	<-stop

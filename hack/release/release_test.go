@@ -139,7 +139,8 @@ func TestRunCheckPrintsTheTags(t *testing.T) {
 	if code := run([]string{"-root", root, "-check", version}, &stdout, &stderr); code != 0 {
 		t.Fatalf("release -check %s: exit %d\n%s", version, code, stderr.String())
 	}
-	want := "git push origin " + version + " runtime/" + version + " runtime/watch/informer/" + version + " runtime/events/kafka/" + version + " runtime/grpc/" + version + "\n"
+	want := "git push origin " + version + " runtime/" + version + " runtime/watch/informer/" + version +
+		" runtime/events/kafka/" + version + " runtime/grpc/" + version + "\n"
 	if !strings.HasSuffix(stdout.String(), want) {
 		t.Errorf("release -check %s printed\n%s\nwant it to end with %q", version, stdout.String(), want)
 	}

@@ -37,8 +37,8 @@ func DecorrelatedMax(base, cap time.Duration, retry int) time.Duration {
 }
 
 // CanStart reports whether a retry may start with left of the deadline
-// remaining: enough for the attempt's expected cost and for the reserve,
-// minRemaining. RG-LOAD fixes the boundary: 1,500 ms left holds a 1,000 ms
+// remaining: enough for the attempt (perAttemptTimeout, when the policy sets
+// one) and for minRemaining. RG-LOAD fixes the boundary: 1,500 ms left holds a 1,000 ms
 // wait and a 500 ms attempt (500 ms left when the attempt starts: allowed),
 // and 1,499 ms does not. MC-ST-01's "remaining > 500 ms" is read with that
 // boundary: a retry never starts with less than minRemaining left, and one
@@ -47,6 +47,6 @@ func DecorrelatedMax(base, cap time.Duration, retry int) time.Duration {
 // to the time left once the wait is over (and Do again when the wait has
 // ended, on the clock), and admission's worst-case schedule
 // (api/policygraph) predicts with it, so the two cannot disagree.
-func CanStart(left, attemptCost, minRemaining time.Duration) bool {
-	return left >= attemptCost && left >= minRemaining
+func CanStart(left, perAttemptTimeout, minRemaining time.Duration) bool {
+	return left >= perAttemptTimeout && left >= minRemaining
 }

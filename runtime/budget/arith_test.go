@@ -96,7 +96,7 @@ func TestCreditBuysExactlyTheBucket(t *testing.T) {
 		{Config{RetryPercent: 10, MaxTokens: 10, Partitions: 20}, 0},                     // no token, no credit
 		{Config{RetryPercent: 100, MaxTokens: 1, Partitions: 1, Window: time.Second}, 1}, //
 	} {
-		if got := Credit(tc.c); got != tc.want {
+		if got := credit(tc.c); got != tc.want {
 			t.Errorf("Credit(%+v) = %d, want %d", tc.c, got, tc.want)
 		}
 	}

@@ -223,10 +223,10 @@ func paramsOf(c Config, d int64) *params {
 // divides them: over Partitions.
 func partitioned(c Config) *params { return paramsOf(c, int64(max(c.Partitions, 1))) }
 
-// Credit is the start credit of a budget without a consumer count: the
+// credit is the start credit of a budget without a consumer count: the
 // primaries that let the ratio allow its full bucket (this pod's share of
 // maxTokens, rounded down) of retries, ceil(tokens·100/retryPercent).
-func Credit(c Config) int64 { return partitioned(c).credit }
+func credit(c Config) int64 { return partitioned(c).credit }
 
 // Share is one pod's share of a budget's absolute figures.
 type Share struct {

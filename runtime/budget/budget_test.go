@@ -164,7 +164,7 @@ func TestRatioHoldsAcrossSimulatedRuns(t *testing.T) {
 				retries = append(retries, now)
 				inP, inR := count(primaries, now, c.Window), count(retries, now, c.Window)
 				if now.Sub(start) < c.Window {
-					inP = max(inP, int(Credit(c)))
+					inP = max(inP, int(credit(c)))
 				}
 				if inR*100 > int(c.RetryPercent)*inP {
 					t.Fatalf("run %d (%+v): %d retries vs %d primaries in the window ending %v",

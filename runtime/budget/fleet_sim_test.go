@@ -334,7 +334,7 @@ func violations(sc simScenario, r simResult) (seconds, windows []string) {
 			seconds = append(seconds, fmt.Sprintf("second %d: %d retries > %d", s, v, allowance))
 		}
 	}
-	credit := Credit(Config{RetryPercent: sc.figures.percent, MaxTokens: sc.figures.tokens, Partitions: 1})
+	credit := credit(Config{RetryPercent: sc.figures.percent, MaxTokens: sc.figures.tokens, Partitions: 1})
 	percent := sc.figures.percent
 	if sc.recreated != nil {
 		percent = max(percent, sc.recreated.percent)

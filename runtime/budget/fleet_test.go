@@ -287,9 +287,9 @@ func TestClockSkewAllowance(t *testing.T) {
 		observed time.Duration // after start, judged at start+10s
 		want     int64
 	}{
-		{observed: 10*time.Second + policyconfig.ConsumerCountClockSkew, want: 4},                            // a little ahead: fresh
-		{observed: 10*time.Second + policyconfig.ConsumerCountClockSkew + time.Millisecond, want: ZeroShare}, // far ahead: stale
-		{observed: 10*time.Second - policyconfig.ConsumerCountStaleAfter, want: 4},                           // at the bound: fresh
+		{observed: 10*time.Second + policyconfig.ConsumerCountClockSkew, want: 4}, // a little ahead: fresh
+		{observed: 10*time.Second + policyconfig.ConsumerCountClockSkew + time.Millisecond, want: ZeroShare},
+		{observed: 10*time.Second - policyconfig.ConsumerCountStaleAfter, want: 4}, // at the bound: fresh
 		{observed: 10*time.Second - policyconfig.ConsumerCountStaleAfter - time.Millisecond, want: ZeroShare},
 	} {
 		c.Consumers.ObservedAt = start.Add(tc.observed)

@@ -78,7 +78,7 @@ func TestConcurrentWritesShareFsyncs(t *testing.T) {
 // contains reports whether op is among the letters' operations.
 func contains(letters []retry.DeadLetter, op uint64) bool {
 	for _, l := range letters {
-		if l.Operation == op {
+		if l.OperationID == op {
 			return true
 		}
 	}

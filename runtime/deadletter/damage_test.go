@@ -40,7 +40,7 @@ func writeJournal(t *testing.T, n int) string {
 func operations(letters []retry.DeadLetter) []uint64 {
 	out := make([]uint64, 0, len(letters))
 	for _, l := range letters {
-		out = append(out, l.Operation)
+		out = append(out, l.OperationID)
 	}
 	return out
 }
@@ -94,7 +94,7 @@ func TestMidFileCorruptionIsReportedAndLaterRecordsSurvive(t *testing.T) {
 	}
 	_ = j.Close()
 	got, err = ReadAll(path)
-	if len(got) != 100 || got[99].Operation != 100 || err == nil {
+	if len(got) != 100 || got[99].OperationID != 100 || err == nil {
 		t.Fatalf("%d records after an append behind the damage (%v)", len(got), err)
 	}
 }
@@ -177,7 +177,7 @@ func TestPartialWriteDoesNotPoisonLaterWrites(t *testing.T) {
 	got, err := ReadAll(path)
 	var ops []string
 	for _, l := range got {
-		ops = append(ops, fmt.Sprint(l.Operation))
+		ops = append(ops, fmt.Sprint(l.OperationID))
 	}
 	if fmt.Sprint(ops) != fmt.Sprint(acked) || err != nil {
 		t.Fatalf("read back %v, acknowledged %v: %v", ops, acked, err)
@@ -274,7 +274,7 @@ func TestKilledWhileWritingRoundAfterRound(t *testing.T) {
 	}
 	read := map[uint64]bool{}
 	for _, l := range got {
-		read[l.Operation] = true
+		read[l.OperationID] = true
 	}
 	for op := range acked {
 		if !read[op] {

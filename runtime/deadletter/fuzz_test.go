@@ -130,7 +130,7 @@ func checkDamaged(t testing.TB, scratch string, records uint8, at uint32, overwr
 	}
 	_ = j.Close()
 	again, err := ReadAll(path)
-	if len(again) != len(got)+1 || !subsequence(operations(got), again[:len(got)]) || again[len(got)].Operation != next {
+	if len(again) != len(got)+1 || !subsequence(operations(got), again[:len(got)]) || again[len(got)].OperationID != next {
 		t.Fatalf("after Open and one append: %v, before %v (%v)", operations(again), operations(got), err)
 	}
 }
@@ -139,7 +139,7 @@ func checkDamaged(t testing.TB, scratch string, records uint8, at uint32, overwr
 func subsequence(want []uint64, got []retry.DeadLetter) bool {
 	i := 0
 	for _, l := range got {
-		if i < len(want) && l.Operation == want[i] && l.Key == letter(int(want[i])).Key {
+		if i < len(want) && l.OperationID == want[i] && l.Key == letter(int(want[i])).Key {
 			i++
 		}
 	}

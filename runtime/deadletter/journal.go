@@ -279,7 +279,13 @@ func open(f *os.File, path string) (*Journal, error) {
 		}
 		return j, nil
 	case bytes.Equal(head[:len(head)-1], fileHeader[:len(fileHeader)-1]):
-		return nil, fmt.Errorf("deadletter: journal %s is in format version %d; this build writes version %d and reads versions 1 and %d", path, head[len(head)-1], FormatVersion, FormatVersion)
+		return nil, fmt.Errorf(
+			"deadletter: journal %s is in format version %d; this build writes version %d and reads versions 1 and %d",
+			path,
+			head[len(head)-1],
+			FormatVersion,
+			FormatVersion,
+		)
 	}
 	h, err := headless(f, size, nil)
 	if err != nil {
@@ -292,9 +298,16 @@ func open(f *os.File, path string) (*Journal, error) {
 		}
 		return nil, errConverted
 	case h.format1.frames > 0 && h.format2 == 0:
-		return nil, fmt.Errorf("deadletter: format 1 journal %s is damaged at offset %d; refusing to convert or append to it, ReadAll returns the records before the damage", path, h.format1.stop)
+		return nil, fmt.Errorf(
+			"deadletter: format 1 journal %s is damaged at offset %d; refusing to convert or append to it, ReadAll returns the records before the damage",
+			path,
+			h.format1.stop,
+		)
 	}
-	return nil, fmt.Errorf("deadletter: %s has no journal header at offset 0 (damaged, or not a journal); refusing to append to it, ReadAll recovers its intact records", path)
+	return nil, fmt.Errorf(
+		"deadletter: %s has no journal header at offset 0 (damaged, or not a journal); refusing to append to it, ReadAll recovers its intact records",
+		path,
+	)
 }
 
 // convertLegacy rewrites the format 1 journal in f as format 2 at path,

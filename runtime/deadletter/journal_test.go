@@ -10,13 +10,14 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/retryguard/retryguard/runtime/limits"
 	"github.com/retryguard/retryguard/runtime/retry"
 )
 
 func letter(i int) retry.DeadLetter {
-	return retry.DeadLetter{Operation: uint64(i), Policy: "sms-2fa-dispatch", Key: fmt.Sprintf("SMS-2FA-%d", i),
+	return retry.DeadLetter{OperationID: uint64(i), Policy: "sms-2fa-dispatch", Key: fmt.Sprintf("SMS-2FA-%d", i),
 		State: retry.UnknownOutcome, Code: "ERR_UNKNOWN_OUTCOME",
-		Attempts: []retry.AttemptRecord{{Attempt: 1, Evidence: retry.Evidence{Class: retry.Ambiguous, Transport: retry.Timeout, Dispatched: true}}}}
+		Attempts: []retry.AttemptRecord{{Attempt: 1, Evidence: retry.Evidence{Class: retry.Ambiguous, Transport: limits.Timeout, Dispatched: true}}}}
 }
 
 func TestConcurrentWritesAreAllKept(t *testing.T) {
@@ -41,8 +42,8 @@ func TestConcurrentWritesAreAllKept(t *testing.T) {
 	}
 	seen := map[uint64]bool{}
 	for _, l := range got {
-		seen[l.Operation] = true
-		if l.Attempts[0].Evidence.Transport != retry.Timeout {
+		seen[l.OperationID] = true
+		if l.Attempts[0].Evidence.Transport != limits.Timeout {
 			t.Fatalf("record lost its evidence: %+v", l)
 		}
 	}

@@ -515,5 +515,5 @@ func Identity(l retry.DeadLetter) string {
 	if l.Key != "" {
 		return l.Namespace + "/" + l.Policy + "/" + l.Key
 	}
-	return fmt.Sprintf("%s/%s/#%d@%s", l.Namespace, l.Policy, l.Operation, l.At.UTC().Format(time.RFC3339Nano))
+	return fmt.Sprintf("%s/%s/#%d@%s", l.Namespace, l.Policy, l.OperationID, l.At.UTC().Format(time.RFC3339Nano))
 }

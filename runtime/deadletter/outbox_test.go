@@ -227,7 +227,7 @@ func outboxChild(path string) {
 	}
 	send := func(letters []retry.DeadLetter) error {
 		for _, l := range letters {
-			say("queued", l.Operation)
+			say("queued", l.OperationID)
 		}
 		return nil
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/retryguard/retryguard/runtime/codes"
 	retrygrpc "github.com/retryguard/retryguard/runtime/grpc"
+	"github.com/retryguard/retryguard/runtime/limits"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 	"github.com/retryguard/retryguard/runtime/retry"
 )
@@ -202,7 +203,7 @@ func TestDeadlineExceededWithoutAKeyIsAnUnknownOutcome(t *testing.T) {
 	if re.Code != codes.UnknownOutcome || re.State != retry.UnknownOutcome || re.Attempts != 1 {
 		t.Fatalf("got %s %s after %d attempts, want ERR_UNKNOWN_OUTCOME UNKNOWN_OUTCOME after 1: %v", re.Code, re.State, re.Attempts, err)
 	}
-	if re.Last.Transport != retry.Timeout || !re.Last.Dispatched || re.Last.Class != retry.Ambiguous {
+	if re.Last.Transport != limits.Timeout || !re.Last.Dispatched || re.Last.Class != retry.Ambiguous {
 		t.Errorf("last evidence %+v, want a dispatched, ambiguous Timeout", re.Last)
 	}
 	if !errors.Is(err, context.DeadlineExceeded) || status.Code(err) != grpccodes.DeadlineExceeded {
@@ -263,7 +264,7 @@ func TestAChannelThatNeverConnectsIsNotDispatched(t *testing.T) {
 	if re.Code != codes.RetryLimitExceeded || re.Attempts != 3 {
 		t.Errorf("got %s after %d attempts, want ERR_RETRY_LIMIT_EXCEEDED after 3", re.Code, re.Attempts)
 	}
-	if re.Last.Transport != retry.ConnectionRefused || re.Last.Dispatched || re.Last.Class != retry.Transient {
+	if re.Last.Transport != limits.ConnectionRefused || re.Last.Dispatched || re.Last.Class != retry.Transient {
 		t.Errorf("last evidence %+v, want ConnectionRefused, not dispatched, transient", re.Last)
 	}
 }
@@ -280,7 +281,7 @@ func TestATimeoutBeforeAnyConnectionIsNotDispatched(t *testing.T) {
 	_ = lis.Close()
 	ic, _, _ := guarded(grpcPolicy(func(p *policyconfig.Policy) { p.PerAttemptTimeout = policyconfig.Duration(50 * time.Millisecond) }))
 	re := retryError(t, check(dial(t, addr, ic.DialOptions()...), grpc.WaitForReady(true)))
-	if re.Attempts != 3 || re.Last.Transport != retry.Timeout || re.Last.Dispatched || re.Last.Class != retry.Transient {
+	if re.Attempts != 3 || re.Last.Transport != limits.Timeout || re.Last.Dispatched || re.Last.Class != retry.Transient {
 		t.Errorf("%d attempts, last evidence %+v; want 3, the last a Timeout, not dispatched, transient", re.Attempts, re.Last)
 	}
 }
@@ -324,7 +325,7 @@ func TestAConnectionDroppedAfterTheCallIsAmbiguous(t *testing.T) {
 	ic, _, _ := guarded(grpcPolicy(keyless))
 	err = check(dial(t, serveOn(t, lis, h), ic.DialOptions()...))
 	re := retryError(t, err)
-	if re.State != retry.UnknownOutcome || re.Last.Transport != retry.ConnectionReset || !re.Last.Dispatched || h.calls() != 1 {
+	if re.State != retry.UnknownOutcome || re.Last.Transport != limits.ConnectionReset || !re.Last.Dispatched || h.calls() != 1 {
 		t.Errorf("got %s, evidence %+v after %d calls; want UNKNOWN_OUTCOME after a dispatched ConnectionReset, 1 call: %v", re.State, re.Last, h.calls(), err)
 	}
 	if status.Code(err) != grpccodes.Unavailable {

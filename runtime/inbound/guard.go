@@ -32,8 +32,8 @@ import (
 
 	"github.com/retryguard/retryguard/runtime/clock"
 	"github.com/retryguard/retryguard/runtime/codes"
+	"github.com/retryguard/retryguard/runtime/httprules"
 	"github.com/retryguard/retryguard/runtime/limits"
-	"github.com/retryguard/retryguard/runtime/retry"
 )
 
 // Defaults of Guard.
@@ -226,8 +226,8 @@ func (g *Guard) Middleware(next http.Handler) http.Handler {
 			return
 		}
 		w.Header().Set("Retry-After", strconv.Itoa(int(after/time.Second)))
-		retry.WriteProblem(w, retry.Problem{
-			Type:     retry.ProblemType + string(codes.RetryLimitExceeded),
+		httprules.WriteProblem(w, httprules.Problem{
+			Type:     httprules.ProblemType + string(codes.RetryLimitExceeded),
 			Title:    "Too many attempts for one operation",
 			Status:   http.StatusTooManyRequests,
 			Code:     string(codes.RetryLimitExceeded),

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/retryguard/retryguard/runtime/clock"
-	"github.com/retryguard/retryguard/runtime/retry"
+	"github.com/retryguard/retryguard/runtime/httprules"
 )
 
 func TestRapidRepeatsAreRefused(t *testing.T) {
@@ -36,7 +36,7 @@ func TestRapidRepeatsAreRefused(t *testing.T) {
 		w.Header().Get("Content-Type") != "application/problem+json" {
 		t.Fatalf("the 4th rapid repeat: %d %v", w.Code, w.Header())
 	}
-	var p retry.Problem
+	var p httprules.Problem
 	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || p.Code != "ERR_RETRY_LIMIT_EXCEEDED" || p.Status != 429 || p.Instance != "/v1/messages" {
 		t.Fatalf("problem %+v %v", p, err)
 	}
@@ -73,7 +73,7 @@ func TestMemoryIsBoundedAndTheOldestGoesFirst(t *testing.T) {
 	}
 }
 
-func refusedProblem(t *testing.T, g *Guard, key string) (*httptest.ResponseRecorder, retry.Problem) {
+func refusedProblem(t *testing.T, g *Guard, key string) (*httptest.ResponseRecorder, httprules.Problem) {
 	t.Helper()
 	h := g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusCreated) }))
 	for range g.MaxRepeats + 1 {
@@ -82,7 +82,7 @@ func refusedProblem(t *testing.T, g *Guard, key string) (*httptest.ResponseRecor
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
 		if w.Code == http.StatusTooManyRequests {
-			var p retry.Problem
+			var p httprules.Problem
 			if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
 				t.Fatal(err)
 			}
@@ -90,7 +90,7 @@ func refusedProblem(t *testing.T, g *Guard, key string) (*httptest.ResponseRecor
 		}
 	}
 	t.Fatal("the repeats were not refused")
-	return nil, retry.Problem{}
+	return nil, httprules.Problem{}
 }
 
 // The 429 problem names the key by a short prefix only: a caller's key can

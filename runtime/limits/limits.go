@@ -59,6 +59,18 @@ const (
 	MaxUIDLength = 128
 )
 
+// MaxPlatformLeafAttempts bounds the manager's --max-leaf-attempts: the
+// largest product of maxAttempts along a parentRef chain a platform may
+// allow. The platform's --max-retry-percent is bounded by
+// MaxBudgetRetryPercent, as no budget may go above it.
+const MaxPlatformLeafAttempts = int64(1000)
+
+// MaxIdempotencyKeyLength is the longest rendered idempotency key, in
+// bytes. Keys are sent in a header and stored by the dependency for
+// deduplication; 255 is the limit common to payment and messaging APIs'
+// idempotency keys.
+const MaxIdempotencyKeyLength = 255
+
 // MaxConfigMapBytes is the most a ConfigMap's data may hold: the API server
 // refuses a larger one (corev1.MaxSecretSize, which ConfigMap validation
 // applies too). A published payload is one ConfigMap key, so a mounted file

@@ -133,7 +133,11 @@ func TestParseCountRefuses(t *testing.T) {
 func FuzzParseCount(f *testing.F) {
 	good, _ := policyconfig.MarshalCount(fleetCount())
 	f.Add(good)
-	f.Add([]byte(`{"schemaVersion":"policy.retryguard.io/consumers/v1","namespace":"a","budget":"b","uid":"u","consumers":{"count":0,"observedAt":"2026-01-01T00:00:00Z"}}`))
+	f.Add(
+		[]byte(
+			`{"schemaVersion":"policy.retryguard.io/consumers/v1","namespace":"a","budget":"b","uid":"u","consumers":{"count":0,"observedAt":"2026-01-01T00:00:00Z"}}`,
+		),
+	)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := policyconfig.ParseCount(data)
 		if err != nil {

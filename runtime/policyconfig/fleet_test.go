@@ -91,9 +91,10 @@ func TestParseRejectsFleetBudgets(t *testing.T) {
 		edit  func(m map[string]any)
 		field string
 	}{
-		"a negative allowance":       {func(m map[string]any) { budget(m)["maxRetriesPerSecond"] = -1 }, "budget.maxRetriesPerSecond"},
-		"an allowance above the cap": {func(m map[string]any) { budget(m)["maxRetriesPerSecond"] = limits.MaxBudgetRetriesPerSecond + 1 }, "budget.maxRetriesPerSecond"},
-		"an allowance as a string":   {func(m map[string]any) { budget(m)["maxRetriesPerSecond"] = "20" }, "payload"},
+		"a negative allowance": {func(m map[string]any) { budget(m)["maxRetriesPerSecond"] = -1 }, "budget.maxRetriesPerSecond"},
+		"an allowance above the cap": {
+			func(m map[string]any) { budget(m)["maxRetriesPerSecond"] = limits.MaxBudgetRetriesPerSecond + 1 }, "budget.maxRetriesPerSecond"},
+		"an allowance as a string": {func(m map[string]any) { budget(m)["maxRetriesPerSecond"] = "20" }, "payload"},
 		"a floor above the allowance": {func(m map[string]any) {
 			budget(m)["minRetriesPerSecond"] = 21
 		}, "budget.minRetriesPerSecond"},

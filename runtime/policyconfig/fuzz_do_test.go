@@ -84,7 +84,7 @@ func FuzzPolicyFieldsThenDo(f *testing.F) {
 		p := fixtures.SMS()
 		p.Policy.KeyTemplate, p.Policy.Operation, p.Policy.MaxAttempts = tmpl, operation, attempts
 		p.Policy.Deadline, p.Policy.MinRemaining = policyconfig.Duration(deadline), policyconfig.Duration(minRemaining)
-		p.Policy.RetryAfterMax = min(p.Policy.RetryAfterMax, policyconfig.Duration(deadline-1))
+		p.Policy.RetryAfterMaxDelay = min(p.Policy.RetryAfterMaxDelay, policyconfig.Duration(deadline-1))
 		if noRetry {
 			p.Enforcement = policyconfig.Enforcement{Mode: policyconfig.NoRetry, Reason: "InvalidSpec"}
 		}
@@ -110,7 +110,7 @@ func seedPayloads() []*policyconfig.Payload {
 	noRetry.Budget = nil
 	noRetry.Enforcement = policyconfig.Enforcement{Mode: policyconfig.NoRetry, Reason: "BudgetNotFound"}
 	short := fixtures.Named("short", 1)
-	short.Policy.Deadline, short.Policy.RetryAfterMax = fixtures.D("2s"), fixtures.D("1500ms")
+	short.Policy.Deadline, short.Policy.RetryAfterMaxDelay = fixtures.D("2s"), fixtures.D("1500ms")
 	// A fleet budget may grant no retry at all, never no first attempt.
 	return []*policyconfig.Payload{sms, get, noRetry, short, fixtures.Fleet()}
 }

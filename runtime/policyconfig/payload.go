@@ -71,29 +71,29 @@ type Payload struct {
 
 // Policy is a RetryPolicy's spec, defaults applied, as pods need it.
 type Policy struct {
-	Namespace         string            `json:"namespace"`
-	Name              string            `json:"name"`
-	Generation        int64             `json:"generation"`
-	Service           string            `json:"service"`
-	Operation         string            `json:"operation,omitempty"`
-	Layer             string            `json:"layer"`
-	Parent            string            `json:"parent,omitempty"`
-	MaxAttempts       int32             `json:"maxAttempts"`
-	LeafAttempts      int32             `json:"leafAttempts"`
-	Backoff           Backoff           `json:"backoff"`
-	Deadline          Duration          `json:"deadline"`
-	MinRemaining      Duration          `json:"minRemaining"`
-	PerAttemptTimeout Duration          `json:"perAttemptTimeout,omitempty"`
-	RetryAfterMax     Duration          `json:"retryAfterMaxDelay"`
-	RetryOnStatus     []int32           `json:"retryOnStatusCodes"`
-	RetryOnErrors     []string          `json:"retryOnErrors"`
-	IdempotencyHeader string            `json:"idempotencyHeader"`
-	KeyTemplate       string            `json:"keyTemplate,omitempty"`
-	Budget            string            `json:"budgetRef,omitempty"`
-	ConnectionPool    *ConnectionPool   `json:"connectionPool,omitempty"`
-	Criticality       string            `json:"criticality"`
-	Fallback          []FallbackChannel `json:"fallback,omitempty"`
-	EventsTopic       string            `json:"eventsTopic,omitempty"`
+	Namespace          string            `json:"namespace"`
+	Name               string            `json:"name"`
+	Generation         int64             `json:"generation"`
+	Service            string            `json:"service"`
+	Operation          string            `json:"operation,omitempty"`
+	Layer              string            `json:"layer"`
+	Parent             string            `json:"parent,omitempty"`
+	MaxAttempts        int32             `json:"maxAttempts"`
+	LeafAttempts       int32             `json:"leafAttempts"`
+	Backoff            Backoff           `json:"backoff"`
+	Deadline           Duration          `json:"deadline"`
+	MinRemaining       Duration          `json:"minRemaining"`
+	PerAttemptTimeout  Duration          `json:"perAttemptTimeout,omitempty"`
+	RetryAfterMaxDelay Duration          `json:"retryAfterMaxDelay"`
+	RetryOnStatus      []int32           `json:"retryOnStatusCodes"`
+	RetryOnErrors      []string          `json:"retryOnErrors"`
+	IdempotencyHeader  string            `json:"idempotencyHeader"`
+	KeyTemplate        string            `json:"keyTemplate,omitempty"`
+	Budget             string            `json:"budgetRef,omitempty"`
+	ConnectionPool     *ConnectionPool   `json:"connectionPool,omitempty"`
+	Criticality        string            `json:"criticality"`
+	Fallback           []FallbackChannel `json:"fallback,omitempty"`
+	EventsTopic        string            `json:"eventsTopic,omitempty"`
 }
 
 // Backoff is the delay between attempts.

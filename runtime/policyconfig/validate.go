@@ -168,12 +168,17 @@ func validateDeadlines(pol *Policy) error {
 	switch {
 	case pol.Deadline <= 0:
 		return bad("policy.deadline", "must be positive")
-	case pol.MinRemaining < 0 || pol.PerAttemptTimeout < 0 || pol.RetryAfterMax < 0:
+	case pol.MinRemaining < 0 || pol.PerAttemptTimeout < 0 || pol.RetryAfterMaxDelay < 0:
 		return bad("policy", "durations must not be negative")
 	case retries && pol.MinRemaining >= pol.Deadline:
 		return bad("policy.minRemaining", "%s is not below deadline %s, so no retry could ever start", pol.MinRemaining.D(), pol.Deadline.D())
-	case retries && pol.RetryAfterMax >= pol.Deadline:
-		return bad("policy.retryAfterMaxDelay", "%s is not below deadline %s, so an honoured Retry-After would outlive the operation", pol.RetryAfterMax.D(), pol.Deadline.D())
+	case retries && pol.RetryAfterMaxDelay >= pol.Deadline:
+		return bad(
+			"policy.retryAfterMaxDelay",
+			"%s is not below deadline %s, so an honoured Retry-After would outlive the operation",
+			pol.RetryAfterMaxDelay.D(),
+			pol.Deadline.D(),
+		)
 	case pol.PerAttemptTimeout > pol.Deadline:
 		return bad("policy.perAttemptTimeout", "%s exceeds deadline %s", pol.PerAttemptTimeout.D(), pol.Deadline.D())
 	}
@@ -244,7 +249,12 @@ func validateFallback(pol *Policy) error {
 		case slices.ContainsFunc(pol.Fallback[:i], func(g FallbackChannel) bool { return g.Name == f.Name }):
 			return bad(at+".name", "%q is listed twice", f.Name)
 		case len(f.Endpoint) > limits.MaxFallbackEndpointLength || !httprules.IsSecureEndpoint(f.Endpoint):
-			return bad(at+".endpoint", "%q is not an https URL of at most %d bytes; secrets must not leave on an unencrypted channel", f.Endpoint, limits.MaxFallbackEndpointLength)
+			return bad(
+				at+".endpoint",
+				"%q is not an https URL of at most %d bytes; secrets must not leave on an unencrypted channel",
+				f.Endpoint,
+				limits.MaxFallbackEndpointLength,
+			)
 		case !f.Verified:
 			return bad(at+".verified", "an unverified channel must not receive operations")
 		}

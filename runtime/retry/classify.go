@@ -20,8 +20,8 @@ import (
 type Class string
 
 const (
-	// Success: the operation completed.
-	Success Class = "success"
+	// classSuccess: the operation completed (a metrics label, never evidence).
+	classSuccess Class = "success"
 	// Transient: a listed failure that proves the request was not applied,
 	// or a listed status: another attempt may succeed.
 	Transient Class = "transient"
@@ -32,14 +32,6 @@ const (
 	Permanent Class = "permanent"
 	// Unrecognized: evidence the policy does not list; terminal.
 	Unrecognized Class = "unrecognized"
-)
-
-// Transport failures, as policies name them.
-const (
-	ConnectionRefused = limits.ConnectionRefused
-	ConnectionReset   = limits.ConnectionReset
-	Timeout           = limits.Timeout
-	DNSFailure        = limits.DNSFailure
 )
 
 // Evidence is what one attempt showed, the basis of every decision.
@@ -203,10 +195,10 @@ func transportOf(err error) (string, bool) {
 	}
 	var dnsErr *net.DNSError
 	if errors.As(err, &dnsErr) {
-		return DNSFailure, false
+		return limits.DNSFailure, false
 	}
 	if errors.Is(err, syscall.ECONNREFUSED) {
-		return ConnectionRefused, false
+		return limits.ConnectionRefused, false
 	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
@@ -217,9 +209,9 @@ func transportOf(err error) (string, bool) {
 		// The peer closed the connection: before the request was written
 		// it is proven harmless, after it the request may have been applied.
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
-		return ConnectionReset, !proven
+		return limits.ConnectionReset, !proven
 	case isTimeout(err):
-		return Timeout, !proven
+		return limits.Timeout, !proven
 	}
 	return "", !proven
 }

@@ -23,18 +23,18 @@ type lifecycleChecker struct {
 func (c *lifecycleChecker) Emit(ev Event) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	from, seen := c.state[ev.Operation]
+	from, seen := c.state[ev.OperationID]
 	switch {
 	case !seen && ev.To != Submitted:
 		c.illegal = append(c.illegal, "started in "+string(ev.To))
-	case seen && !CanTransition(from, ev.To):
+	case seen && !canTransition(from, ev.To):
 		c.illegal = append(c.illegal, string(from)+" → "+string(ev.To))
 	case seen && ev.From != from:
 		c.illegal = append(c.illegal, "event says from "+string(ev.From)+", was "+string(from))
 	}
-	c.state[ev.Operation] = ev.To
+	c.state[ev.OperationID] = ev.To
 	if ev.To.Terminal() {
-		c.terminal[ev.Operation]++
+		c.terminal[ev.OperationID]++
 	}
 }
 

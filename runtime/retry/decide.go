@@ -41,14 +41,14 @@ type DecisionInput struct {
 	// Wait is the backoff draw for the next attempt. The retry waits
 	// max(Wait, Evidence.RetryAfter).
 	Wait time.Duration
-	// AttemptCost is what the next attempt is expected to take
+	// PerAttemptTimeout is what the next attempt is expected to take
 	// (perAttemptTimeout; 0 when the policy sets none).
-	AttemptCost time.Duration
+	PerAttemptTimeout time.Duration
 	// MinRemaining is the reserve: no retry starts with this much or less
 	// of the deadline left.
 	MinRemaining time.Duration
-	// RetryAfterMax is the longest server delay honoured.
-	RetryAfterMax time.Duration
+	// RetryAfterMaxDelay is the longest server delay honoured.
+	RetryAfterMaxDelay time.Duration
 	// BudgetAsked says that Budget holds the retry budget's verdict. Do asks
 	// the budget only once Decide answers AskBudget, so that no token is
 	// spent on a retry another rule forbids. A policy without a budget
@@ -117,7 +117,7 @@ const (
 //     connection refused before any request left the process");
 //  6. the failure is now eligible, and a retry also needs a request that
 //     can be sent again, attempts left, a Retry-After within
-//     RetryAfterMax, a deadline that can hold the wait and the next attempt
+//     RetryAfterMaxDelay, a deadline that can hold the wait and the next attempt
 //     (backoff.CanStart), and last, the budget.
 //
 // Every stop ends UNKNOWN_OUTCOME once this attempt or an earlier one may
@@ -156,11 +156,16 @@ func Decide(in DecisionInput) Decision {
 		d = stop(end, codes.RetryLimitExceeded, fmt.Sprintf("%s: attempt %d failed", in.Unrepeatable, in.Attempt)+describe(ev)+earlier(in), deniedUnrepeatable)
 	case in.Attempt >= in.MaxAttempts:
 		d = stop(end, codes.RetryLimitExceeded, fmt.Sprintf("all %d attempts failed", in.MaxAttempts)+earlier(in), deniedExhausted)
-	case ev.RetryAfter > in.RetryAfterMax:
-		d = stop(end, codes.RetryAfterTooLong, fmt.Sprintf("Retry-After %s is beyond retryAfter.maxDelay %s", ev.RetryAfter, in.RetryAfterMax)+earlier(in), deniedRetryAfter)
-	case !backoff.CanStart(in.Remaining-sleep, in.AttemptCost, in.MinRemaining):
+	case ev.RetryAfter > in.RetryAfterMaxDelay:
+		d = stop(
+			end,
+			codes.RetryAfterTooLong,
+			fmt.Sprintf("Retry-After %s is beyond retryAfter.maxDelay %s", ev.RetryAfter, in.RetryAfterMaxDelay)+earlier(in),
+			deniedRetryAfter,
+		)
+	case !backoff.CanStart(in.Remaining-sleep, in.PerAttemptTimeout, in.MinRemaining):
 		d = stop(end, codes.DeadlineExceeded, fmt.Sprintf("%s left cannot hold a %s wait and a %s attempt and keep the %s reserve",
-			in.Remaining.Round(time.Millisecond), sleep, in.AttemptCost, in.MinRemaining)+earlier(in), deniedDeadline)
+			in.Remaining.Round(time.Millisecond), sleep, in.PerAttemptTimeout, in.MinRemaining)+earlier(in), deniedDeadline)
 	case !in.BudgetAsked:
 		d = Decision{AskBudget: true}
 	case in.Budget != budget.Allowed:

@@ -7,6 +7,7 @@ import (
 
 	"github.com/retryguard/retryguard/runtime/budget"
 	"github.com/retryguard/retryguard/runtime/codes"
+	"github.com/retryguard/retryguard/runtime/limits"
 	"github.com/retryguard/retryguard/runtime/retry"
 )
 
@@ -17,7 +18,7 @@ const ms = time.Millisecond
 // backoff draw and the budget's grant.
 func smsInput(ev retry.Evidence) retry.DecisionInput {
 	return retry.DecisionInput{Evidence: ev, ReplaySafe: true, Attempt: 1, MaxAttempts: 3,
-		Remaining: 3000 * ms, Wait: 150 * ms, MinRemaining: 500 * ms, RetryAfterMax: 3 * time.Second,
+		Remaining: 3000 * ms, Wait: 150 * ms, MinRemaining: 500 * ms, RetryAfterMaxDelay: 3 * time.Second,
 		BudgetAsked: true, Budget: budget.Allowed}
 }
 
@@ -50,33 +51,40 @@ func check(t *testing.T, name string, in retry.DecisionInput, w want) {
 // RETRY-SMS-001, MC-FM-01 and MC-ST-01: every failure mode of the matrix, and
 // every transition out of ATTEMPTING, routed exactly.
 func TestDecideFailureModeMatrix(t *testing.T) {
-	reset := retry.Evidence{Class: retry.Ambiguous, Transport: retry.ConnectionReset, Dispatched: true}
-	timeout := retry.Evidence{Class: retry.Ambiguous, Transport: retry.Timeout, Dispatched: true}
-	refused := retry.Evidence{Class: retry.Transient, Transport: retry.ConnectionRefused}
-	notSent := retry.Evidence{Class: retry.Transient, Transport: retry.ConnectionReset}
+	reset := retry.Evidence{Class: retry.Ambiguous, Transport: limits.ConnectionReset, Dispatched: true}
+	timeout := retry.Evidence{Class: retry.Ambiguous, Transport: limits.Timeout, Dispatched: true}
+	refused := retry.Evidence{Class: retry.Transient, Transport: limits.ConnectionRefused}
+	notSent := retry.Evidence{Class: retry.Transient, Transport: limits.ConnectionReset}
 	gateway := retry.Evidence{Class: retry.Ambiguous, Status: 504, Dispatched: true}
 	for name, tc := range map[string]struct {
 		in   func(retry.DecisionInput) retry.DecisionInput
 		ev   retry.Evidence
 		want want
 	}{
-		"429 is transient":                   {ev: status(429), want: retrying},
-		"503 is transient":                   {ev: status(503), want: retrying},
-		"504 is ambiguous, keyed":            {ev: gateway, want: retrying},
-		"504 without replay safety":          {ev: gateway, in: unsafe, want: want{retry.UnknownOutcome, codes.UnknownOutcome, false}},
-		"an unlisted 504 is unknown":         {ev: retry.Evidence{Class: retry.Unrecognized, Status: 504, Dispatched: true}, want: want{retry.UnknownOutcome, codes.UnknownOutcome, false}},
-		"ECONNRESET after send, keyed":       {ev: reset, want: retrying},
-		"read timeout, keyed":                {ev: timeout, want: retrying},
-		"connection refused":                 {ev: refused, want: retrying},
-		"400 is permanent":                   {ev: retry.Evidence{Class: retry.Permanent, Status: 400, Dispatched: true}, want: want{retry.TerminalExhausted, codes.PermanentFailure, false}},
-		"401 is permanent":                   {ev: retry.Evidence{Class: retry.Permanent, Status: 401, Dispatched: true}, want: want{retry.TerminalExhausted, codes.PermanentFailure, false}},
-		"403 is permanent":                   {ev: retry.Evidence{Class: retry.Permanent, Status: 403, Dispatched: true}, want: want{retry.TerminalExhausted, codes.PermanentFailure, false}},
-		"404 is permanent":                   {ev: retry.Evidence{Class: retry.Permanent, Status: 404, Dispatched: true}, want: want{retry.TerminalExhausted, codes.PermanentFailure, false}},
-		"422 is permanent":                   {ev: retry.Evidence{Class: retry.Permanent, Status: 422, Dispatched: true}, want: want{retry.TerminalExhausted, codes.PermanentFailure, false}},
-		"an unrecognized status is terminal": {ev: retry.Evidence{Class: retry.Unrecognized, Status: 500, Dispatched: true}, want: want{retry.TerminalExhausted, codes.PermanentFailure, false}},
+		"429 is transient":          {ev: status(429), want: retrying},
+		"503 is transient":          {ev: status(503), want: retrying},
+		"504 is ambiguous, keyed":   {ev: gateway, want: retrying},
+		"504 without replay safety": {ev: gateway, in: unsafe, want: want{retry.UnknownOutcome, codes.UnknownOutcome, false}},
+		"an unlisted 504 is unknown": {ev: retry.Evidence{Class: retry.Unrecognized, Status: 504, Dispatched: true},
+			want: want{retry.UnknownOutcome, codes.UnknownOutcome, false}},
+		"ECONNRESET after send, keyed": {ev: reset, want: retrying},
+		"read timeout, keyed":          {ev: timeout, want: retrying},
+		"connection refused":           {ev: refused, want: retrying},
+		"400 is permanent": {ev: retry.Evidence{Class: retry.Permanent, Status: 400, Dispatched: true},
+			want: want{retry.TerminalExhausted, codes.PermanentFailure, false}},
+		"401 is permanent": {ev: retry.Evidence{Class: retry.Permanent, Status: 401, Dispatched: true},
+			want: want{retry.TerminalExhausted, codes.PermanentFailure, false}},
+		"403 is permanent": {ev: retry.Evidence{Class: retry.Permanent, Status: 403, Dispatched: true},
+			want: want{retry.TerminalExhausted, codes.PermanentFailure, false}},
+		"404 is permanent": {ev: retry.Evidence{Class: retry.Permanent, Status: 404, Dispatched: true},
+			want: want{retry.TerminalExhausted, codes.PermanentFailure, false}},
+		"422 is permanent": {ev: retry.Evidence{Class: retry.Permanent, Status: 422, Dispatched: true},
+			want: want{retry.TerminalExhausted, codes.PermanentFailure, false}},
+		"an unrecognized status is terminal": {ev: retry.Evidence{Class: retry.Unrecognized, Status: 500, Dispatched: true},
+			want: want{retry.TerminalExhausted, codes.PermanentFailure, false}},
 		"an unparseable header is terminal": {ev: retry.Evidence{Class: retry.Transient, Status: 503, Dispatched: true, RetryAfterUnparseable: true},
 			want: want{retry.TerminalExhausted, codes.PermanentFailure, false}},
-		"an unlisted drop after send is unknown": {ev: retry.Evidence{Class: retry.Unrecognized, Transport: retry.ConnectionReset, Dispatched: true},
+		"an unlisted drop after send is unknown": {ev: retry.Evidence{Class: retry.Unrecognized, Transport: limits.ConnectionReset, Dispatched: true},
 			want: want{retry.UnknownOutcome, codes.UnknownOutcome, false}},
 		"a drop after send without replay safety":  {ev: reset, in: unsafe, want: want{retry.UnknownOutcome, codes.UnknownOutcome, false}},
 		"a 503 without replay safety":              {ev: status(503), in: unsafe, want: want{retry.TerminalExhausted, codes.AmbiguousWithoutIdempotency, false}},
@@ -90,13 +98,16 @@ func TestDecideFailureModeMatrix(t *testing.T) {
 		"Retry-After 3 s is honoured": {ev: retry.Evidence{Class: retry.Transient, Status: 429, Dispatched: true, RetryAfter: 3 * time.Second},
 			in: func(in retry.DecisionInput) retry.DecisionInput { in.Remaining = 4000 * ms; return in }, want: retrying},
 		"Retry-After above 3 s fails fast": {ev: retry.Evidence{Class: retry.Transient, Status: 429, Dispatched: true, RetryAfter: 3001 * ms},
-			in: func(in retry.DecisionInput) retry.DecisionInput { in.Remaining = time.Hour; return in }, want: want{retry.TerminalExhausted, codes.RetryAfterTooLong, true}},
-		"ATTEMPTING → BUDGET_EXHAUSTED: balance <= 0": {ev: status(503), in: denied(budget.NoTokens), want: want{retry.BudgetExhausted, codes.RetryBudgetExhausted, true}},
-		"the ratio cap refuses too":                   {ev: status(503), in: denied(budget.RatioExceeded), want: want{retry.BudgetExhausted, codes.RetryBudgetExhausted, true}},
-		"an ambiguous failure the budget refuses":     {ev: reset, in: denied(budget.NoTokens), want: want{retry.UnknownOutcome, codes.RetryBudgetExhausted, true}},
-		"ATTEMPTING → TERMINAL_EXHAUSTED: attempt 3":  {ev: status(503), in: attempt(3), want: want{retry.TerminalExhausted, codes.RetryLimitExceeded, true}},
-		"attempt 3 after an ambiguous failure":        {ev: reset, in: attempt(3), want: want{retry.UnknownOutcome, codes.RetryLimitExceeded, true}},
-		"attempt 2 may retry":                         {ev: status(503), in: attempt(2), want: retrying},
+			in:   func(in retry.DecisionInput) retry.DecisionInput { in.Remaining = time.Hour; return in },
+			want: want{retry.TerminalExhausted, codes.RetryAfterTooLong, true}},
+		"ATTEMPTING → BUDGET_EXHAUSTED: balance <= 0": {ev: status(503), in: denied(budget.NoTokens),
+			want: want{retry.BudgetExhausted, codes.RetryBudgetExhausted, true}},
+		"the ratio cap refuses too": {ev: status(503), in: denied(budget.RatioExceeded),
+			want: want{retry.BudgetExhausted, codes.RetryBudgetExhausted, true}},
+		"an ambiguous failure the budget refuses":    {ev: reset, in: denied(budget.NoTokens), want: want{retry.UnknownOutcome, codes.RetryBudgetExhausted, true}},
+		"ATTEMPTING → TERMINAL_EXHAUSTED: attempt 3": {ev: status(503), in: attempt(3), want: want{retry.TerminalExhausted, codes.RetryLimitExceeded, true}},
+		"attempt 3 after an ambiguous failure":       {ev: reset, in: attempt(3), want: want{retry.UnknownOutcome, codes.RetryLimitExceeded, true}},
+		"attempt 2 may retry":                        {ev: status(503), in: attempt(2), want: retrying},
 		"a policy not in force makes one attempt": {ev: status(503), in: func(in retry.DecisionInput) retry.DecisionInput {
 			in.NotEnforced = "the policy is not published"
 			return in
@@ -150,24 +161,29 @@ func applied(change func(retry.DecisionInput) retry.DecisionInput) func(retry.De
 // code of the rule that stopped it; only a retry (and then a success) goes on.
 func TestDecideAmbiguityIsSticky(t *testing.T) {
 	unknown := func(c codes.Code, eligible bool) want { return want{retry.UnknownOutcome, c, eligible} }
-	refused := retry.Evidence{Class: retry.Transient, Transport: retry.ConnectionRefused}
+	refused := retry.Evidence{Class: retry.Transient, Transport: limits.ConnectionRefused}
 	for name, tc := range map[string]struct {
 		in   func(retry.DecisionInput) retry.DecisionInput
 		ev   retry.Evidence
 		want want
 	}{
-		"timeout → 503 → 503: attempts spent":  {ev: status(503), in: applied(attempt(3)), want: unknown(codes.RetryLimitExceeded, true)},
-		"timeout → refused → refused":          {ev: refused, in: applied(attempt(3)), want: unknown(codes.RetryLimitExceeded, true)},
-		"timeout → 503: the budget refuses":    {ev: status(503), in: applied(denied(budget.NoTokens)), want: unknown(codes.RetryBudgetExhausted, true)},
-		"timeout → 503: the deadline":          {ev: status(503), in: applied(left(100 * ms)), want: unknown(codes.DeadlineExceeded, true)},
-		"timeout → 400: a permanent answer":    {ev: retry.Evidence{Class: retry.Permanent, Status: 400, Dispatched: true}, in: applied(nil), want: unknown(codes.PermanentFailure, false)},
-		"timeout → an unlisted 500":            {ev: retry.Evidence{Class: retry.Unrecognized, Status: 500, Dispatched: true}, in: applied(nil), want: unknown(codes.PermanentFailure, false)},
-		"timeout → an unparseable Retry-After": {ev: retry.Evidence{Class: retry.Transient, Status: 503, Dispatched: true, RetryAfterUnparseable: true}, in: applied(nil), want: unknown(codes.PermanentFailure, false)},
-		"timeout → 429 beyond maxDelay":        {ev: retry.Evidence{Class: retry.Transient, Status: 429, Dispatched: true, RetryAfter: time.Hour}, in: applied(nil), want: unknown(codes.RetryAfterTooLong, true)},
-		"timeout → refused, not replay safe":   {ev: refused, in: applied(unsafe), want: unknown(codes.UnknownOutcome, false)},
-		"timeout → 503, keyed, may retry":      {ev: status(503), in: applied(nil), want: retrying},
-		"timeout → refused, keyed, may retry":  {ev: refused, in: applied(nil), want: retrying},
-		"no earlier ambiguity: 503 × 3":        {ev: status(503), in: attempt(3), want: want{retry.TerminalExhausted, codes.RetryLimitExceeded, true}},
+		"timeout → 503 → 503: attempts spent": {ev: status(503), in: applied(attempt(3)), want: unknown(codes.RetryLimitExceeded, true)},
+		"timeout → refused → refused":         {ev: refused, in: applied(attempt(3)), want: unknown(codes.RetryLimitExceeded, true)},
+		"timeout → 503: the budget refuses":   {ev: status(503), in: applied(denied(budget.NoTokens)), want: unknown(codes.RetryBudgetExhausted, true)},
+		"timeout → 503: the deadline":         {ev: status(503), in: applied(left(100 * ms)), want: unknown(codes.DeadlineExceeded, true)},
+		"timeout → 400: a permanent answer": {ev: retry.Evidence{Class: retry.Permanent, Status: 400, Dispatched: true}, in: applied(nil),
+			want: unknown(codes.PermanentFailure, false)},
+		"timeout → an unlisted 500": {ev: retry.Evidence{Class: retry.Unrecognized, Status: 500, Dispatched: true}, in: applied(nil),
+			want: unknown(codes.PermanentFailure, false)},
+		"timeout → an unparseable Retry-After": {
+			ev: retry.Evidence{Class: retry.Transient, Status: 503, Dispatched: true, RetryAfterUnparseable: true}, in: applied(nil),
+			want: unknown(codes.PermanentFailure, false)},
+		"timeout → 429 beyond maxDelay": {ev: retry.Evidence{Class: retry.Transient, Status: 429, Dispatched: true, RetryAfter: time.Hour}, in: applied(nil),
+			want: unknown(codes.RetryAfterTooLong, true)},
+		"timeout → refused, not replay safe":  {ev: refused, in: applied(unsafe), want: unknown(codes.UnknownOutcome, false)},
+		"timeout → 503, keyed, may retry":     {ev: status(503), in: applied(nil), want: retrying},
+		"timeout → refused, keyed, may retry": {ev: refused, in: applied(nil), want: retrying},
+		"no earlier ambiguity: 503 × 3":       {ev: status(503), in: attempt(3), want: want{retry.TerminalExhausted, codes.RetryLimitExceeded, true}},
 		"timeout → an unnamed failure": {ev: retry.Evidence{Class: retry.Unrecognized, Dispatched: true}, in: applied(nil),
 			want: unknown(codes.PermanentFailure, false)},
 	} {
@@ -201,7 +217,7 @@ func left(d time.Duration) func(retry.DecisionInput) retry.DecisionInput {
 func TestDecideSeed003Countermodels(t *testing.T) {
 	p := func(ev retry.Evidence) retry.DecisionInput {
 		return retry.DecisionInput{Evidence: ev, ReplaySafe: true, Attempt: 1, MaxAttempts: 3,
-			Remaining: 1500 * ms, Wait: 1000 * ms, AttemptCost: 500 * ms, RetryAfterMax: 3 * time.Second,
+			Remaining: 1500 * ms, Wait: 1000 * ms, PerAttemptTimeout: 500 * ms, RetryAfterMaxDelay: 3 * time.Second,
 			BudgetAsked: true, Budget: budget.Allowed}
 	}
 	if d := retry.Decide(p(status(429))); !d.Retry() || d.Sleep != 1000*ms {

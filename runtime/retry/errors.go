@@ -1,12 +1,12 @@
 package retry
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 
 	"github.com/retryguard/retryguard/runtime/codes"
+	"github.com/retryguard/retryguard/runtime/httprules"
 )
 
 // ErrNotCompleted is matched by every *Error: the operation did not complete.
@@ -52,19 +52,6 @@ func (e *Error) Unwrap() error { return e.Err }
 // code c: errors.Is(err, retry.Sentinel(codes.RetryBudgetExhausted)).
 func Sentinel(c codes.Code) *Error { return &Error{Code: c} }
 
-// Problem is the RFC 9457 rendering of an error.
-type Problem struct {
-	Type     string `json:"type"`
-	Title    string `json:"title"`
-	Status   int    `json:"status"`
-	Detail   string `json:"detail,omitempty"`
-	Code     string `json:"code"`
-	Instance string `json:"instance,omitempty"`
-}
-
-// ProblemType is the base of every problem type URI.
-const ProblemType = "https://retryguard.io/problems/"
-
 // statusOf maps codes to the HTTP status a gateway would answer with.
 var statusOf = map[codes.Code]int{
 	codes.RetryBudgetExhausted:        http.StatusServiceUnavailable,
@@ -79,7 +66,7 @@ var statusOf = map[codes.Code]int{
 }
 
 // Problem renders the error as RFC 9457 problem details.
-func (e *Error) Problem() Problem {
+func (e *Error) Problem() httprules.Problem {
 	status, ok := statusOf[e.Code]
 	switch {
 	case e.State == UnknownOutcome:
@@ -89,12 +76,5 @@ func (e *Error) Problem() Problem {
 	case !ok:
 		status = http.StatusBadGateway
 	}
-	return Problem{Type: ProblemType + string(e.Code), Title: string(e.Code), Status: status, Detail: e.Error(), Code: string(e.Code)}
-}
-
-// WriteProblem writes p as application/problem+json.
-func WriteProblem(w http.ResponseWriter, p Problem) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(p.Status)
-	_ = json.NewEncoder(w).Encode(p)
+	return httprules.Problem{Type: httprules.ProblemType + string(e.Code), Title: string(e.Code), Status: status, Detail: e.Error(), Code: string(e.Code)}
 }

@@ -11,17 +11,17 @@ import (
 
 // Event is one lifecycle transition of one operation.
 type Event struct {
-	// Operation numbers operations within this process, to order and group events.
-	Operation uint64     `json:"operation"`
-	Policy    string     `json:"policy"`
-	Namespace string     `json:"namespace,omitempty"`
-	Topic     string     `json:"-"`
-	Key       string     `json:"key,omitempty"`
-	From      State      `json:"from,omitempty"`
-	To        State      `json:"to"`
-	Attempt   int        `json:"attempt"`
-	At        time.Time  `json:"at"`
-	Code      codes.Code `json:"code,omitempty"`
+	// OperationID numbers operations within this process, to order and group events.
+	OperationID uint64     `json:"operation"`
+	Policy      string     `json:"policy"`
+	Namespace   string     `json:"namespace,omitempty"`
+	Topic       string     `json:"-"`
+	Key         string     `json:"key,omitempty"`
+	From        State      `json:"from,omitempty"`
+	To          State      `json:"to"`
+	Attempt     int        `json:"attempt"`
+	At          time.Time  `json:"at"`
+	Code        codes.Code `json:"code,omitempty"`
 }
 
 // EventSink receives lifecycle events. Emit must never block the operation:
@@ -76,14 +76,14 @@ type AttemptRecord struct {
 // DeadLetter is an operation that ended BUDGET_EXHAUSTED,
 // TERMINAL_EXHAUSTED or UNKNOWN_OUTCOME, with what reconciliation needs.
 type DeadLetter struct {
-	Operation uint64          `json:"operation"`
-	Namespace string          `json:"namespace,omitempty"`
-	Policy    string          `json:"policy"`
-	Key       string          `json:"key,omitempty"`
-	State     State           `json:"state"`
-	Code      codes.Code      `json:"code"`
-	Attempts  []AttemptRecord `json:"attempts"`
-	At        time.Time       `json:"at"`
+	OperationID uint64          `json:"operation"`
+	Namespace   string          `json:"namespace,omitempty"`
+	Policy      string          `json:"policy"`
+	Key         string          `json:"key,omitempty"`
+	State       State           `json:"state"`
+	Code        codes.Code      `json:"code"`
+	Attempts    []AttemptRecord `json:"attempts"`
+	At          time.Time       `json:"at"`
 }
 
 // DeadLetterSink stores dead letters durably. Write returns only once the

@@ -64,9 +64,9 @@ type Executor struct {
 	// compiled maps policy names to compiled policies. It is copied on
 	// write (rare: a new name or payload) so that the hot path reads a
 	// plain map, cheaper than sync.Map's interface-keyed lookup.
-	compiled  atomic.Pointer[map[string]*compiled]
-	compileMu sync.Mutex
-	opSeq     atomic.Uint64
+	compiled     atomic.Pointer[map[string]*compiled]
+	compileMu    sync.Mutex
+	operationIDs atomic.Uint64
 
 	// realBase is a wall-and-monotonic reading taken by New when the clock
 	// is the real one (zero otherwise); see now.
@@ -79,8 +79,8 @@ type Option func(*Executor)
 // WithClock injects a clock (tests use clock.Fake).
 func WithClock(c clock.Clock) Option { return func(e *Executor) { e.clock = c } }
 
-// WithRand injects the random source of the backoff draws.
-func WithRand(r backoff.Rand) Option { return func(e *Executor) { e.rand = r } }
+// withRand injects the random source of the backoff draws.
+func withRand(r backoff.Rand) Option { return func(e *Executor) { e.rand = r } }
 
 // WithEventSink sends lifecycle events to s.
 func WithEventSink(s EventSink) Option { return func(e *Executor) { e.events = s } }
@@ -145,21 +145,21 @@ func (e *Executor) Budget(policy string) (*budget.Budget, bool) {
 // compiled is a policy prepared for the hot path; rebuilt when its payload
 // changes.
 type compiled struct {
-	payload     *policyconfig.Payload
-	name        string
-	notEnforced string // why the policy is not in force; "" when it is
-	maxAttempts int
-	key         *keyTemplate
-	strategy    backoff.Strategy
-	budget      *budget.Budget
-	replaySafe  bool // a key, or an idempotent method
-	header      string
-	deadline    time.Duration
-	cost        time.Duration // perAttemptTimeout
-	reserve     time.Duration // minRemaining
-	afterMax    time.Duration
-	metrics     *policyMetrics
-	tokens      prometheus.Gauge // the budget's tokens, when metrics are on
+	payload            *policyconfig.Payload
+	name               string
+	notEnforced        string // why the policy is not in force; "" when it is
+	maxAttempts        int
+	key                *keyTemplate
+	strategy           backoff.Strategy
+	budget             *budget.Budget
+	replaySafe         bool // a key, or an idempotent method
+	header             string
+	deadline           time.Duration
+	perAttemptTimeout  time.Duration
+	minRemaining       time.Duration
+	retryAfterMaxDelay time.Duration
+	metrics            *policyMetrics
+	tokens             prometheus.Gauge // the budget's tokens, when metrics are on
 }
 
 // failClosed is the policy of a name the Source does not know: one attempt.
@@ -212,7 +212,7 @@ func (e *Executor) compile(name string, p *policyconfig.Payload, ok bool) *compi
 	c.strategy = backoff.Strategy{Jitter: backoff.Jitter(pol.Backoff.Jitter), Base: pol.Backoff.Base.D(),
 		Cap: pol.Backoff.Cap.D(), Multiplier: pol.Backoff.Multiplier, Rand: e.rand}
 	c.replaySafe = c.key != nil || httprules.IsIdempotentOperation(pol.Operation)
-	c.cost, c.reserve, c.afterMax = pol.PerAttemptTimeout.D(), pol.MinRemaining.D(), pol.RetryAfterMax.D()
+	c.perAttemptTimeout, c.minRemaining, c.retryAfterMaxDelay = pol.PerAttemptTimeout.D(), pol.MinRemaining.D(), pol.RetryAfterMaxDelay.D()
 	if b := p.Budget; b != nil {
 		var err error
 		c.budget, err = e.budgets.Resolve(pol.Namespace, b)
@@ -233,10 +233,6 @@ func (c *compiled) retryOnStatus(code int) bool {
 func (c *compiled) retryOnError(name string) bool {
 	return c.payload != nil && slices.Contains(c.payload.Policy.RetryOnErrors, name)
 }
-
-// ErrRetryLimitExceeded matches, with errors.Is, every operation that
-// ended because its attempts were spent (RETRY-SMS-001 ADV-IR-01).
-var ErrRetryLimitExceeded = Sentinel(codes.RetryLimitExceeded)
 
 // Do runs op as one logical operation under the named policy. It returns nil
 // once an attempt succeeds, or an *Error saying why it stopped. The key is
@@ -270,14 +266,14 @@ func (e *Executor) do(ctx context.Context, policy string, vars Vars, op Operatio
 
 // run is one logical operation's state, on the caller's stack.
 type run struct {
-	e        *Executor
-	c        *compiled
-	op       uint64
-	key      string
-	start    time.Time // when the operation started, for its duration
-	deadline time.Time // zero when the policy sets none
-	m        machine
-	records  []AttemptRecord
+	e           *Executor
+	c           *compiled
+	operationID uint64
+	key         string
+	start       time.Time // when the operation started, for its duration
+	deadline    time.Time // zero when the policy sets none
+	m           machine
+	records     []AttemptRecord
 	// applied: an attempt so far may have been applied (mayHaveApplied);
 	// every later stop ends UNKNOWN_OUTCOME.
 	applied bool
@@ -288,17 +284,17 @@ type run struct {
 // first time an event or a dead letter needs it: a successful operation with
 // no event sink never pays for the shared counter.
 func (r *run) id() uint64 {
-	if r.op == 0 {
-		r.op = r.e.opSeq.Add(1)
+	if r.operationID == 0 {
+		r.operationID = r.e.operationIDs.Add(1)
 	}
-	return r.op
+	return r.operationID
 }
 
 func (r *run) emit(from, to State, attempt int, code codes.Code) {
 	if r.e.events == nil {
 		return
 	}
-	ev := Event{Operation: r.id(), Policy: r.c.name, From: from, To: to, Attempt: attempt, At: r.e.clock.Now(), Key: r.key, Code: code}
+	ev := Event{OperationID: r.id(), Policy: r.c.name, From: from, To: to, Attempt: attempt, At: r.e.clock.Now(), Key: r.key, Code: code}
 	if p := r.c.payload; p != nil {
 		ev.Namespace, ev.Topic = p.Policy.Namespace, p.Policy.EventsTopic
 	}
@@ -329,7 +325,15 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 	r.m.state = Submitted
 	r.emit("", Submitted, 0, "")
 	var prevDelay time.Duration
-	for n := 1; ; n++ {
+	// A call that does not succeed leaves the loop with the decision that
+	// ended it, the error to return and the attempts made, for the one exit
+	// below.
+	var (
+		d   Decision
+		err error
+		n   int
+	)
+	for n = 1; ; n++ {
 		if n > 1 {
 			c.metrics.retried(now)
 		}
@@ -337,7 +341,7 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 		if n == 1 && c.budget != nil {
 			c.budget.PrimaryAt(now)
 		}
-		err := r.attempt(ctx, op, Attempt{Number: n, Policy: c.name, Key: r.key, Header: c.header}, now)
+		err = r.attempt(ctx, op, Attempt{Number: n, Policy: c.name, Key: r.key, Header: c.header}, now)
 		if err == nil {
 			if n == 1 && c.budget != nil {
 				c.budget.Success() // only a primary success deposits
@@ -347,7 +351,7 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 					c.metrics.succeededFirst(took)
 				} else {
 					c.metrics.took(Dispatched, took)
-					c.metrics.attempt(Success)
+					c.metrics.attempt(classSuccess)
 					c.metrics.finished(n)
 				}
 			}
@@ -364,8 +368,8 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 			c.metrics.primaryFailed(ev.Class, now)
 		}
 		in := DecisionInput{Evidence: ev, NotEnforced: c.notEnforced, ReplaySafe: c.replaySafe, MayHaveApplied: r.applied,
-			Attempt: n, MaxAttempts: c.maxAttempts, Remaining: r.remaining(ctx, now), AttemptCost: c.cost,
-			MinRemaining: c.reserve, RetryAfterMax: c.afterMax}
+			Attempt: n, MaxAttempts: c.maxAttempts, Remaining: r.remaining(ctx, now), PerAttemptTimeout: c.perAttemptTimeout,
+			MinRemaining: c.minRemaining, RetryAfterMaxDelay: c.retryAfterMaxDelay}
 		if r.call != nil {
 			in.ReplaySafe, in.Unrepeatable = r.call.replaySafe(r.key), r.call.unrepeatable
 		}
@@ -373,7 +377,7 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 		if c.notEnforced == "" && ev.Class != Permanent {
 			in.Wait = c.strategy.Delay(n, prevDelay)
 		}
-		d := Decide(in)
+		d = Decide(in)
 		if d.AskBudget && r.call != nil {
 			if in.Unrepeatable = r.call.prepare(); in.Unrepeatable != "" {
 				d = Decide(in) // no token for an attempt that cannot be sent
@@ -393,9 +397,7 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 		}
 		r.records = append(r.records, rec)
 		if !d.Retry() {
-			c.metrics.denied(d.Reason)
-			c.metrics.finished(n)
-			return r.finish(ctx, d, err)
+			break
 		}
 		if r.call != nil {
 			r.call.discard() // at once, not when the next attempt starts
@@ -407,21 +409,24 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 			end = UnknownOutcome
 		}
 		if serr := e.clock.Sleep(ctx, d.Sleep); serr != nil {
-			c.metrics.denied(deniedCancelled)
-			c.metrics.finished(n)
-			return r.finish(ctx, stop(end, codes.DeadlineExceeded, "the caller's context ended during the backoff: "+serr.Error(), deniedCancelled), errors.Join(err, serr))
+			d, err = stop(end, codes.DeadlineExceeded, "the caller's context ended during the backoff: "+serr.Error(), deniedCancelled), errors.Join(err, serr)
+			break
 		}
 		now = e.clock.Now()
-		if left := r.remaining(ctx, now); !backoff.CanStart(left, c.cost, c.reserve) {
+		if left := r.remaining(ctx, now); !backoff.CanStart(left, c.perAttemptTimeout, c.minRemaining) {
 			// The wait overran what Decide foresaw: the rule holds when the
 			// attempt would start, not only when the wait was chosen.
-			c.metrics.denied(deniedDeadlineAtStart)
-			c.metrics.finished(n)
-			return r.finish(ctx, stop(end, codes.DeadlineExceeded, fmt.Sprintf("%s left when the backoff ended, below the %s reserve or short of a %s attempt",
-				left.Round(time.Millisecond), c.reserve, c.cost), deniedDeadlineAtStart), err)
+			d = stop(end, codes.DeadlineExceeded, fmt.Sprintf("%s left when the backoff ended, below the %s reserve or short of a %s attempt",
+				left.Round(time.Millisecond), c.minRemaining, c.perAttemptTimeout), deniedDeadlineAtStart)
+			break
 		}
 		prevDelay = d.Sleep
 	}
+	// The one way out of a call that did not succeed: the refusal counted by
+	// its reason, the attempts made, and the terminal state finish records.
+	c.metrics.denied(d.Reason)
+	c.metrics.finished(n)
+	return r.finish(ctx, d, err)
 }
 
 // attempt runs one attempt, bounded by perAttemptTimeout and the
@@ -433,7 +438,7 @@ func (r *run) attempt(ctx context.Context, op Operation, a Attempt, now time.Tim
 	var limit time.Duration
 	if !r.deadline.IsZero() {
 		limit = r.deadline.Sub(now)
-		if t := r.c.cost; t > 0 && t < limit {
+		if t := r.c.perAttemptTimeout; t > 0 && t < limit {
 			limit = t
 		}
 	}
@@ -498,7 +503,7 @@ func (r *run) finish(ctx context.Context, d Decision, last error) error {
 		e.Last = r.records[n-1].Evidence
 	}
 	if d.Next.DeadLettered() && r.e.deadLetters != nil {
-		letter := DeadLetter{Operation: r.id(), Policy: r.c.name, Key: r.key, State: d.Next, Code: d.Code, Attempts: r.records, At: r.e.clock.Now()}
+		letter := DeadLetter{OperationID: r.id(), Policy: r.c.name, Key: r.key, State: d.Next, Code: d.Code, Attempts: r.records, At: r.e.clock.Now()}
 		if p := r.c.payload; p != nil {
 			letter.Namespace = p.Policy.Namespace
 		}

@@ -3,6 +3,8 @@ package retry
 import (
 	"strings"
 	"testing"
+
+	"github.com/retryguard/retryguard/runtime/limits"
 )
 
 // Retry-After comes from the dependency: any bytes must give a delay in
@@ -27,7 +29,7 @@ func FuzzParseRetryAfter(f *testing.F) {
 }
 
 // A key template and the caller's values: compiling never panics, and a
-// rendered key is at most MaxKeyLength bytes of printable ASCII.
+// rendered key is at most limits.MaxIdempotencyKeyLength bytes of printable ASCII.
 func FuzzRenderKey(f *testing.F) {
 	f.Add("SMS-2FA-{user_id}-{login_session_id}", "42", "s-9")
 	f.Add("{user_id}", strings.Repeat("x", 300), "")
@@ -42,7 +44,7 @@ func FuzzRenderKey(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if len(key) > MaxKeyLength {
+		if len(key) > limits.MaxIdempotencyKeyLength {
 			t.Fatalf("%q rendered %d bytes", tmpl, len(key))
 		}
 		for i := range len(key) {

@@ -3,12 +3,9 @@ package retry
 import (
 	"fmt"
 	"strings"
-)
 
-// MaxKeyLength is the longest rendered idempotency key, in bytes. Keys are
-// sent in a header and stored by the dependency for deduplication; 255 is
-// the limit common to payment and messaging APIs' idempotency keys.
-const MaxKeyLength = 255
+	"github.com/retryguard/retryguard/runtime/limits"
+)
 
 // Vars are the caller's values for a policy's key template, such as
 // {"user_id": "42", "login_session_id": "s-9"}.
@@ -58,8 +55,8 @@ func compileKey(tmpl string) (*keyTemplate, error) {
 	for _, p := range k.parts {
 		shortest += max(len(p.literal), 1)
 	}
-	if shortest > MaxKeyLength {
-		return nil, fmt.Errorf("key template %q: its shortest key is %d bytes, longer than %d: it can never render", tmpl, shortest, MaxKeyLength)
+	if shortest > limits.MaxIdempotencyKeyLength {
+		return nil, fmt.Errorf("key template %q: its shortest key is %d bytes, longer than %d: it can never render", tmpl, shortest, limits.MaxIdempotencyKeyLength)
 	}
 	for _, p := range k.parts {
 		for i := range len(p.literal) {
@@ -92,7 +89,7 @@ func (e *errBadKey) Error() string     { return e.reason }
 
 // render fills the template once per logical operation: every attempt of
 // the operation carries the result unchanged. The result is at most
-// MaxKeyLength bytes of printable ASCII, so that it is a valid header value
+// limits.MaxIdempotencyKeyLength bytes of printable ASCII, so that it is a valid header value
 // that cannot smuggle another header in.
 func (k *keyTemplate) render(vars Vars) (string, error) {
 	var b strings.Builder
@@ -106,8 +103,9 @@ func (k *keyTemplate) render(vars Vars) (string, error) {
 		if !ok || v == "" {
 			return "", &errMissingVar{name: p.name}
 		}
-		if b.Len()+len(v) > MaxKeyLength {
-			return "", &errBadKey{reason: fmt.Sprintf("the rendered key is longer than %d bytes (variable %q is %d bytes)", MaxKeyLength, p.name, len(v))}
+		if b.Len()+len(v) > limits.MaxIdempotencyKeyLength {
+			return "", &errBadKey{reason: fmt.Sprintf("the rendered key is longer than %d bytes (variable %q is %d bytes)",
+				limits.MaxIdempotencyKeyLength, p.name, len(v))}
 		}
 		for i := range len(v) {
 			if c := v[i]; c < 0x20 || c > 0x7e {
@@ -116,8 +114,8 @@ func (k *keyTemplate) render(vars Vars) (string, error) {
 		}
 		b.WriteString(v)
 	}
-	if b.Len() > MaxKeyLength {
-		return "", &errBadKey{reason: fmt.Sprintf("the rendered key is %d bytes, longer than %d", b.Len(), MaxKeyLength)}
+	if b.Len() > limits.MaxIdempotencyKeyLength {
+		return "", &errBadKey{reason: fmt.Sprintf("the rendered key is %d bytes, longer than %d", b.Len(), limits.MaxIdempotencyKeyLength)}
 	}
 	return b.String(), nil
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/retryguard/retryguard/runtime/clock"
 	"github.com/retryguard/retryguard/runtime/codes"
+	"github.com/retryguard/retryguard/runtime/limits"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
@@ -443,7 +444,7 @@ func TestAnAttemptWhoseHeadersWereWrittenIsDispatched(t *testing.T) {
 		t.Errorf("the attempt the dependency received: %+v", first)
 	}
 	for _, a := range letters[0].Attempts[1:] {
-		if a.Evidence.Dispatched || a.Evidence.Transport != ConnectionRefused {
+		if a.Evidence.Dispatched || a.Evidence.Transport != limits.ConnectionRefused {
 			t.Errorf("attempt %d: %+v, want a refused, undispatched connect", a.Attempt, a.Evidence)
 		}
 	}
@@ -563,7 +564,7 @@ func TestAnUnknownOutcomeIsNotForgotten(t *testing.T) {
 			if len(letters) != 1 || letters[0].State != UnknownOutcome || len(letters[0].Attempts) != int(n.Load()) {
 				t.Fatalf("dead letters %+v after %d requests", letters, n.Load())
 			}
-			if ev := letters[0].Attempts[0].Evidence; ev.Transport != Timeout || !ev.Dispatched {
+			if ev := letters[0].Attempts[0].Evidence; ev.Transport != limits.Timeout || !ev.Dispatched {
 				t.Errorf("first attempt %+v", ev)
 			}
 			if pr := re.Problem(); pr.Status != http.StatusAccepted {
@@ -771,7 +772,7 @@ func TestARefusedConnectionRetriesAKeylessPOST(t *testing.T) {
 	}}
 	defer tr.CloseIdleConnections()
 	p := smsPolicy()
-	p.Policy.KeyTemplate, p.Policy.RetryOnStatus, p.Policy.RetryOnErrors = "", nil, []string{ConnectionRefused, DNSFailure}
+	p.Policy.KeyTemplate, p.Policy.RetryOnStatus, p.Policy.RetryOnErrors = "", nil, []string{limits.ConnectionRefused, limits.DNSFailure}
 	l := newLoop(t, p, tr)
 	res, err := l.post(t, srv.URL, strings.NewReader(`{"to":"+15550100"}`))
 	if err != nil || res.StatusCode != 201 {

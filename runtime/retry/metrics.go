@@ -166,7 +166,7 @@ func (h *durations) metric(desc *prometheus.Desc, bounds []time.Duration, labels
 // on the hot path.
 var (
 	stateNames = [...]State{Submitted, Attempting, BackoffWait, Dispatched, BudgetExhausted, TerminalExhausted, UnknownOutcome}
-	classNames = [...]Class{Success, Transient, Ambiguous, Permanent, Unrecognized}
+	classNames = [...]Class{classSuccess, Transient, Ambiguous, Permanent, Unrecognized}
 	// terminalNames are the final states, retryguard_operation_duration_seconds' state label.
 	terminalNames = [...]State{Dispatched, BudgetExhausted, TerminalExhausted, UnknownOutcome}
 )
@@ -203,7 +203,7 @@ func stateIndex(s State) int {
 
 func classIndex(c Class) int {
 	switch c {
-	case Success:
+	case classSuccess:
 		return 0
 	case Transient:
 		return 1
@@ -270,7 +270,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		}
 		for i, c := range classNames {
 			v := pm.attempts[i].Load()
-			if c == Success {
+			if c == classSuccess {
 				v += first
 			}
 			counter(m.attempts, v, pm.name, string(c))

@@ -23,6 +23,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/retryguard/retryguard/runtime/clock"
+	"github.com/retryguard/retryguard/runtime/limits"
 )
 
 // h2 frames, written by hand: a server of HTTP/2 with prior knowledge that
@@ -174,7 +175,7 @@ func TestACallersOwnKeyDoesNotLetNetHTTPReSend(t *testing.T) {
 	for _, body := range []string{"", `{"to":"+15550100"}`} {
 		srv, got := keepAlive(t, false)
 		p := smsPolicy()
-		p.Policy.KeyTemplate, p.Policy.RetryOnStatus, p.Policy.RetryOnErrors = "", nil, []string{ConnectionRefused, DNSFailure}
+		p.Policy.KeyTemplate, p.Policy.RetryOnStatus, p.Policy.RetryOnErrors = "", nil, []string{limits.ConnectionRefused, limits.DNSFailure}
 		tr := &http.Transport{}
 		l := newLoop(t, p, tr)
 		idleConn(t, tr, srv.URL)

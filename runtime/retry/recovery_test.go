@@ -24,7 +24,8 @@ func TestRecoveryLagIsMeasuredFromTheFaultsEnd(t *testing.T) {
 		lagAt      map[time.Duration]time.Duration
 		recovery   time.Duration
 	}{
-		{"recovers", 3400 * time.Millisecond, map[time.Duration]time.Duration{3500 * time.Millisecond: 0, 4500 * time.Millisecond: time.Second, 5500 * time.Millisecond: 0}, time.Second},
+		{"recovers", 3400 * time.Millisecond,
+			map[time.Duration]time.Duration{3500 * time.Millisecond: 0, 4500 * time.Millisecond: time.Second, 5500 * time.Millisecond: 0}, time.Second},
 		{"lags", 9 * time.Second, map[time.Duration]time.Duration{6500 * time.Millisecond: 3 * time.Second, 8500 * time.Millisecond: 5 * time.Second,
 			9500 * time.Millisecond: 6 * time.Second, 10500 * time.Millisecond: 0}, 6 * time.Second},
 	} {

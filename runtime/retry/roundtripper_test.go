@@ -13,6 +13,7 @@ import (
 
 	"github.com/retryguard/retryguard/runtime/clock"
 	"github.com/retryguard/retryguard/runtime/codes"
+	"github.com/retryguard/retryguard/runtime/limits"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
@@ -100,7 +101,7 @@ func TestRoundTripperRetriesARefusedConnection(t *testing.T) {
 	_ = l.Close() // nothing listens: connect is refused
 	_, err = post(t, client(t, smsPolicy()), "http://"+addr)
 	var re *Error
-	if !errors.As(err, &re) || re.Attempts != 3 || re.Last.Transport != ConnectionRefused || re.Last.Dispatched {
+	if !errors.As(err, &re) || re.Attempts != 3 || re.Last.Transport != limits.ConnectionRefused || re.Last.Dispatched {
 		t.Fatalf("%+v", err)
 	}
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/retryguard/retryguard/runtime/clock"
 	"github.com/retryguard/retryguard/runtime/codes"
+	"github.com/retryguard/retryguard/runtime/limits"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 	"github.com/retryguard/retryguard/runtime/policyconfig/fixtures"
 	"github.com/retryguard/retryguard/runtime/retry"
@@ -416,7 +417,7 @@ func TestSpentAttemptsEndWithRetryLimitExceeded(t *testing.T) {
 	ex := retry.New(source{p.Policy.Name: p}, retry.WithClock(clock.NewVirtual(time.Now())))
 	warm(t, ex, p)
 	re, calls := run(t, ex, nil, p, 0, func(int) error { return retry.Status(503, "") })
-	if calls != 3 || re == nil || re.Code != codes.RetryLimitExceeded || !errors.Is(re, retry.ErrRetryLimitExceeded) {
+	if calls != 3 || re == nil || re.Code != codes.RetryLimitExceeded || !errors.Is(re, retry.Sentinel(codes.RetryLimitExceeded)) {
 		t.Fatalf("%d attempts: %v", calls, re)
 	}
 	if got := re.Problem(); got.Code != "ERR_RETRY_LIMIT_EXCEEDED" || got.Status != http.StatusBadGateway {
@@ -432,7 +433,7 @@ func TestRenderedKeysAreCappedAndTemplatesNeverMeanZeroAttempts(t *testing.T) {
 	p := fixtures.SMS()
 	ex := retry.New(source{p.Policy.Name: p}, retry.WithClock(clock.NewVirtual(time.Now())))
 	for name, v := range map[string]retry.Vars{
-		"too long": {"user_id": strings.Repeat("9", retry.MaxKeyLength), "login_session_id": "s"},
+		"too long": {"user_id": strings.Repeat("9", limits.MaxIdempotencyKeyLength), "login_session_id": "s"},
 		"CRLF":     {"user_id": "42\r\nX-Admin: yes", "login_session_id": "s"},
 	} {
 		calls := 0
@@ -441,11 +442,11 @@ func TestRenderedKeysAreCappedAndTemplatesNeverMeanZeroAttempts(t *testing.T) {
 			t.Errorf("%s: %d attempts, %v", name, calls, err)
 		}
 	}
-	longest := strings.Repeat("9", retry.MaxKeyLength-len("SMS-2FA--s"))
+	longest := strings.Repeat("9", limits.MaxIdempotencyKeyLength-len("SMS-2FA--s"))
 	if err := ex.Do(context.Background(), p.Policy.Name, retry.Vars{"user_id": longest, "login_session_id": "s"}, ok); err != nil {
-		t.Errorf("a key of exactly %d bytes: %v", retry.MaxKeyLength, err)
+		t.Errorf("a key of exactly %d bytes: %v", limits.MaxIdempotencyKeyLength, err)
 	}
-	for _, tmpl := range []string{"SMS-{user_id", "SMS-{}", "SMS-{a{b}", strings.Repeat("K", retry.MaxKeyLength) + "{user_id}"} {
+	for _, tmpl := range []string{"SMS-{user_id", "SMS-{}", "SMS-{a{b}", strings.Repeat("K", limits.MaxIdempotencyKeyLength) + "{user_id}"} {
 		broken := fixtures.SMS()
 		broken.Policy.KeyTemplate = tmpl
 		ex := retry.New(source{broken.Policy.Name: broken}, retry.WithClock(clock.NewVirtual(time.Now())))

@@ -40,8 +40,8 @@ func (s State) DeadLettered() bool {
 	return s == BudgetExhausted || s == TerminalExhausted || s == UnknownOutcome
 }
 
-// CanTransition reports whether from → to is legal.
-func CanTransition(from, to State) bool {
+// canTransition reports whether from → to is legal.
+func canTransition(from, to State) bool {
 	switch from {
 	case Submitted:
 		return to == Attempting
@@ -56,11 +56,11 @@ func CanTransition(from, to State) bool {
 	return false
 }
 
-// IllegalTransitionError is returned, never panicked, for a transition the
+// illegalTransitionError is returned, never panicked, for a transition the
 // lifecycle forbids.
-type IllegalTransitionError struct{ From, To State }
+type illegalTransitionError struct{ From, To State }
 
-func (e *IllegalTransitionError) Error() string {
+func (e *illegalTransitionError) Error() string {
 	return fmt.Sprintf("retryguard: illegal lifecycle transition %s → %s", e.From, e.To)
 }
 
@@ -68,17 +68,12 @@ func (e *IllegalTransitionError) Error() string {
 // operation runs on one goroutine.
 type machine struct {
 	state State
-	emit  func(from, to State)
 }
 
 func (m *machine) to(next State) error {
-	if !CanTransition(m.state, next) {
-		return &IllegalTransitionError{From: m.state, To: next}
+	if !canTransition(m.state, next) {
+		return &illegalTransitionError{From: m.state, To: next}
 	}
-	from := m.state
 	m.state = next
-	if m.emit != nil {
-		m.emit(from, next)
-	}
 	return nil
 }

@@ -20,7 +20,7 @@ func TestLifecycle(t *testing.T) {
 			if legal[[2]State{from, to}] != (err == nil) {
 				t.Errorf("%s → %s: %v", from, to, err)
 			}
-			var ite *IllegalTransitionError
+			var ite *illegalTransitionError
 			if err != nil && (!errors.As(err, &ite) || m.state != from) {
 				t.Errorf("%s → %s: an illegal transition must be an error and change nothing", from, to)
 			}

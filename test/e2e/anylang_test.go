@@ -70,10 +70,13 @@ func wgetapp(name, policy, vendorURL string, labels map[string]string) (*corev1.
 		SecurityContext:    &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true)},
 		Containers: []corev1.Container{{
 			Name: "app", Image: busyboxImage, ImagePullPolicy: corev1.PullNever,
-			Args:           []string{"httpd", "-f", "-p", "8080", "-h", "/www"},
-			Ports:          []corev1.ContainerPort{{ContainerPort: 8080}},
-			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}}, PeriodSeconds: 1},
-			VolumeMounts:   []corev1.VolumeMount{{Name: "www", MountPath: "/www", ReadOnly: true}},
+			Args:  []string{"httpd", "-f", "-p", "8080", "-h", "/www"},
+			Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
+			ReadinessProbe: &corev1.Probe{
+				ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}},
+				PeriodSeconds: 1,
+			},
+			VolumeMounts: []corev1.VolumeMount{{Name: "www", MountPath: "/www", ReadOnly: true}},
 			SecurityContext: &corev1.SecurityContext{
 				AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
 				Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
@@ -156,7 +159,11 @@ func injectedSidecar(pod *corev1.Pod) {
 
 // anyLanguageSpec: the busybox pod's wget, through the injected sidecar,
 // gets RETRY-SMS-001's policy exactly as the Go applications do.
-func anyLanguageSpec(ctx context.Context, vendorSvc *corev1.Service, storm func(context.Context, string, string, string, []int) (SendResult, []Attempt)) *corev1.Service {
+func anyLanguageSpec(
+	ctx context.Context,
+	vendorSvc *corev1.Service,
+	storm func(context.Context, string, string, string, []int) (SendResult, []Attempt),
+) *corev1.Service {
 	cm, dep, svc := wgetapp(wgetApp, "sms-2fa-dispatch", svcURL(vendorSvc), nil)
 	for _, o := range []client.Object{cm, svc, dep} {
 		Expect(k8s.Create(ctx, o)).To(Succeed())

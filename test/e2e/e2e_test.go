@@ -367,7 +367,8 @@ var _ = Describe("Retryguard installed from its chart", Ordered, Label("e2e"), f
 			if lease.Spec.AcquireTime != nil {
 				acquired = lease.Spec.AcquireTime.Time // the new holder's
 			}
-			g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: appNamespace, Name: policyconfig.ConfigMapName("sms-status-probe")}, &corev1.ConfigMap{})).To(Succeed())
+			g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: appNamespace, Name: policyconfig.ConfigMapName("sms-status-probe")}, &corev1.ConfigMap{})).
+				To(Succeed())
 		}).WithContext(ctx).WithPolling(100 * time.Millisecond).WithTimeout(time.Minute).Should(Succeed())
 		published := time.Since(killed)
 		Expect(lastRenewal).NotTo(BeZero())

@@ -236,8 +236,11 @@ func deployNetprobe(ctx context.Context) *corev1.Service {
 		AutomountServiceAccountToken: ptr.To(false),
 		Containers: []corev1.Container{{
 			Name: "netprobe", Image: netprobeImage, ImagePullPolicy: corev1.PullNever,
-			Ports:          []corev1.ContainerPort{{ContainerPort: 8080}},
-			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}}, PeriodSeconds: 1},
+			Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
+			ReadinessProbe: &corev1.Probe{
+				ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}},
+				PeriodSeconds: 1,
+			},
 		}},
 	})
 	svc := service("netprobe", labels)

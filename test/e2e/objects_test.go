@@ -89,8 +89,11 @@ func smsapp(name, watch, vendorURL string) (*appsv1.Deployment, *corev1.Service)
 			{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 			{Name: "POD_UID", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}}},
 		},
-		Ports:          []corev1.ContainerPort{{ContainerPort: 8080}},
-		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}}, PeriodSeconds: 1},
+		Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
+		ReadinessProbe: &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}},
+			PeriodSeconds: 1,
+		},
 		SecurityContext: &corev1.SecurityContext{
 			AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
 			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
@@ -121,8 +124,11 @@ func vendor() (*appsv1.Deployment, *corev1.Service) {
 		AutomountServiceAccountToken: ptr.To(false),
 		Containers: []corev1.Container{{
 			Name: "vendor", Image: vendorImage, ImagePullPolicy: corev1.PullNever,
-			Ports:          []corev1.ContainerPort{{ContainerPort: 8080}},
-			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}}, PeriodSeconds: 1},
+			Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
+			ReadinessProbe: &corev1.Probe{
+				ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}},
+				PeriodSeconds: 1,
+			},
 		}},
 	}), service("vendor", labels)
 }

@@ -151,7 +151,12 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "read the policy from this cluster's published ConfigMaps (make dev-cluster) instead")
 	fs.StringVar(&c.namespace, "namespace", "default", "the namespace the policy is published in")
 	fs.StringVar(&c.journal, "journal", "", "the dead-letter journal's path (default: a fresh file in the temporary directory, on disk)")
-	fs.DurationVar(&c.queueOutage, "queue-outage", -1, "how long the fallback queue's broker is down, from a third of the fault (default: a quarter of the fault; 0: never)")
+	fs.DurationVar(
+		&c.queueOutage,
+		"queue-outage",
+		-1,
+		"how long the fallback queue's broker is down, from a third of the fault (default: a quarter of the fault; 0: never)",
+	)
 	fs.StringVar(&c.broken, "break", "", `"budget" lifts the limits of Option C's budget (100%, 1,000 tokens) after the watcher, to show the drill failing`)
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the drill's own CPU profile here")
 	if err := fs.Parse(args); err != nil {

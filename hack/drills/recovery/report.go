@@ -147,11 +147,32 @@ func judge(s summary, banLimit, retryShare int) verdict {
 	v := verdict{Failures: []string{}, Warnings: []string{}}
 	switch {
 	case s.RetryBans > 0:
-		v.Failures = append(v.Failures, fmt.Sprintf("vendor ban: %d attempts in one 1 s window (the contract is %d), and up to %d retries in one window (their share is %d); %d ban episodes, the first at %.1f s",
-			s.PeakWindow, banLimit, s.PeakRetryWindow, retryShare, s.Bans, s.FirstBanSeconds))
+		v.Failures = append(
+			v.Failures,
+			fmt.Sprintf(
+				"vendor ban: %d attempts in one 1 s window (the contract is %d), and up to %d retries in one window (their share is %d); %d ban episodes, the "+
+					"first at %.1f s",
+				s.PeakWindow,
+				banLimit,
+				s.PeakRetryWindow,
+				retryShare,
+				s.Bans,
+				s.FirstBanSeconds,
+			),
+		)
 	case s.Bans > 0:
-		v.Warnings = append(v.Warnings, fmt.Sprintf("the vendor saw %d attempts in one 1 s window at %.1f s (the contract is %d) while retries stayed within their share (at most %d of %d): primaries bunched, as a load generator does when it catches up after the machine stalled it",
-			s.PeakWindow, s.FirstBanSeconds, banLimit, s.PeakRetryWindow, retryShare))
+		v.Warnings = append(
+			v.Warnings,
+			fmt.Sprintf(
+				"the vendor saw %d attempts in one 1 s window at %.1f s (the contract is %d) while retries stayed within their share (at most %d of %d): "+
+					"primaries bunched, as a load generator does when it catches up after the machine stalled it",
+				s.PeakWindow,
+				s.FirstBanSeconds,
+				banLimit,
+				s.PeakRetryWindow,
+				retryShare,
+			),
+		)
 	}
 	timed := len(v.Failures)
 	if s.RecoverySeconds > maxRecovery.Seconds() {

@@ -28,7 +28,7 @@ func TestEventSinkCloseBoundedWhenClientBufferFull(t *testing.T) {
 	sink.FlushTimeout = 300 * time.Millisecond
 	go sink.Run(context.Background())
 	for i := range 32 {
-		sink.Emit(retry.Event{Operation: uint64(i), Topic: topic, To: retry.Attempting})
+		sink.Emit(retry.Event{OperationID: uint64(i), Topic: topic, To: retry.Attempting})
 	}
 	done := make(chan struct{})
 	start := time.Now()
@@ -48,8 +48,8 @@ func TestEventSinkCloseBoundedWhenClientBufferFull(t *testing.T) {
 		t.Fatalf("emitted %d != delivered %d + dropped %d", e, d, x)
 	}
 	before := sink.Dropped()
-	sink.Emit(retry.Event{Operation: 99, Topic: topic, To: retry.Attempting}) // after Close
-	sink.Close()                                                              // a second Close only waits
+	sink.Emit(retry.Event{OperationID: 99, Topic: topic, To: retry.Attempting}) // after Close
+	sink.Close()                                                                // a second Close only waits
 	if e, d, x := sink.Emitted(), sink.Delivered(), sink.Dropped(); e != d+x || x != before+1 {
 		t.Fatalf("an Emit after Close: emitted %d, delivered %d, dropped %d (%d before)", e, d, x, before)
 	}

@@ -38,7 +38,7 @@ func openJournal(t *testing.T) *deadletter.Journal {
 }
 
 func letterOf(i int) retry.DeadLetter {
-	return retry.DeadLetter{Operation: uint64(i), Namespace: "auth", Policy: "sms-2fa-dispatch", Key: fmt.Sprintf("SMS-2FA-%d", i),
+	return retry.DeadLetter{OperationID: uint64(i), Namespace: "auth", Policy: "sms-2fa-dispatch", Key: fmt.Sprintf("SMS-2FA-%d", i),
 		State: retry.UnknownOutcome, Code: "ERR_UNKNOWN_OUTCOME", At: time.Unix(1_790_000_000, 0).UTC()}
 }
 

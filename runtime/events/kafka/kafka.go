@@ -246,7 +246,7 @@ func (s *EventSink) Run(ctx context.Context) {
 			s.dropped()
 			continue
 		}
-		r := &kgo.Record{Topic: ev.Topic, Key: []byte(strconv.FormatUint(ev.Operation, 10)), Value: value}
+		r := &kgo.Record{Topic: ev.Topic, Key: []byte(strconv.FormatUint(ev.OperationID, 10)), Value: value}
 		s.counts.produce(produceCtx, s.client, r, func(err error) {
 			if err != nil && s.onDrop != nil {
 				s.onDrop()

@@ -100,7 +100,7 @@ func TestEventsArriveInOrder(t *testing.T) {
 			if err := json.Unmarshal(r.Value, &ev); err != nil {
 				t.Fatal(err)
 			}
-			byOp[ev.Operation] = append(byOp[ev.Operation], ev.To)
+			byOp[ev.OperationID] = append(byOp[ev.OperationID], ev.To)
 			events++
 		})
 	}
@@ -124,7 +124,7 @@ type tee struct {
 
 func (t *tee) Emit(ev retry.Event) {
 	t.mu.Lock()
-	t.byOp[ev.Operation] = append(t.byOp[ev.Operation], ev.To)
+	t.byOp[ev.OperationID] = append(t.byOp[ev.OperationID], ev.To)
 	if ev.To.DeadLettered() {
 		t.letters++
 	}

@@ -58,9 +58,9 @@ func TestEventsLostInTheClientAreDropped(t *testing.T) {
 	sink.FlushTimeout = 300 * time.Millisecond
 	go sink.Run(context.Background())
 	for i := range 10 {
-		sink.Emit(retry.Event{Operation: uint64(i), Topic: topic, To: retry.Attempting})
+		sink.Emit(retry.Event{OperationID: uint64(i), Topic: topic, To: retry.Attempting})
 	}
-	sink.Emit(retry.Event{Operation: 99, To: retry.Attempting}) // no events topic: not emitted at all
+	sink.Emit(retry.Event{OperationID: 99, To: retry.Attempting}) // no events topic: not emitted at all
 	within(t, "Close", sink.Close)
 	if sink.Emitted() != 10 || sink.Delivered() != 0 || sink.Dropped() != 10 {
 		t.Fatalf("emitted %d, delivered %d, dropped %d", sink.Emitted(), sink.Delivered(), sink.Dropped())
@@ -72,7 +72,7 @@ func TestEventCountersAddUpWhenTheBufferOverflows(t *testing.T) {
 	_, client := cluster(t)
 	sink := NewEventSink(client, 4)
 	for i := range 10 { // before Run: only 4 fit
-		sink.Emit(retry.Event{Operation: uint64(i), Topic: topic, To: retry.Attempting})
+		sink.Emit(retry.Event{OperationID: uint64(i), Topic: topic, To: retry.Attempting})
 	}
 	go sink.Run(context.Background())
 	within(t, "Close", sink.Close)
@@ -94,7 +94,7 @@ func TestCloseIsBoundedWhenTheBrokerDiesMidRun(t *testing.T) {
 	sink.FlushTimeout = 500 * time.Millisecond
 	go sink.Run(context.Background())
 	for i := range 20 {
-		sink.Emit(retry.Event{Operation: uint64(i), Topic: topic, To: retry.Attempting})
+		sink.Emit(retry.Event{OperationID: uint64(i), Topic: topic, To: retry.Attempting})
 	}
 	waitFor(t, "the first events delivered", func() bool { return sink.Delivered() == 20 })
 	held := make(chan struct{})
@@ -106,7 +106,7 @@ func TestCloseIsBoundedWhenTheBrokerDiesMidRun(t *testing.T) {
 		return nil, nil, false
 	})
 	for i := range 20 {
-		sink.Emit(retry.Event{Operation: uint64(100 + i), Topic: topic, To: retry.Attempting})
+		sink.Emit(retry.Event{OperationID: uint64(100 + i), Topic: topic, To: retry.Attempting})
 	}
 	<-held
 	go c.Close() // the broker goes away with the request in flight
@@ -135,7 +135,7 @@ func TestCloseAfterRunsContextEndsDoesNotWait(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go sink.Run(ctx)
 	for i := range 10 {
-		sink.Emit(retry.Event{Operation: uint64(i), Topic: topic, To: retry.Attempting})
+		sink.Emit(retry.Event{OperationID: uint64(i), Topic: topic, To: retry.Attempting})
 	}
 	time.Sleep(100 * time.Millisecond) // let the request go out
 	cancel()

@@ -26,7 +26,10 @@ import (
 func startAPIServer(tb testing.TB) kubernetes.Interface {
 	tb.Helper()
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		tb.Fatal("KUBEBUILDER_ASSETS must name a directory with kube-apiserver and etcd; run the tests with `make test`, or export KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh)")
+		tb.Fatal(
+			"KUBEBUILDER_ASSETS must name a directory with kube-apiserver and etcd; run the tests with `make test`, or export " +
+				"KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh)",
+		)
 	}
 	// A bare API server: the informer reads ConfigMaps and needs no CRD.
 	env := &envtest.Environment{}
@@ -39,7 +42,8 @@ func startAPIServer(tb testing.TB) kubernetes.Interface {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if _, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "auth"}}, metav1.CreateOptions{}); err != nil {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "auth"}}
+	if _, err := cs.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{}); err != nil {
 		tb.Fatal(err)
 	}
 	return cs

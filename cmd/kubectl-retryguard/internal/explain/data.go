@@ -23,7 +23,7 @@ type Row struct {
 }
 
 // scheduleRows is the worst-case schedule of spec, one row per attempt:
-// every attempt takes the schedule's AttemptCost and every wait its longest.
+// every attempt takes the schedule's PerAttemptTimeout and every wait its longest.
 func scheduleRows(spec *v1.RetryPolicySpec) (policygraph.Schedule, []Row) {
 	s := policygraph.WorstCase(spec)
 	lo, hi := sleepBounds(spec, s)
@@ -37,7 +37,7 @@ func scheduleRows(spec *v1.RetryPolicySpec) (policygraph.Schedule, []Row) {
 		if r.Runs {
 			elapsed += r.SleepMax
 			r.StartsAt = elapsed
-			elapsed += s.AttemptCost
+			elapsed += s.PerAttemptTimeout
 			r.EndsBy = elapsed
 		}
 		rows = append(rows, r)
@@ -69,8 +69,8 @@ func Explain(ctx context.Context, in Input) (output.Explanation, error) {
 	e.Schedule = output.ExplainedSchedule{Deadline: s.Deadline.String(), MinRemaining: s.MinRemaining.String(),
 		Jitter: string(p.Spec.Backoff.Jitter), FeasibleAttempts: s.FeasibleAttempts, Duration: s.Duration.String(),
 		Attempts: []output.ScheduledAttempt{}}
-	if s.AttemptCost > 0 {
-		e.Schedule.AttemptCost = s.AttemptCost.String()
+	if s.PerAttemptTimeout > 0 {
+		e.Schedule.PerAttemptTimeout = s.PerAttemptTimeout.String()
 	}
 	if s.FeasibleAttempts < p.Spec.MaxAttempts {
 		e.Schedule.Warning = s.Warning(p.Spec.MaxAttempts)
@@ -80,7 +80,7 @@ func Explain(ctx context.Context, in Input) (output.Explanation, error) {
 		if r.Attempt > 1 {
 			a.SleepMin, a.SleepMax, a.RemainingBeforeSleep = r.SleepMin.String(), r.SleepMax.String(), r.Remaining.String()
 		}
-		if r.Runs && s.AttemptCost > 0 {
+		if r.Runs && s.PerAttemptTimeout > 0 {
 			a.StartsAt, a.EndsBy = r.StartsAt.String(), r.EndsBy.String()
 		}
 		e.Schedule.Attempts = append(e.Schedule.Attempts, a)

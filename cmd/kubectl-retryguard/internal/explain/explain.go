@@ -136,8 +136,8 @@ func sleepBounds(spec *v1.RetryPolicySpec, s policygraph.Schedule) (lo, hi []tim
 func writeSchedule(w io.Writer, spec *v1.RetryPolicySpec) {
 	s, rows := scheduleRows(spec)
 	cost := "unbounded (no perAttemptTimeout: one attempt may use the whole deadline)"
-	if s.AttemptCost > 0 {
-		cost = s.AttemptCost.String() + " (perAttemptTimeout)"
+	if s.PerAttemptTimeout > 0 {
+		cost = s.PerAttemptTimeout.String() + " (perAttemptTimeout)"
 	}
 	fmt.Fprintf(w, "\nWorst-case schedule: deadline %s, minRemaining %s, each attempt %s, jitter %s\n",
 		s.Deadline, s.MinRemaining, cost, spec.Backoff.Jitter)
@@ -155,7 +155,7 @@ func writeSchedule(w io.Writer, spec *v1.RetryPolicySpec) {
 		}
 		start, end := r.StartsAt.String(), r.EndsBy.String()
 		rem := remainingText(k, r.Remaining)
-		if s.AttemptCost == 0 {
+		if s.PerAttemptTimeout == 0 {
 			// Attempts of unbounded cost: only the sleeps are known.
 			start, end = "≥ "+start, "deadline "+s.Deadline.String()
 			if k > 1 {

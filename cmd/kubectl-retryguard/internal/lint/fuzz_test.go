@@ -7,14 +7,14 @@ import (
 
 	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/lint"
 	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/manifest"
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 )
 
 // FuzzLint: whatever a file holds, lint answers every document with a
 // verdict, and an error only when its own store fails; it never panics.
 func FuzzLint(f *testing.F) {
 	for _, s := range []string{"policy_v1alpha1_retrypolicy.yaml", "policy_v1alpha1_retrybudget.yaml"} {
-		raw, err := os.ReadFile(devenv.Path("config", "samples", s))
+		raw, err := os.ReadFile(testenv.Path("config", "samples", s))
 		if err != nil {
 			f.Fatal(err)
 		}

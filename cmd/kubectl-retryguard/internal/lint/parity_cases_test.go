@@ -11,7 +11,7 @@ import (
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 )
 
 // The single-object admission cases are imported from api/v1alpha1/fixtures.
@@ -31,7 +31,7 @@ type parityCase struct {
 // samplePolicy is api/v1alpha1's policyFor: the sample 2FA policy, changed.
 func samplePolicy(mutate func(*v1.RetryPolicySpec)) func(testing.TB) []client.Object {
 	return func(tb testing.TB) []client.Object {
-		p := devenv.Sample[v1.RetryPolicy](tb, "policy_v1alpha1_retrypolicy.yaml")
+		p := testenv.Sample[v1.RetryPolicy](tb, "policy_v1alpha1_retrypolicy.yaml")
 		mutate(&p.Spec)
 		p.Name = "parity"
 		return []client.Object{p}
@@ -40,7 +40,7 @@ func samplePolicy(mutate func(*v1.RetryPolicySpec)) func(testing.TB) []client.Ob
 
 func sampleBudget(mutate func(*v1.RetryBudgetSpec)) func(testing.TB) []client.Object {
 	return func(tb testing.TB) []client.Object {
-		b := devenv.Sample[v1.RetryBudget](tb, "policy_v1alpha1_retrybudget.yaml")
+		b := testenv.Sample[v1.RetryBudget](tb, "policy_v1alpha1_retrybudget.yaml")
 		mutate(&b.Spec)
 		b.Name = "parity"
 		return []client.Object{b}

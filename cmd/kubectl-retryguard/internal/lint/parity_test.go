@@ -31,7 +31,7 @@ import (
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/lint"
 	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/manifest"
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 )
 
 // answer is what one write got: refused or not, the sorted "field code" of
@@ -62,14 +62,14 @@ func sortedCodes(fieldCodes []string) []string {
 // pairs and the same warnings.
 func TestLintAgreesWithTheAPIServer(t *testing.T) {
 	ctrl.SetLogger(logr.Discard())
-	env, cfg := devenv.StartEnvironment(t, true)
+	env, cfg := testenv.StartEnvironment(t, true)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	mgr, _, err := devenv.StartManaged(ctx, env, cfg, policygraph.DefaultLimits(), devenv.Features{Webhooks: true})
+	mgr, _, err := testenv.StartManaged(ctx, env, cfg, policygraph.DefaultLimits(), testenv.Features{Webhooks: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	warnings := &devenv.WarningRecorder{}
+	warnings := &testenv.WarningRecorder{}
 	userCfg := rest.CopyConfig(cfg)
 	userCfg.WarningHandlerWithContext = warnings
 	k8s, err := client.New(userCfg, client.Options{Scheme: env.Scheme})
@@ -100,7 +100,7 @@ func TestLintAgreesWithTheAPIServer(t *testing.T) {
 				a.Codes = append(a.Codes, c.Field+" "+lint.CodeOf(c.Message))
 			}
 			a.Codes = sortedCodes(a.Codes)
-		} else if err := devenv.Settle(ctx, mgr); err != nil {
+		} else if err := testenv.Settle(ctx, mgr); err != nil {
 			t.Fatal(err)
 		} else if _, isNamespace := obj.(*corev1.Namespace); isNamespace {
 			namespaceSettled(ctx, t, mgr, obj)
@@ -245,7 +245,7 @@ func TestParityTableCoversTheAdmissionTables(t *testing.T) {
 	}
 	var want []string
 	// webhook_rules_test.go: every It("...") spec.
-	want = append(want, stringsIn(t, devenv.Path("webhooks", "webhook_rules_test.go"), func(n ast.Node) (ast.Expr, bool) {
+	want = append(want, stringsIn(t, testenv.Path("webhooks", "webhook_rules_test.go"), func(n ast.Node) (ast.Expr, bool) {
 		if call, ok := n.(*ast.CallExpr); ok && len(call.Args) > 0 {
 			if id, isID := call.Fun.(*ast.Ident); isID && id.Name == "It" {
 				return call.Args[0], true

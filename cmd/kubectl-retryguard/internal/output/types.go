@@ -150,13 +150,13 @@ type ExplainedLayers struct {
 type ExplainedSchedule struct {
 	Deadline     string `json:"deadline"`
 	MinRemaining string `json:"minRemaining"`
-	// AttemptCost is perAttemptTimeout; empty when unbounded.
-	AttemptCost      string             `json:"attemptCost,omitempty"`
-	Jitter           string             `json:"jitter"`
-	Attempts         []ScheduledAttempt `json:"attempts"`
-	FeasibleAttempts int32              `json:"feasibleAttempts"`
-	Duration         string             `json:"duration"`
-	Warning          string             `json:"warning,omitempty"`
+	// PerAttemptTimeout is the policy's perAttemptTimeout (JSON attemptCost); empty when unbounded.
+	PerAttemptTimeout string             `json:"attemptCost,omitempty"`
+	Jitter            string             `json:"jitter"`
+	Attempts          []ScheduledAttempt `json:"attempts"`
+	FeasibleAttempts  int32              `json:"feasibleAttempts"`
+	Duration          string             `json:"duration"`
+	Warning           string             `json:"warning,omitempty"`
 }
 
 // ScheduledAttempt is one row of the schedule. Sleeps are absent for the

@@ -1,7 +1,7 @@
-// Package devenv starts the local control plane (kube-apiserver and etcd built
+// Package testenv starts the local control plane (kube-apiserver and etcd built
 // by hack/envtest-assets.sh) that the test suites, `make demo` and
 // `make dev-cluster` share, with Retryguard's CRDs installed.
-package devenv
+package testenv
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package devenv_test
+package testenv_test
 
 import (
 	"context"
@@ -16,16 +16,16 @@ import (
 
 	"github.com/retryguard/retryguard/api/policygraph"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
 // up starts the local cluster as `make dev-cluster` does, stopped when tb
 // ends, and a client of it.
-func up(ctx context.Context, tb testing.TB) (*devenv.Cluster, client.Client) {
+func up(ctx context.Context, tb testing.TB) (*testenv.Cluster, client.Client) {
 	tb.Helper()
 	ctrl.SetLogger(logr.Discard())
-	cluster, err := devenv.Up(ctx, filepath.Join(tb.TempDir(), "kubeconfig"), policygraph.DefaultLimits())
+	cluster, err := testenv.Up(ctx, filepath.Join(tb.TempDir(), "kubeconfig"), policygraph.DefaultLimits())
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func up(ctx context.Context, tb testing.TB) (*devenv.Cluster, client.Client) {
 			tb.Error(err)
 		}
 	})
-	c, err := client.New(cluster.Config, client.Options{Scheme: devenv.Scheme()})
+	c, err := client.New(cluster.Config, client.Options{Scheme: testenv.Scheme()})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func up(ctx context.Context, tb testing.TB) (*devenv.Cluster, client.Client) {
 // The local cluster (`make dev-cluster`, `make demo`) runs the garbage
 // collector and the namespace controller, so deleting behaves as it does in
 // a real cluster: a deleted policy's published ConfigMap goes within
-// devenv.CollectionDeadline (docs/configmap-format.md promises that it is
+// testenv.CollectionDeadline (docs/configmap-format.md promises that it is
 // garbage-collected), and a deleted
 // namespace terminates, its contents removed, and disappears.
 func TestClusterCollectsGarbage(t *testing.T) {
@@ -53,18 +53,18 @@ func TestClusterCollectsGarbage(t *testing.T) {
 	cluster, c := up(ctx, t)
 
 	t.Run("a deleted policy's ConfigMap", func(t *testing.T) {
-		budget := devenv.Sample[v1.RetryBudget](t, "policy_v1alpha1_retrybudget.yaml")
-		policy := devenv.Sample[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
+		budget := testenv.Sample[v1.RetryBudget](t, "policy_v1alpha1_retrybudget.yaml")
+		policy := testenv.Sample[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
 		for _, o := range []client.Object{budget, policy} {
 			o.SetNamespace(metav1.NamespaceDefault)
 			if err := c.Create(ctx, o); err != nil {
 				t.Fatal(err)
 			}
-			if err := devenv.Settle(ctx, cluster.Manager); err != nil {
+			if err := testenv.Settle(ctx, cluster.Manager); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if err := devenv.Converged(ctx, cluster.Manager); err != nil {
+		if err := testenv.Converged(ctx, cluster.Manager); err != nil {
 			t.Fatal(err)
 		}
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: policy.Namespace, Name: policyconfig.ConfigMapName(policy.Name)}}
@@ -74,7 +74,7 @@ func TestClusterCollectsGarbage(t *testing.T) {
 		if err := c.Delete(ctx, policy); err != nil {
 			t.Fatal(err)
 		}
-		took, err := devenv.Gone(ctx, c, cm, devenv.CollectionDeadline)
+		took, err := testenv.Gone(ctx, c, cm, testenv.CollectionDeadline)
 		if err != nil {
 			t.Fatalf("the ConfigMap of the deleted policy %s is still there after %s: %v", policy.Name, took.Round(time.Millisecond), err)
 		}
@@ -96,7 +96,7 @@ func TestClusterCollectsGarbage(t *testing.T) {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(ns), ns); err == nil && ns.Status.Phase != corev1.NamespaceTerminating {
 			t.Errorf("the deleted namespace is %s, want Terminating", ns.Status.Phase)
 		}
-		took, err := devenv.Gone(ctx, c, ns, 30*time.Second)
+		took, err := testenv.Gone(ctx, c, ns, 30*time.Second)
 		if err != nil {
 			t.Fatalf("the deleted namespace %s is still there after %s (phase %s, finalizers %v): %v",
 				ns.Name, took.Round(time.Millisecond), ns.Status.Phase, ns.Spec.Finalizers, err)
@@ -113,17 +113,17 @@ func TestClusterCollectsGarbage(t *testing.T) {
 // collector's latency that CollectionDeadline bounds. Publishing each policy
 // is outside the timer.
 //
-//	go test -run '^$' -bench BenchmarkConfigMapCollection -benchtime 20x ./hack/devenv/
+//	go test -run '^$' -bench BenchmarkConfigMapCollection -benchtime 20x ./internal/testenv/
 func BenchmarkConfigMapCollection(b *testing.B) {
 	ctx := context.Background()
 	cluster, c := up(ctx, b)
-	budget := devenv.Sample[v1.RetryBudget](b, "policy_v1alpha1_retrybudget.yaml")
-	template := devenv.Sample[v1.RetryPolicy](b, "policy_v1alpha1_retrypolicy.yaml")
+	budget := testenv.Sample[v1.RetryBudget](b, "policy_v1alpha1_retrybudget.yaml")
+	template := testenv.Sample[v1.RetryPolicy](b, "policy_v1alpha1_retrypolicy.yaml")
 	budget.Namespace = metav1.NamespaceDefault
 	if err := c.Create(ctx, budget); err != nil {
 		b.Fatal(err)
 	}
-	if err := devenv.Settle(ctx, cluster.Manager); err != nil {
+	if err := testenv.Settle(ctx, cluster.Manager); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
@@ -144,12 +144,12 @@ func BenchmarkConfigMapCollection(b *testing.B) {
 		if err := c.Delete(ctx, policy); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := devenv.Gone(ctx, c, cm, devenv.CollectionDeadline); err != nil {
+		if _, err := testenv.Gone(ctx, c, cm, testenv.CollectionDeadline); err != nil {
 			b.Fatal(err)
 		}
 		b.StopTimer()
 		// The policy itself must be gone before it is created again.
-		if _, err := devenv.Gone(ctx, c, policy, devenv.CollectionDeadline); err != nil {
+		if _, err := testenv.Gone(ctx, c, policy, testenv.CollectionDeadline); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()

@@ -1,4 +1,4 @@
-package devenv
+package testenv
 
 import (
 	"bytes"

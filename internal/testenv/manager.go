@@ -1,4 +1,4 @@
-package devenv
+package testenv
 
 import (
 	"context"
@@ -120,7 +120,12 @@ func StartManager(ctx context.Context, env *envtest.Environment, mgr ctrl.Manage
 	}
 	addr := net.JoinHostPort(w.LocalServingHost, strconv.Itoa(w.LocalServingPort))
 	for {
-		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a readiness probe of our own local server
+		conn, err := tls.DialWithDialer(
+			&net.Dialer{Timeout: time.Second},
+			"tcp",
+			addr,
+			&tls.Config{InsecureSkipVerify: true},
+		) //nolint:gosec // a readiness probe of our own local server
 		if err == nil {
 			_ = conn.Close()
 			return done, nil

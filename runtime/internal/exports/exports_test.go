@@ -1,0 +1,93 @@
+package exports
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite runtime/exports.txt from the source (make exports)")
+
+const golden = "../../exports.txt"
+
+// maxRetryExports is the most top-level identifiers runtime/retry may export:
+// issue 22's target of 45 (failsafe-go's retrypolicy exports 11 plus its
+// builder), and Decide, DecisionInput and Decision, which the conformance
+// vectors hold to the rule row by row (docs/runtime.md, the runtime's public
+// API).
+const maxRetryExports = 45 + 3
+
+// Every exported identifier of the runtime's public packages is listed in
+// runtime/exports.txt: an export added or removed fails here until the file
+// is regenerated (make exports) and the change reviewed with it.
+func TestExportsAreTheGolden(t *testing.T) {
+	got, err := List(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := "# The exported identifiers of the runtime's public packages, one per line:\n" +
+		"# package, kind, name. Regenerate with make exports; review every change.\n" +
+		strings.Join(got, "\n") + "\n"
+	if *update {
+		if err := os.WriteFile(golden, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(want) != text {
+		t.Errorf("the runtime's exports differ from %s; run make exports and review the diff:\n%s", golden, diff(string(want), text))
+	}
+	if n := TopLevel(got, "retry"); n > maxRetryExports {
+		t.Errorf("runtime/retry exports %d top-level identifiers, above %d", n, maxRetryExports)
+	}
+}
+
+// diff names the lines only one side has.
+func diff(want, got string) string {
+	in := func(s string) map[string]bool {
+		m := map[string]bool{}
+		for _, l := range strings.Split(s, "\n") {
+			m[l] = true
+		}
+		return m
+	}
+	w, g := in(want), in(got)
+	var b strings.Builder
+	for _, l := range strings.Split(got, "\n") {
+		if !w[l] {
+			b.WriteString("+ " + l + "\n")
+		}
+	}
+	for _, l := range strings.Split(want, "\n") {
+		if !g[l] {
+			b.WriteString("- " + l + "\n")
+		}
+	}
+	return b.String()
+}
+
+func TestListSeesWhatIsExported(t *testing.T) {
+	got, err := List(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	has := map[string]bool{}
+	for _, l := range got {
+		has[l] = true
+	}
+	for _, want := range []string{"limits const MaxAttemptsCeiling", "retry func New", "clock type Clock", "clock method Clock.Now"} {
+		if !has[want] {
+			t.Errorf("the list lacks %q", want)
+		}
+	}
+	for _, l := range got {
+		if strings.Contains(l, "internal") || strings.HasPrefix(l, "benchmarks") {
+			t.Errorf("the list holds %q, which is not API", l)
+		}
+	}
+}
