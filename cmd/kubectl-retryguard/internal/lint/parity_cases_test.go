@@ -119,7 +119,7 @@ var webhookCases = []parityCase{
 		policy("slow", "connector", 3, fixtures.Deadline(4*time.Second), fixtures.PerAttempt(2*time.Second)))},
 	{"still meet CEL first, so one request gets both kinds of answer in order", seq(policy("five", "connector", 5))},
 
-	{"refuses a [3,3,3] chain across three namespaces, naming each layer's namespace", seq(
+	{"refuses a [3,3,3] chain across three namespaces, naming the layers it referenced and counting the others", seq(
 		policyIn("gw", "workflow", "workflow", 3, allowing(v1.NamespacesFromAll, nil)),
 		policyIn("pay", "connector", "connector", 3, parentIn("co", "job")),
 		policyIn("co", "job", "job", 3, parentIn("gw", "workflow"), allowing(v1.NamespacesFromAll, nil)))},
@@ -138,7 +138,7 @@ var webhookCases = []parityCase{
 		namespace("ads", map[string]string{"retryguard.io/team": "ads"}),
 		policyIn("gw", "job", "job", 1, allowing(v1.NamespacesFromSelector, payments)),
 		policyIn("ads", "connector", "connector", 3, parentIn("gw", "job")))},
-	{"admits a parent that withdraws consent, warning which children it no longer counts", seq(
+	{"admits a parent that withdraws consent, warning how many children it no longer counts", seq(
 		policyIn("gw", "job", "job", 3, allowing(v1.NamespacesFromAll, nil)),
 		policyIn("pay", "connector", "connector", 1, parentIn("gw", "job")),
 		policyIn("gw", "job", "job", 3))},
