@@ -160,14 +160,13 @@ func startManagerAtScale(b *testing.B) (context.Context, client.Client, int) {
 		b.Fatal(err)
 	}
 	bctx, cancel := context.WithCancel(context.Background())
-	b.Cleanup(cancel)
 	cmd := exec.CommandContext(bctx, binary, "--kubeconfig="+kubeconfig, "--leader-elect=false", "--enable-webhooks=false",
 		"--metrics-bind-address=0", "--health-probe-bind-address=0")
 	cmd.Stderr = io.Discard
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { _ = cmd.Wait() })
+	b.Cleanup(func() { cancel(); _ = cmd.Wait() }) // stopped before the API server
 	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
 	if err != nil {
 		b.Fatal(err)
