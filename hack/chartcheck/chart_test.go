@@ -410,3 +410,27 @@ func byName(objs []object, name string) object {
 	}
 	return nil
 }
+
+// TestManagerGoMemLimitIsItsMemoryLimit: the chart and config/manager give
+// the manager GOMEMLIMIT from its own container's memory limit (the downward
+// API, in bytes), so that the Go runtime collects harder as it nears the
+// limit instead of letting the heap double past it (docs/benchmarks.md, the
+// manager at scale), and both deploy the same resources.
+func TestManagerGoMemLimitIsItsMemoryLimit(t *testing.T) {
+	want := object{"containerName": "manager", "resource": "limits.memory"}
+	chart, kust := container(mustTemplate(t)), container(kustomize(t, "config/default"))
+	for source, c := range map[string]object{"the chart": chart, "config/default": kust} {
+		var ref any
+		for _, e := range c["env"].([]any) {
+			if e := e.(object); e["name"] == "GOMEMLIMIT" {
+				ref = e["valueFrom"].(object)["resourceFieldRef"]
+			}
+		}
+		if !reflect.DeepEqual(ref, any(want)) {
+			t.Errorf("%s: GOMEMLIMIT from %v, want resourceFieldRef %v", source, ref, want)
+		}
+	}
+	if !reflect.DeepEqual(chart["resources"], kust["resources"]) {
+		t.Errorf("resources: the chart's %v, config/default's %v", chart["resources"], kust["resources"])
+	}
+}
