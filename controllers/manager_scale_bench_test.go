@@ -22,7 +22,7 @@ import (
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
-	"github.com/retryguard/retryguard/hack/devenv"
+	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
@@ -153,7 +153,7 @@ func startManagerAtScale(b *testing.B) (context.Context, client.Client, int) {
 		bctx, _, c, _ := startControllers(b)
 		return bctx, c, 0
 	}
-	env, cfg := devenv.StartEnvironment(b, false)
+	env, cfg := testenv.StartEnvironment(b, false)
 	cfg.QPS, cfg.Burst = -1, 0
 	kubeconfig := filepath.Join(b.TempDir(), "kubeconfig")
 	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
