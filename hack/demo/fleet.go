@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -75,9 +77,28 @@ func (s *story) fleet(ctx context.Context, tmp string) error {
 			return err
 		}
 	}
-	s.note("Every payload that draws on the budget carries the count, dated: each pod retries at most 20/20 = 1 time a second.")
-	s.note("A count older than a minute (the controller is down) is not trusted: each pod falls back to 20/partitions.")
+	s.note("The count is published once, dated, in the budget's own ConfigMap; every pod joins it to the payloads that draw " +
+		"on the budget, and each pod the count names retries at most 20/20 = 1 time a second.")
+	s.note("A count older than a minute (the controller is down), or one that does not name a pod, gives that pod no share.")
+	if err := s.count("sms-fleet"); err != nil {
+		return err
+	}
 	return s.payload("sms-gateway-send")
+}
+
+// count shows a fleet budget's published count.
+func (s *story) count(budget string) error {
+	var cm corev1.ConfigMap
+	key := client.ObjectKey{Namespace: metav1.NamespaceDefault, Name: policyconfig.BudgetConfigMapName(budget)}
+	if err := s.reader.Get(context.Background(), key, &cm); err != nil {
+		return err
+	}
+	var pretty bytes.Buffer
+	if err := json.Indent(&pretty, []byte(cm.Data[policyconfig.CountDataKey]), "   ", "  "); err != nil {
+		return err
+	}
+	fmt.Fprintf(s.w, "\n   $ kubectl get cm %s -o jsonpath='{.data.consumers\\.json}'\n   %s\n", cm.Name, pretty.String())
+	return nil
 }
 
 // smsGatewayPods is n pods labelled as the budget's consumers.
@@ -97,8 +118,8 @@ spec:
 	return b.String()
 }
 
-// waitForConsumers waits until the budget's status counts want consumers
-// and policy's payload carries that count.
+// waitForConsumers waits until the budget's status counts want consumers,
+// its ConfigMap publishes that count, and policy's payload says it is counted.
 func (s *story) waitForConsumers(ctx context.Context, budget, policy string, want int32) error {
 	deadline := time.Now().Add(consumerDeadline)
 	for {
@@ -109,9 +130,14 @@ func (s *story) waitForConsumers(ctx context.Context, budget, policy string, wan
 		if err == nil {
 			err = s.reader.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceDefault, Name: policyconfig.ConfigMapName(policy)}, &cm)
 		}
+		var countCM corev1.ConfigMap
+		if err == nil {
+			err = s.reader.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceDefault, Name: policyconfig.BudgetConfigMapName(budget)}, &countCM)
+		}
 		if err == nil && counted {
 			p, perr := policyconfig.Parse([]byte(cm.Data[policyconfig.DataKey]))
-			if perr == nil && p.Budget != nil && p.Budget.Consumers != nil && p.Budget.Consumers.Count == want {
+			c, cerr := policyconfig.ParseCount([]byte(countCM.Data[policyconfig.CountDataKey]))
+			if perr == nil && cerr == nil && p.Budget != nil && p.Budget.Counted && c.Consumers.Count == want {
 				return nil
 			}
 		}
