@@ -107,11 +107,7 @@ func explainLayers(ctx context.Context, in Input, l *output.ExplainedLayers) err
 	if r := node.NotPermitted; r != nil {
 		l.NotPermitted = policygraph.NotPermittedMessage(*r, p.Namespace)
 	}
-	lookup := policygraph.NewStaticLookup(in.Policies...)
-	for ns, labels := range in.Namespaces {
-		lookup.WithNamespace(ns, labels)
-	}
-	a, err := policygraph.Analyze(ctx, lookup, p)
+	a, err := analyze(ctx, in)
 	if err != nil {
 		return err
 	}
@@ -125,6 +121,17 @@ func explainLayers(ctx context.Context, in Input, l *output.ExplainedLayers) err
 		l.WorstPath, l.WorstProduct = worst.String(), worst.Product()
 	}
 	return nil
+}
+
+// analyze is the worst path through in.Policy, as the webhook computes it,
+// over the policies and namespaces the input holds. Write and Explain
+// both print it.
+func analyze(ctx context.Context, in Input) (policygraph.Analysis, error) {
+	lookup := policygraph.NewStaticLookup(in.Policies...)
+	for ns, labels := range in.Namespaces {
+		lookup.WithNamespace(ns, labels)
+	}
+	return policygraph.Analyze(ctx, lookup, in.Policy)
 }
 
 // chainNodes are the nodes of n.Chain(), root first.

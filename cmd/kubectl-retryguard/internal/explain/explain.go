@@ -92,11 +92,7 @@ func writeLayers(ctx context.Context, w io.Writer, in Input) error {
 			policygraph.NotPermittedMessage(*r, p.Namespace))
 	}
 	// The worst path through the policy, as the webhook computes it.
-	lookup := policygraph.NewStaticLookup(in.Policies...)
-	for ns, labels := range in.Namespaces {
-		lookup.WithNamespace(ns, labels)
-	}
-	a, err := policygraph.Analyze(ctx, lookup, p)
+	a, err := analyze(ctx, in)
 	if err != nil {
 		return err
 	}
