@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -94,6 +95,11 @@ func run(ctx context.Context, args []string) error {
 	if o.MetricsSecure {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
+	// SIGTERM starts the drain: admission keeps answering, each answer
+	// closing its connection, and the manager stops o.ShutdownDrain later.
+	var draining webhooks.Draining
+	ctx, stop := drainThenStop(ctx, &draining, o)
+	defer stop()
 	// Refusals are counted by code in retryguard_admission_denied_total.
 	var webhookServer webhook.Server = webhook.NewServer(webhooks.ServerOptions(o.WebhookPort, o.WebhookCertDir, o.WebhookClientCAName, tlsOpts))
 	certsReady := make(chan struct{})
@@ -108,7 +114,7 @@ func run(ctx context.Context, args []string) error {
 		HealthProbeBindAddress: o.ProbeAddr,
 		LeaderElection:         o.LeaderElect,
 		LeaderElectionID:       controllers.LeaderElectionID,
-		WebhookServer:          webhooks.CountDenials(webhookServer),
+		WebhookServer:          webhooks.CountDenials(webhooks.Drain(webhookServer, &draining)),
 		Cache:                  controllers.CacheOptions(),
 		Controller:             controllerOptions,
 	})
@@ -151,12 +157,48 @@ func run(ctx context.Context, args []string) error {
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}
-	if err := mgr.AddReadyzCheck("readyz", ready); err != nil {
+	if err := mgr.AddReadyzCheck("readyz", func(req *http.Request) error {
+		if draining.On() {
+			return errors.New("terminating")
+		}
+		return ready(req)
+	}); err != nil {
 		return err
 	}
 	log.Info("starting manager", "maxLeafAttempts", limits.MaxLeafAttempts, "maxRetryPercent", limits.MaxRetryPercent,
 		"certRotation", rotation.Enabled, "secureMetrics", o.MetricsSecure, "http2", o.EnableHTTP2)
 	return mgr.Start(ctx)
+}
+
+// drainThenStop returns the context the manager runs under: it ends
+// o.ShutdownDrain after ctx does (SIGTERM), once d has been on that long,
+// so that a terminating replica's webhooks answer every review already on
+// its way while the API server moves to another replica (webhooks.Drain).
+// Without webhooks there is nothing to drain: it ends with ctx. A second
+// signal still exits at once (ctrl.SetupSignalHandler).
+func drainThenStop(ctx context.Context, d *webhooks.Draining, o options.Manager) (context.Context, context.CancelFunc) {
+	if !o.EnableWebhooks || o.ShutdownDrain == 0 {
+		return context.WithCancel(ctx)
+	}
+	stop, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-stop.Done():
+			return
+		}
+		d.Start()
+		ctrl.Log.WithName("setup").Info("terminating: admission keeps answering, closing each connection, until the drain ends",
+			"drain", o.ShutdownDrain)
+		t := time.NewTimer(o.ShutdownDrain)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-stop.Done():
+		}
+		cancel()
+	}()
+	return stop, cancel
 }
 
 // startAfter holds a webhook server's start until ready closes, so that

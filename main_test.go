@@ -24,8 +24,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
+	"github.com/retryguard/retryguard/internal/options"
 	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
+	"github.com/retryguard/retryguard/webhooks"
 )
 
 func TestMain(m *testing.M) {
@@ -313,5 +315,39 @@ func waitFor(t *testing.T, d time.Duration, ok func() bool) {
 			t.Fatalf("not reached in %s", d)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// SIGTERM (the end of ctx) turns the drain on at once and stops the
+// manager only when the drain has run its course; without webhooks there
+// is nothing to drain.
+func TestTheManagerDrainsBeforeItStops(t *testing.T) {
+	signal, terminate := context.WithCancel(context.Background())
+	var d webhooks.Draining
+	stop, cancel := drainThenStop(signal, &d, options.Manager{EnableWebhooks: true, ShutdownDrain: time.Hour})
+	defer cancel()
+	if d.On() || stop.Err() != nil {
+		t.Fatal("draining or stopped before the signal")
+	}
+	terminate()
+	waitUntil(t, d.On)
+	if stop.Err() != nil {
+		t.Fatal("the manager stopped as the drain began; it must serve for the drain first")
+	}
+
+	signal, terminate = context.WithCancel(context.Background())
+	stop, cancel = drainThenStop(signal, &webhooks.Draining{}, options.Manager{EnableWebhooks: true, ShutdownDrain: time.Millisecond})
+	defer cancel()
+	terminate()
+	<-stop.Done() // the drain ended
+
+	signal, terminate = context.WithCancel(context.Background())
+	var none webhooks.Draining
+	stop, cancel = drainThenStop(signal, &none, options.Manager{EnableWebhooks: false, ShutdownDrain: time.Hour})
+	defer cancel()
+	terminate()
+	<-stop.Done()
+	if none.On() {
+		t.Error("a manager without webhooks drained")
 	}
 }

@@ -69,6 +69,9 @@ type Manager struct {
 	Injector                webhooks.Injector
 	MaxConcurrentReconciles int
 	ResyncPeriod            time.Duration
+	// ShutdownDrain is how long a terminating manager keeps serving
+	// admission, every answer closing its connection, before it stops.
+	ShutdownDrain time.Duration
 	// Limits are the platform limits the webhooks and controllers apply.
 	Limits       policygraph.Limits
 	CertRotation CertRotation
@@ -126,6 +129,9 @@ func (o *Manager) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", DefaultMaxConcurrentReconciles, "RetryPolicy reconciles run at once.")
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", controllers.DefaultResyncPeriod,
 		"How often every RetryPolicy is republished with nothing changed, so drift is repaired even without an event.")
+	fs.DurationVar(&o.ShutdownDrain, "shutdown-drain", webhooks.DefaultShutdownDrain,
+		"After SIGTERM, how long the webhooks keep answering, each answer closing its connection so that the API server moves to another replica, "+
+			"before the manager stops; keep it below the pod's terminationGracePeriodSeconds.")
 	o.CertRotation.addFlags(fs)
 	BindPlatformLimits(fs, &o.Limits)
 }
@@ -197,13 +203,16 @@ func validateRetryPercent(v int32) error {
 }
 
 // Validate returns every problem of o at once: the platform limits' ranges,
-// a negative resync period, and certificate rotation without the webhooks or
+// a negative resync period or shutdown drain, and certificate rotation without the webhooks or
 // without the names it needs.
 func (o *Manager) Validate() error {
 	var errs []error
 	errs = append(errs, validateLeafAttempts(o.Limits.MaxLeafAttempts), validateRetryPercent(o.Limits.MaxRetryPercent))
 	if o.ResyncPeriod < 0 {
 		errs = append(errs, fmt.Errorf("--resync-period %v: must not be negative", o.ResyncPeriod))
+	}
+	if o.ShutdownDrain < 0 {
+		errs = append(errs, fmt.Errorf("--shutdown-drain %v: must not be negative", o.ShutdownDrain))
 	}
 	if r := o.CertRotation; r.Enabled {
 		if !o.EnableWebhooks {

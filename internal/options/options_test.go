@@ -8,6 +8,7 @@ import (
 
 	"github.com/retryguard/retryguard/api/policygraph"
 	"github.com/retryguard/retryguard/controllers"
+	"github.com/retryguard/retryguard/webhooks"
 )
 
 func parse(t *testing.T, args ...string) (Manager, error) {
@@ -31,7 +32,7 @@ func TestDefaultsAreValid(t *testing.T) {
 	want := Manager{
 		MetricsAddr: DefaultMetricsAddr, ProbeAddr: DefaultProbeAddr, MetricsSecure: true, LeaderElect: true, EnableWebhooks: true,
 		WebhookCertDir: DefaultWebhookCertDir, WebhookPort: DefaultWebhookPort, MaxConcurrentReconciles: DefaultMaxConcurrentReconciles,
-		ResyncPeriod: controllers.DefaultResyncPeriod, Limits: policygraph.DefaultLimits(),
+		ResyncPeriod: controllers.DefaultResyncPeriod, ShutdownDrain: webhooks.DefaultShutdownDrain, Limits: policygraph.DefaultLimits(),
 		CertRotation: CertRotation{Namespace: o.CertRotation.Namespace, Secret: DefaultCertSecret, Service: DefaultWebhookService,
 			WebhookConfiguration: DefaultWebhookConfiguration, InjectorConfiguration: DefaultInjectorConfiguration},
 	}
@@ -43,6 +44,7 @@ func TestDefaultsAreValid(t *testing.T) {
 func TestValidate(t *testing.T) {
 	for args, want := range map[string]string{
 		"--resync-period=-1s":                                   "--resync-period -1s: must not be negative",
+		"--shutdown-drain=-1s":                                  "--shutdown-drain -1s: must not be negative",
 		"--cert-rotation --namespace=":                          "--cert-rotation needs --namespace",
 		"--cert-rotation --namespace=x --cert-secret=":          "--cert-rotation needs --cert-secret",
 		"--cert-rotation --enable-webhooks=false --namespace=x": "--cert-rotation needs --enable-webhooks",
