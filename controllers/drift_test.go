@@ -79,7 +79,7 @@ var _ = Describe("Drift", func() {
 
 	It("resyncs every policy periodically, as configured", func() {
 		ns, p := publishedConnector("resynced")
-		r := &controllers.RetryPolicyReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
+		r := &controllers.RetryPolicyReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(),
 			Recorder: mgr.GetEventRecorder("test"), Limits: policygraph.DefaultLimits(), ResyncPeriod: 7 * time.Minute}
 		res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: p.Name}})
 		Expect(err).NotTo(HaveOccurred())

@@ -29,11 +29,12 @@ type publishedConfigMap struct {
 // controller. It compares the live ConfigMap with the desired one, never
 // trusting the hash annotation, and writes only on a difference, by
 // server-side apply under FieldOwner (forcing ownership back from whoever
-// edited our fields). The live object is looked up by name past the
-// label-filtered cache (apiReader; nil reads through c), so that a
-// ConfigMap whose managed-by label was removed is found and repaired.
-func publishConfigMap(ctx context.Context, c client.Client, apiReader client.Reader, owner client.Object, scheme *runtime.Scheme,
-	want publishedConfigMap) error {
+// edited our fields). The live object is read from the label-filtered
+// cache only: one the cache does not hold (a new owner's, or one whose
+// managed-by label was removed) is applied without a read, since the apply
+// both creates it and repairs it. A read by name from the API server first
+// would cost every new policy a request and save no write.
+func publishConfigMap(ctx context.Context, c client.Client, owner client.Object, scheme *runtime.Scheme, want publishedConfigMap) error {
 	gvk, err := apiutil.GVKForObject(owner, scheme)
 	if err != nil {
 		return err
@@ -41,12 +42,13 @@ func publishConfigMap(ctx context.Context, c client.Client, apiReader client.Rea
 	ref := metav1.OwnerReference{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: owner.GetName(), UID: owner.GetUID(),
 		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}
 	annotations := map[string]string{policyconfig.ContentHashAnnotation: contentHash(string(want.Data))}
-	live, err := liveConfigMap(ctx, c, apiReader, client.ObjectKey{Namespace: owner.GetNamespace(), Name: want.Name})
-	if err != nil {
+	var live corev1.ConfigMap
+	switch err := c.Get(ctx, client.ObjectKey{Namespace: owner.GetNamespace(), Name: want.Name}, &live); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
 		return err
-	}
-	if live != nil && live.Data[want.DataKey] == string(want.Data) && isSubset(want.Labels, live.Labels) &&
-		isSubset(annotations, live.Annotations) && controlledBy(live, ref) {
+	case live.Data[want.DataKey] == string(want.Data) && isSubset(want.Labels, live.Labels) &&
+		isSubset(annotations, live.Annotations) && controlledBy(&live, ref):
 		return nil // nothing drifted: no write
 	}
 	cm := corev1ac.ConfigMap(want.Name, owner.GetNamespace()).
@@ -57,27 +59,6 @@ func publishConfigMap(ctx context.Context, c client.Client, apiReader client.Rea
 			WithController(true).WithBlockOwnerDeletion(true)).
 		WithData(map[string]string{want.DataKey: string(want.Data)})
 	return c.Apply(ctx, cm, client.FieldOwner(FieldOwner), client.ForceOwnership)
-}
-
-// liveConfigMap reads a published ConfigMap from the cache, or by name from
-// the API server when the cache does not hold it (its label was removed, or
-// the cache has not seen it yet); nil when it does not exist.
-func liveConfigMap(ctx context.Context, c client.Reader, apiReader client.Reader, key client.ObjectKey) (*corev1.ConfigMap, error) {
-	var cm corev1.ConfigMap
-	err := c.Get(ctx, key, &cm)
-	if apierrors.IsNotFound(err) {
-		if apiReader == nil {
-			apiReader = c
-		}
-		err = apiReader.Get(ctx, key, &cm)
-	}
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil, nil
-	case err != nil:
-		return nil, err
-	}
-	return &cm, nil
 }
 
 // controlledBy reports whether owner is cm's controller, as published.

@@ -34,9 +34,6 @@ import (
 // It is safe for concurrent reconciles.
 type RetryBudgetReconciler struct {
 	client.Client
-	// APIReader reads a ConfigMap by name past the label-filtered cache; nil
-	// uses Client.
-	APIReader client.Reader
 	Scheme    *runtime.Scheme
 	Limits    policygraph.Limits
 	// Recorder records the events of budgetEvents; nil records none.
@@ -112,7 +109,7 @@ func (r *RetryBudgetReconciler) publishCount(ctx context.Context, b *v1.RetryBud
 	if scheme == nil {
 		scheme = r.Client.Scheme()
 	}
-	return publishConfigMap(ctx, r.Client, r.APIReader, b, scheme, publishedConfigMap{
+	return publishConfigMap(ctx, r.Client, b, scheme, publishedConfigMap{
 		Name:    policyconfig.BudgetConfigMapName(b.Name),
 		Labels:  map[string]string{policyconfig.ManagedByLabel: policyconfig.ManagedByValue, policyconfig.BudgetLabel: labelValue(b.Name)},
 		DataKey: policyconfig.CountDataKey, Data: data,

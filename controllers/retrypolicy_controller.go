@@ -50,9 +50,6 @@ import (
 // and keeps its status. It is safe for concurrent reconciles.
 type RetryPolicyReconciler struct {
 	client.Client
-	// APIReader reads a ConfigMap by name past the label-filtered cache; nil
-	// uses Client.
-	APIReader client.Reader
 	Scheme    *runtime.Scheme
 	Recorder  events.EventRecorder
 	Limits    policygraph.Limits
@@ -149,7 +146,7 @@ func (r *RetryPolicyReconciler) publish(ctx context.Context, p *v1.RetryPolicy, 
 	if err != nil {
 		return fmt.Errorf("encoding the payload: %w", err)
 	}
-	return publishConfigMap(ctx, r.Client, r.APIReader, p, r.Scheme, publishedConfigMap{
+	return publishConfigMap(ctx, r.Client, p, r.Scheme, publishedConfigMap{
 		Name:    policyconfig.ConfigMapName(p.Name),
 		Labels:  map[string]string{policyconfig.ManagedByLabel: policyconfig.ManagedByValue, policyconfig.PolicyLabel: labelValue(p.Name)},
 		DataKey: policyconfig.DataKey, Data: data,

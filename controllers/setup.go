@@ -64,7 +64,7 @@ func SetupWithManager(_ context.Context, mgr ctrl.Manager, opts Options) error {
 	if opts.MaxConcurrentReconciles < 1 {
 		opts.MaxConcurrentReconciles = 4
 	}
-	pr := &RetryPolicyReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
+	pr := &RetryPolicyReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(),
 		Recorder: mgr.GetEventRecorder("retryguard-retrypolicy"), Limits: opts.Limits, ResyncPeriod: opts.ResyncPeriod}
 	policies, err := ctrl.NewControllerManagedBy(mgr).
 		Named("retrypolicy").
@@ -95,7 +95,7 @@ func SetupWithManager(_ context.Context, mgr ctrl.Manager, opts Options) error {
 	if err := setupVirtualServices(mgr, policies, pr); err != nil {
 		return err
 	}
-	br := &RetryBudgetReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), Limits: opts.Limits,
+	br := &RetryBudgetReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Limits: opts.Limits,
 		Recorder: mgr.GetEventRecorder("retryguard-retrybudget")}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("retrybudget").
