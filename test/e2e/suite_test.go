@@ -55,8 +55,29 @@ var (
 
 func TestE2E(t *testing.T) {
 	RegisterFailHandler(Fail)
-	RunSpecs(t, "Retryguard end to end on a single-node cluster", Label("e2e"))
+	if !RunSpecs(t, "Retryguard end to end on a single-node cluster", Label("e2e")) {
+		// Ginkgo's summary names a failed spec and its line only; a CI log
+		// cut to its last lines should also say why.
+		for _, f := range failures {
+			t.Log(f)
+		}
+	}
 }
+
+// failures is each failed spec's reason, one line each, for TestE2E.
+var failures []string
+
+var _ = ReportAfterSuite("failure digest", func(r Report) {
+	for _, s := range r.SpecReports {
+		if s.Failed() {
+			msg := strings.Join(strings.Fields(s.Failure.Message), " ")
+			if len(msg) > 600 {
+				msg = msg[:600] + "…"
+			}
+			failures = append(failures, fmt.Sprintf("FAILED %s (%s): %s", s.LeafNodeText, s.Failure.Location, msg))
+		}
+	}
+})
 
 func logf(format string, args ...any) {
 	fmt.Fprintf(GinkgoWriter, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
