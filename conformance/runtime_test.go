@@ -260,7 +260,8 @@ func TestBudgetVectors(t *testing.T) {
 			}
 			c := budget.ConfigOf(&pb, "")
 			if n := v.Count; n != nil {
-				c.Consumers = budget.Consumers{Counted: true, N: n.Count, ObservedAt: start.Add(n.ObservedAt.D()), Included: n.IncludesPod}
+				c.Counted, c.Included = true, n.IncludesPod
+				c.Consumers = &policyconfig.Consumers{Count: n.Count, ObservedAt: start.Add(n.ObservedAt.D())}
 			}
 			clk := clock.NewFake(start)
 			b := budget.New(c, clk)

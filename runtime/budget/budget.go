@@ -64,8 +64,10 @@ const scale = 1000
 // the bucket the window's far edge falls in.
 const bucketsPerWindow = 10
 
-// Config is a budget's figures, as a payload carries them, with the
-// controller's count of the pods that share them.
+// Config is a budget's figures, as a payload carries them (the same names
+// as policyconfig.Budget's), with the controller's count of the pods that
+// share them. Its optional fields are pointers, as in the payload: a Budget
+// keeps its own copy of what they point to, and compares them by value.
 type Config struct {
 	RetryPercent        int32
 	Window              time.Duration
@@ -73,37 +75,59 @@ type Config struct {
 	MinRetriesPerSecond int32
 	Partitions          int32
 	// MaxRetriesPerSecond is the fleet's absolute retry allowance per
-	// second, enforced only when LimitRetriesPerSecond is set (then 0
-	// allows no retry at all).
-	MaxRetriesPerSecond   int32
-	LimitRetriesPerSecond bool
-	// Consumers is the published count of the pods that share the budget;
-	// its zero value (a budget that selects no consumers) divides the
-	// absolute figures over Partitions.
-	Consumers Consumers
-}
-
-// Consumers is a published count of the pods that share a budget, as this
-// pod reads it.
-type Consumers struct {
-	// Counted says the budget selects its consumers. The payload says so;
+	// second; nil when the budget sets none (a pointer to 0 allows no retry
+	// at all), as in the RetryBudget's spec and the payload.
+	MaxRetriesPerSecond *int32
+	// Counted says the budget selects its consumers: the payload says so,
 	// its count comes from the budget's ConfigMap, and until one is joined
-	// (policyconfig.Payload.Join) N is 0 and Included false: no share.
+	// (policyconfig.Payload.Join) Consumers is nil: no share. An uncounted
+	// budget divides the absolute figures over Partitions.
 	Counted bool
-	// N is the number of pod objects the controller counted at ObservedAt.
-	N int32
-	// ObservedAt is when the controller counted, on its wall clock.
-	ObservedAt time.Time
-	// Included says the count names this pod (by the UID the downward API
-	// gives it; see ConfigOf).
+	// Consumers is the published count of the pods that share the budget
+	// (nil: none joined). ConfigOf keeps its Count and ObservedAt, not its
+	// Members: what they say of this pod is Included.
+	Consumers *policyconfig.Consumers
+	// Included says Consumers names this pod (by the UID the downward API
+	// gives it): the one fact about the count that is this pod's, not the
+	// payload's, decided once by ConfigOf.
 	Included bool
 }
 
 // figures is c without the consumer count: what a budget's generation
 // decides. The count changes between generations, as pods come and go.
-func (c Config) figures() Config {
-	c.Consumers = Consumers{}
+func (c Config) figures() Config { return withCountOf(c, Config{}) }
+
+// withCountOf is c's figures with o's consumer count.
+func withCountOf(c, o Config) Config {
+	c.Counted, c.Consumers, c.Included = o.Counted, o.Consumers, o.Included
 	return c
+}
+
+// clone is c with copies of what its pointers point to, so that a caller
+// that keeps c, and later changes what it points to, changes no budget's.
+func (c Config) clone() Config {
+	if m := c.MaxRetriesPerSecond; m != nil {
+		c.MaxRetriesPerSecond = new(*m)
+	}
+	if n := c.Consumers; n != nil {
+		c.Consumers = new(*n)
+	}
+	return c
+}
+
+// equal says a and b hold the same figures and count, comparing what their
+// pointers point to.
+func equal(a, b Config) bool {
+	if !same(a.MaxRetriesPerSecond, b.MaxRetriesPerSecond) || !same(a.Consumers, b.Consumers) {
+		return false
+	}
+	a.MaxRetriesPerSecond, a.Consumers, b.MaxRetriesPerSecond, b.Consumers = nil, nil, nil, nil
+	return a == b
+}
+
+// same says p and q are both nil, or point to equal values.
+func same[T comparable](p, q *T) bool {
+	return p == q || p != nil && q != nil && *p == *q
 }
 
 // ZeroShare is the Denominator of a pod whose share is zero.
@@ -112,12 +136,13 @@ const ZeroShare = 0
 // Denominator returns D, the number of pods the budget's absolute figures
 // (maxRetriesPerSecond, maxTokens, minRetriesPerSecond) are divided over,
 // judged at now on the pod's clock:
-//   - no count (the budget selects no consumers): Partitions;
-//   - a count that does not name this pod: ZeroShare, whatever its age,
-//     since the N pods it counted may together be using the whole
-//     allowance (a count of 0 names no pod);
+//   - an uncounted budget (it selects no consumers): Partitions;
+//   - a counted one without a count joined, or with one that does not name
+//     this pod: ZeroShare, whatever its age, since the Count pods it
+//     counted may together be using the whole allowance (a count of 0
+//     names no pod);
 //   - a fresh count (at most policyconfig.ConsumerCountStaleAfter old) that
-//     names it: N;
+//     names it: its Count;
 //   - a stale count (the controller is down, or this pod's watch is cut
 //     off): ZeroShare. The fleet may have grown meanwhile, and the pods
 //     that heard a newer count hold its shares, which add up to the whole
@@ -135,17 +160,16 @@ const ZeroShare = 0
 // share only after the delivery bound.
 func Denominator(c Config, now time.Time) int64 {
 	parts := int64(max(c.Partitions, 1))
-	if !c.Consumers.Counted {
+	if !c.Counted {
 		return parts
 	}
-	n := int64(c.Consumers.N)
-	if !c.Consumers.Included || n < 1 {
+	if c.Consumers == nil || !c.Included || c.Consumers.Count < 1 {
 		return ZeroShare
 	}
 	if age := now.Sub(c.Consumers.ObservedAt); age > policyconfig.ConsumerCountStaleAfter || age < -policyconfig.ConsumerCountClockSkew {
 		return ZeroShare
 	}
-	return n
+	return int64(c.Consumers.Count)
 }
 
 // grows says a share over d pods is larger than one over cur pods.
@@ -203,7 +227,7 @@ func paramsOf(c Config, d int64) *params {
 	window := max(c.Window, time.Second)
 	percent := int64(max(c.RetryPercent, 1))
 	p := &params{config: c, share: d, deposit: int64(c.RetryPercent) * scale / 100, percent: int64(c.RetryPercent),
-		width: int64(window) / bucketsPerWindow, limited: c.LimitRetriesPerSecond}
+		width: int64(window) / bucketsPerWindow, limited: c.MaxRetriesPerSecond != nil}
 	if d <= ZeroShare {
 		p.share = ZeroShare
 		return p
@@ -213,7 +237,7 @@ func paramsOf(c Config, d int64) *params {
 	p.floor = int64(max(c.MinRetriesPerSecond, 0)) / d
 	p.credit = (tokens*100 + percent - 1) / percent
 	if p.limited {
-		p.perSecond = int64(max(c.MaxRetriesPerSecond, 0)) / d * scale
+		p.perSecond = int64(max(*c.MaxRetriesPerSecond, 0)) / d * scale
 		p.maxRate = p.perSecond
 	}
 	return p
@@ -302,7 +326,8 @@ type Option func(*Budget)
 // at zero and takes the count's share after policyconfig.ConsumerCountDelivery,
 // as any share that grows does. Its first second grants no retry under
 // maxRetriesPerSecond: rate credit comes with each new second, as it does
-// for every pod at the same instant.
+// for every pod at the same instant. It keeps a copy of c: changing what
+// c's pointers point to later changes no budget.
 func New(c Config, clk clock.Clock, opts ...Option) *Budget {
 	if clk == nil {
 		clk = clock.Real{}
@@ -311,7 +336,7 @@ func New(c Config, clk clock.Clock, opts ...Option) *Budget {
 	for _, o := range opts {
 		o(b)
 	}
-	b.reset(c, clk.Now())
+	b.reset(c.clone(), clk.Now())
 	return b
 }
 
@@ -343,18 +368,18 @@ func (b *Budget) fill(p *params, now time.Time) {
 }
 
 // Update applies new figures or a new consumer count, keeping the tokens
-// (clamped to the new capacity).
+// (clamped to the new capacity). b keeps a copy of c, as New does.
 func (b *Budget) Update(c Config) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.config = c
+	b.config = c.clone()
 	b.offer(b.clock.Now())
 }
 
 // denominator is Denominator for this pod: zero for a counted budget when
 // its payloads arrive too late to share one.
 func (b *Budget) denominator(c Config, now time.Time) int64 {
-	if b.unshared && c.Consumers.Counted {
+	if b.unshared && c.Counted {
 		return ZeroShare
 	}
 	return Denominator(c, now)
@@ -370,16 +395,16 @@ func (b *Budget) denominator(c Config, now time.Time) int64 {
 func (b *Budget) offer(now time.Time) *params {
 	cur := b.params.Load()
 	d := b.denominator(b.config, now)
-	coordinated := cur.config.Consumers.Counted || b.config.Consumers.Counted
+	coordinated := cur.config.Counted || b.config.Counted
 	switch {
-	case d == cur.share && b.config == cur.config:
+	case d == cur.share && equal(b.config, cur.config):
 		b.pending = nil
 		return cur
 	case !grows(d, cur.share) || !coordinated || b.delay <= 0:
 		b.pending = nil
 		return b.apply(paramsOf(b.config, d), now)
 	case b.pending != nil && b.pending.share == d:
-		if b.pending.config != b.config {
+		if !equal(b.pending.config, b.config) {
 			b.pending = paramsOf(b.config, d)
 		}
 	default:
@@ -496,7 +521,7 @@ func (b *Budget) TryRetry() Denial {
 		b.second, b.secondRetries = sec, 0
 	}
 	switch {
-	case p.share == ZeroShare && b.unshared && b.config.Consumers.Counted:
+	case p.share == ZeroShare && b.unshared && b.config.Counted:
 		return SlowDelivery
 	case p.share == ZeroShare:
 		return NoShare

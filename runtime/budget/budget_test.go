@@ -263,19 +263,19 @@ func TestConfigOfCarriesEveryFigure(t *testing.T) {
 		MaxTokens: 12, MinRetriesPerSecond: 3, Partitions: 4, MaxRetriesPerSecond: &limit,
 		Consumers: &policyconfig.Consumers{Count: 9, ObservedAt: start, Members: policyconfig.EncodeMembers([]string{"uid-a", "uid-b"})}}
 	want := Config{RetryPercent: 7, Window: 90 * time.Second, MaxTokens: 12, MinRetriesPerSecond: 3, Partitions: 4,
-		MaxRetriesPerSecond: 0, LimitRetriesPerSecond: true, Consumers: Consumers{Counted: true, N: 9, ObservedAt: start, Included: true}}
-	if got := ConfigOf(b, "uid-b"); got != want {
+		MaxRetriesPerSecond: new(int32(0)), Counted: true, Consumers: &policyconfig.Consumers{Count: 9, ObservedAt: start}, Included: true}
+	if got := ConfigOf(b, "uid-b"); !equal(got, want) {
 		t.Fatalf("ConfigOf = %+v, want %+v", got, want)
 	}
-	want.Consumers.Included = false
+	want.Included = false
 	for _, pod := range []string{"uid-c", ""} {
-		if got := ConfigOf(b, pod); got != want {
+		if got := ConfigOf(b, pod); !equal(got, want) {
 			t.Fatalf("ConfigOf for a pod the count does not name (%q) = %+v, want %+v", pod, got, want)
 		}
 	}
 	b.MaxRetriesPerSecond, b.Consumers = nil, nil
-	want.LimitRetriesPerSecond, want.Consumers = false, Consumers{}
-	if got := ConfigOf(b, "uid-a"); got != want {
+	want.MaxRetriesPerSecond, want.Counted, want.Consumers = nil, false, nil
+	if got := ConfigOf(b, "uid-a"); !equal(got, want) {
 		t.Fatalf("without an allowance or a count, ConfigOf = %+v, want %+v", got, want)
 	}
 }

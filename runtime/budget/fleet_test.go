@@ -17,9 +17,12 @@ import (
 // no floor and a generous ratio, so that only the per-second share decides.
 // A counted one names this pod.
 func fleet(perSecond, partitions int32, counted bool, n int32, observedAt time.Time) Config {
-	return Config{RetryPercent: 100, Window: time.Minute, MaxTokens: 100_000, Partitions: partitions,
-		MaxRetriesPerSecond: perSecond, LimitRetriesPerSecond: true,
-		Consumers: Consumers{Counted: counted, N: n, ObservedAt: observedAt, Included: counted && n > 0}}
+	c := Config{RetryPercent: 100, Window: time.Minute, MaxTokens: 100_000, Partitions: partitions,
+		MaxRetriesPerSecond: &perSecond, Counted: counted, Included: counted && n > 0}
+	if counted {
+		c.Consumers = &policyconfig.Consumers{Count: n, ObservedAt: observedAt}
+	}
+	return c
 }
 
 // busy returns a budget on clk whose window holds enough primaries that the
@@ -30,7 +33,7 @@ func busy(c Config, clk *clock.Fake) *Budget {
 	for range 100_000 {
 		b.Primary()
 	}
-	if c.Consumers.Counted {
+	if c.Counted {
 		clk.Advance(policyconfig.ConsumerCountDelivery)
 	}
 	return b
@@ -80,7 +83,7 @@ func TestAFreshNamingCountDividesByN(t *testing.T) {
 		t.Fatalf("20/s over 4 counted pods is 5 a second, got %v", got)
 	}
 	c := Config{RetryPercent: 10, Window: time.Minute, MaxTokens: 10, MinRetriesPerSecond: 5, Partitions: 20,
-		Consumers: Consumers{Counted: true, N: 4, ObservedAt: start, Included: true}}
+		Counted: true, Consumers: &policyconfig.Consumers{Count: 4, ObservedAt: start}, Included: true}
 	clk = clock.NewFake(start)
 	b = New(c, clk)
 	clk.Advance(policyconfig.ConsumerCountDelivery)
@@ -110,7 +113,7 @@ func TestAFreshNamingCountDividesByN(t *testing.T) {
 func TestColdPodsNeverHoldMoreThanMaxTokens(t *testing.T) {
 	for _, n := range []int32{1, 3, 7, 10, 20, 40} {
 		c := Config{RetryPercent: 10, Window: time.Minute, MaxTokens: 10, Partitions: 1,
-			Consumers: Consumers{Counted: true, N: n, ObservedAt: start, Included: true}}
+			Counted: true, Consumers: &policyconfig.Consumers{Count: n, ObservedAt: start}, Included: true}
 		clk := clock.NewFake(start)
 		total := 0
 		var budgets []*Budget
@@ -139,7 +142,7 @@ func TestACountThatDoesNotNameThePodGivesItNothing(t *testing.T) {
 		{"a count of 4 that does not name it", fleet(20, 20, true, 4, start)},
 		{"a count of 0", fleet(20, 20, true, 0, start)},
 	} {
-		tc.c.Consumers.Included = false
+		tc.c.Included = false
 		tc.c.MaxTokens, tc.c.MinRetriesPerSecond = 40, 20
 		clk := clock.NewFake(start)
 		b := busy(tc.c, clk)
@@ -164,7 +167,7 @@ func TestACountThatDoesNotNameThePodGivesItNothing(t *testing.T) {
 func TestANamingCountEndsTheZeroShare(t *testing.T) {
 	clk := clock.NewFake(start)
 	c := fleet(20, 20, true, 4, start)
-	c.Consumers.Included = false
+	c.Included = false
 	b := busy(c, clk)
 	if d := b.TryRetry(); d != NoShare {
 		t.Fatalf("before a count that names it: %q", d)
@@ -239,7 +242,7 @@ func TestZeroRetriesPerSecondNeverRetries(t *testing.T) {
 // maxRetriesPerSecond.
 func TestTheFloorNeverPassesTheCap(t *testing.T) {
 	c := Config{RetryPercent: 10, Window: time.Minute, MaxTokens: 1, MinRetriesPerSecond: 20, Partitions: 2,
-		MaxRetriesPerSecond: 10, LimitRetriesPerSecond: true}
+		MaxRetriesPerSecond: new(int32(10))}
 	clk := clock.NewFake(start)
 	b := New(c, clk)
 	clk.Advance(2 * time.Minute) // no primaries, no start credit: only the floor would grant
@@ -303,18 +306,18 @@ func TestClockSkewAllowance(t *testing.T) {
 func TestACountChangeClampsTheTokens(t *testing.T) {
 	clk := clock.NewFake(start)
 	c := Config{RetryPercent: 10, Window: time.Minute, MaxTokens: 10, Partitions: 20,
-		Consumers: Consumers{Counted: true, N: 2, ObservedAt: start, Included: true}}
+		Counted: true, Consumers: &policyconfig.Consumers{Count: 2, ObservedAt: start}, Included: true}
 	b := New(c, clk)
 	clk.Advance(policyconfig.ConsumerCountDelivery)
 	if b.Denominator() != 2 || b.Tokens() != 5 {
 		t.Fatalf("10 tokens over 2 pods: %v", b.Tokens())
 	}
-	c.Consumers = Consumers{Counted: true, N: 10, ObservedAt: clk.Now(), Included: true}
+	c.Consumers = &policyconfig.Consumers{Count: 10, ObservedAt: clk.Now()}
 	b.Update(c)
 	if b.Tokens() != 1 {
 		t.Fatalf("10 tokens over 10 pods clamps the balance to 1 at once, got %v", b.Tokens())
 	}
-	c.Consumers = Consumers{Counted: true, N: 1, ObservedAt: clk.Now(), Included: true}
+	c.Consumers = &policyconfig.Consumers{Count: 1, ObservedAt: clk.Now()}
 	b.Update(c)
 	clk.Advance(policyconfig.ConsumerCountDelivery)
 	if b.Denominator() != 1 || b.Tokens() != 1 {
@@ -402,8 +405,8 @@ func TestOutOfOrderCounts(t *testing.T) {
 		if got != b || err != nil {
 			t.Fatalf("%s: %v", s.what, err)
 		}
-		if e := r.budgets["shop/shared"]; e.config.Consumers.N != s.want {
-			t.Fatalf("%s: the budget holds a count of %d, want %d", s.what, e.config.Consumers.N, s.want)
+		if e := r.budgets["shop/shared"]; e.config.Consumers.Count != s.want {
+			t.Fatalf("%s: the budget holds a count of %d, want %d", s.what, e.config.Consumers.Count, s.want)
 		}
 	}
 	if r.Conflicts() != 0 {
@@ -418,11 +421,11 @@ func TestOutOfOrderCounts(t *testing.T) {
 	// drops it, back to the partitions.
 	noCount := counted(2, 0, time.Time{})
 	noCount.Consumers = nil
-	if _, err := r.Resolve("shop", noCount); err != nil || !r.budgets["shop/shared"].config.Consumers.Counted {
+	if _, err := r.Resolve("shop", noCount); err != nil || !r.budgets["shop/shared"].config.Counted {
 		t.Fatalf("a same-generation payload without a count: %v", err)
 	}
 	noCount.Generation = 3
-	if _, err := r.Resolve("shop", noCount); err != nil || r.budgets["shop/shared"].config.Consumers.Counted {
+	if _, err := r.Resolve("shop", noCount); err != nil || r.budgets["shop/shared"].config.Counted {
 		t.Fatalf("a newer generation without a count: %v", err)
 	}
 	// Other figures under the same generation are still a conflict.
@@ -490,6 +493,38 @@ func TestARecreatedBudgetIsANewBudget(t *testing.T) {
 	}
 	if got := perSecond(b, clk, 1); got[0] != 5 {
 		t.Fatalf("after the deleted budget's payload: %v a second, want 5", got)
+	}
+}
+
+// The allowance and the count are pointers, as in the payload and the
+// RetryBudget's spec, and a budget keeps its own copy of what they point
+// to: a caller that changes what a Config or a payload it passed points to,
+// or what a Conflict reports, changes no budget and no registry's record.
+func TestABudgetKeepsItsOwnCopyOfTheAllowanceAndTheCount(t *testing.T) {
+	clk := clock.NewFake(start)
+	c := fleet(20, 20, true, 4, start)
+	b := busy(c, clk)
+	*c.MaxRetriesPerSecond, c.Consumers.Count = 0, 1
+	if got := perSecond(b, clk, 2); !all(got, 5) {
+		t.Fatalf("after the caller changed its Config: %v a second, want still 20/s over 4 = 5", got)
+	}
+	r := NewRegistry(clk, WithPod(thisPod), WithLogger(slog.New(slog.DiscardHandler)))
+	p := counted(1, 4, clk.Now(), thisPod)
+	if _, err := r.Resolve("shop", p); err != nil {
+		t.Fatal(err)
+	}
+	*p.MaxRetriesPerSecond, p.Consumers.Count = 0, 1
+	other := counted(1, 4, clk.Now(), thisPod)
+	other.RetryPercent = 50
+	var conflict *Conflict
+	if _, err := r.Resolve("shop", other); !errors.As(err, &conflict) {
+		t.Fatalf("other figures, same generation: %v, want a conflict", err)
+	}
+	*conflict.Kept.MaxRetriesPerSecond, conflict.Kept.Consumers.Count = 0, 1
+	for _, held := range []Config{r.budgets["shop/shared"].config, r.budgets["shop/shared"].offered} {
+		if *held.MaxRetriesPerSecond != 20 || held.Consumers.Count != 4 {
+			t.Fatalf("the registry holds an allowance of %d and a count of %d, want 20 and 4", *held.MaxRetriesPerSecond, held.Consumers.Count)
+		}
 	}
 }
 
@@ -576,8 +611,8 @@ func FuzzShare(f *testing.F) {
 	f.Add(int32(2147483647), int32(1), false, true, int32(2147483647), int64(0), int64(0), int32(2147483647), int32(2147483647))
 	f.Fuzz(func(t *testing.T, perSecond, partitions int32, isCounted, included bool, n int32, observed, now int64, floor, tokens int32) {
 		c := Config{RetryPercent: 10, Window: time.Minute, MaxTokens: tokens, MinRetriesPerSecond: floor, Partitions: partitions,
-			MaxRetriesPerSecond: perSecond, LimitRetriesPerSecond: true,
-			Consumers: Consumers{Counted: isCounted, N: n, ObservedAt: time.Unix(0, observed), Included: included}}
+			MaxRetriesPerSecond: &perSecond, Counted: isCounted,
+			Consumers: &policyconfig.Consumers{Count: n, ObservedAt: time.Unix(0, observed)}, Included: included}
 		d := Denominator(c, time.Unix(0, now))
 		if d < 0 {
 			t.Fatalf("D = %d", d)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,14 +22,17 @@ import (
 func ConfigOf(b *policyconfig.Budget, pod string) Config {
 	c := Config{RetryPercent: b.RetryPercent, Window: b.Window.D(), MaxTokens: b.MaxTokens,
 		MinRetriesPerSecond: b.MinRetriesPerSecond, Partitions: b.Partitions}
-	if b.MaxRetriesPerSecond != nil {
-		c.MaxRetriesPerSecond, c.LimitRetriesPerSecond = *b.MaxRetriesPerSecond, true
+	if m := b.MaxRetriesPerSecond; m != nil {
+		c.MaxRetriesPerSecond = new(*m)
 	}
 	// A Counted budget without a count joined (its ConfigMap not read yet,
-	// deleted, or for another UID) is counted by no one: no share.
-	c.Consumers.Counted = b.Counted || b.Consumers != nil
-	if b.Consumers != nil {
-		c.Consumers.N, c.Consumers.ObservedAt, c.Consumers.Included = b.Consumers.Count, b.Consumers.ObservedAt, b.Consumers.Includes(pod)
+	// deleted, or for another UID) is counted by no one: no share. A count
+	// inlined by a controller that predates the budget's ConfigMap comes
+	// without Counted, and counts it all the same.
+	c.Counted = b.Counted || b.Consumers != nil
+	if n := b.Consumers; n != nil {
+		c.Consumers = &policyconfig.Consumers{Count: n.Count, ObservedAt: n.ObservedAt}
+		c.Included = n.Includes(pod)
 	}
 	return c
 }
@@ -170,8 +174,19 @@ func (c *Conflict) Error() string {
 	if c.UID != c.KeptUID {
 		return fmt.Sprintf("budget %s: a payload of its deleted incarnation (uid %q) was not applied; uid %q stays", c.Budget, c.UID, c.KeptUID)
 	}
-	return fmt.Sprintf("budget %s: a payload's generation %d figures %+v were not applied; generation %d figures %+v stay",
-		c.Budget, c.Generation, c.Offered, c.KeptGeneration, c.Kept)
+	return fmt.Sprintf("budget %s: a payload's generation %d figures %s were not applied; generation %d figures %s stay",
+		c.Budget, c.Generation, figuresText(c.Offered), c.KeptGeneration, figuresText(c.Kept))
+}
+
+// figuresText is c's figures as a Conflict reports them: the allowance by
+// its value (none when unset), not by its address.
+func figuresText(c Config) string {
+	limit := "none"
+	if m := c.MaxRetriesPerSecond; m != nil {
+		limit = strconv.Itoa(int(*m))
+	}
+	return fmt.Sprintf("{RetryPercent:%d Window:%s MaxTokens:%d MinRetriesPerSecond:%d Partitions:%d MaxRetriesPerSecond:%s}",
+		c.RetryPercent, c.Window, c.MaxTokens, c.MinRetriesPerSecond, c.Partitions, limit)
 }
 
 // Resolve returns the budget a payload of namespace names. The first
@@ -200,7 +215,7 @@ func (r *Registry) Resolve(namespace string, b *policyconfig.Budget) (*Budget, e
 	key, offered := b.Key(namespace), ConfigOf(b, r.pod)
 	r.mu.RLock()
 	e, ok := r.budgets[key]
-	if ok && e.uid == b.UID && e.generation == b.Generation && e.offered == offered {
+	if ok && e.uid == b.UID && e.generation == b.Generation && equal(e.offered, offered) {
 		r.mu.RUnlock()
 		return e.budget, nil
 	}
@@ -209,8 +224,10 @@ func (r *Registry) Resolve(namespace string, b *policyconfig.Budget) (*Budget, e
 	defer r.mu.Unlock()
 	e, ok = r.budgets[key]
 	c := offered
-	if now := r.clock.Now(); c.Consumers.Counted && c.Consumers.ObservedAt.After(now.Add(policyconfig.ConsumerCountClockSkew)) {
-		c.Consumers.ObservedAt = now
+	if now := r.clock.Now(); c.Consumers != nil && c.Consumers.ObservedAt.After(now.Add(policyconfig.ConsumerCountClockSkew)) {
+		// A copy: offered keeps the date the controller gave it.
+		dated := *c.Consumers
+		dated.ObservedAt, c.Consumers = now, &dated
 	}
 	switch {
 	case !ok:
@@ -235,19 +252,19 @@ func (r *Registry) Resolve(namespace string, b *policyconfig.Budget) (*Budget, e
 		e.budget.Update(c)
 		return e.budget, nil
 	case b.Generation > e.generation:
-		if !newerCount(offered.Consumers, e.offered.Consumers) && offered.Consumers.Counted {
+		if !newerCount(offered, e.offered) && offered.Counted {
 			// An older count never replaces a newer one.
-			c.Consumers, offered.Consumers = e.config.Consumers, e.offered.Consumers
+			c, offered = withCountOf(c, e.config), withCountOf(offered, e.offered)
 		}
 		e.generation = b.Generation
-	case c.figures() != e.config.figures():
+	case !equal(c.figures(), e.config.figures()):
 		return e.budget, r.conflict(&Conflict{Budget: key, UID: b.UID, Generation: b.Generation, Offered: c,
 			KeptUID: e.uid, KeptGeneration: e.generation, Kept: e.config})
-	case b.Generation == e.generation && newerCount(offered.Consumers, e.offered.Consumers):
+	case b.Generation == e.generation && newerCount(offered, e.offered):
 	default:
 		return e.budget, nil
 	}
-	if c != e.config {
+	if !equal(c, e.config) {
 		e.budget.Update(c)
 		e.config = c
 	}
@@ -257,6 +274,9 @@ func (r *Registry) Resolve(namespace string, b *policyconfig.Budget) (*Budget, e
 
 // conflict logs and counts a payload the registry did not apply.
 func (r *Registry) conflict(c *Conflict) *Conflict {
+	// Copies: a caller that changes what the report points to changes no
+	// budget's record.
+	c.Offered, c.Kept = c.Offered.clone(), c.Kept.clone()
 	r.conflicts.Add(1)
 	r.logger.Warn("retry budget figures not applied", "budget", c.Budget, "generation", c.Generation,
 		"keptGeneration", c.KeptGeneration, "reason", c.Error())
@@ -267,7 +287,7 @@ func (r *Registry) conflict(c *Conflict) *Conflict {
 // a counted budget whatever the counts say.
 func (r *Registry) explainNoShare(key string, c Config) {
 	switch {
-	case !c.Consumers.Counted:
+	case !c.Counted:
 	case r.unshared():
 		r.logger.Warn("no share of a fleet budget: this pod's payloads arrive later than the delivery bound, so it makes no retry under it",
 			"budget", key, "delivery", r.delivery, "bound", policyconfig.ConsumerCountDelivery, "denial", SlowDelivery)
@@ -277,10 +297,18 @@ func (r *Registry) explainNoShare(key string, c Config) {
 	}
 }
 
-// newerCount says offered is a count taken after kept (or the first one),
-// both dated on the controller's clock.
-func newerCount(offered, kept Consumers) bool {
-	return offered.Counted && (!kept.Counted || offered.ObservedAt.After(kept.ObservedAt))
+// newerCount says offered's count was taken after kept's (or is the first
+// one), both dated on the controller's clock.
+func newerCount(offered, kept Config) bool {
+	return offered.Counted && (!kept.Counted || observedAt(offered).After(observedAt(kept)))
+}
+
+// observedAt is when c's count was taken: the zero time when none is joined.
+func observedAt(c Config) time.Time {
+	if c.Consumers == nil {
+		return time.Time{}
+	}
+	return c.Consumers.ObservedAt
 }
 
 // Conflicts counts the payloads whose figures Resolve did not apply.

@@ -199,10 +199,7 @@ func writeBudget(w io.Writer, in Input) {
 		fmt.Fprintf(w, "  fleet allowance: at most %d retries/s across every pod that shares it\n", *m)
 	}
 	cfg := budget.Config{RetryPercent: s.RetryPercent, Window: s.Window.Duration(), MaxTokens: *s.MaxTokens,
-		MinRetriesPerSecond: *s.MinRetriesPerSecond, Partitions: *s.Partitions}
-	if m := s.MaxRetriesPerSecond; m != nil {
-		cfg.MaxRetriesPerSecond, cfg.LimitRetriesPerSecond = *m, true
-	}
+		MinRetriesPerSecond: *s.MinRetriesPerSecond, Partitions: *s.Partitions, MaxRetriesPerSecond: s.MaxRetriesPerSecond}
 	parts := int64(*s.Partitions)
 	if s.Consumers == nil {
 		fmt.Fprintf(w, "  split over %d partition(s): each pod holds %s; the %d%% ratio needs no split\n",
