@@ -34,8 +34,8 @@ import (
 // It is safe for concurrent reconciles.
 type RetryBudgetReconciler struct {
 	client.Client
-	Scheme    *runtime.Scheme
-	Limits    policygraph.Limits
+	Scheme *runtime.Scheme
+	Limits policygraph.Limits
 	// Recorder records the events of budgetEvents; nil records none.
 	Recorder events.EventRecorder
 	// Clock dates consumer counts; nil is the wall clock.

@@ -50,9 +50,9 @@ import (
 // and keeps its status. It is safe for concurrent reconciles.
 type RetryPolicyReconciler struct {
 	client.Client
-	Scheme    *runtime.Scheme
-	Recorder  events.EventRecorder
-	Limits    policygraph.Limits
+	Scheme   *runtime.Scheme
+	Recorder events.EventRecorder
+	Limits   policygraph.Limits
 	// ResyncPeriod is how often a policy is reconciled again with nothing
 	// changed, so that drift no event announced is repaired; 0 means
 	// DefaultResyncPeriod.

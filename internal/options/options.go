@@ -23,11 +23,10 @@ import (
 
 // Defaults of the manager's flags that the chart and config/ also name.
 const (
-	DefaultMetricsAddr             = ":8443"
-	DefaultProbeAddr               = ":8081"
-	DefaultWebhookPort             = 9443
-	DefaultWebhookCertDir          = "/tmp/k8s-webhook-server/serving-certs"
-	DefaultMaxConcurrentReconciles = 4
+	DefaultMetricsAddr    = ":8443"
+	DefaultProbeAddr      = ":8081"
+	DefaultWebhookPort    = 9443
+	DefaultWebhookCertDir = "/tmp/k8s-webhook-server/serving-certs"
 )
 
 // Defaults of the certificate rotation flags; the chart and
@@ -126,7 +125,7 @@ func (o *Manager) AddFlags(fs *flag.FlagSet) {
 		}
 		return fmt.Errorf("want Always, IfNotPresent or Never, got %q", s)
 	})
-	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", DefaultMaxConcurrentReconciles, "RetryPolicy reconciles run at once.")
+	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", controllers.DefaultMaxConcurrentReconciles, "RetryPolicy reconciles run at once.")
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", controllers.DefaultResyncPeriod,
 		"How often every RetryPolicy is republished with nothing changed, so drift is repaired even without an event.")
 	fs.DurationVar(&o.ShutdownDrain, "shutdown-drain", webhooks.DefaultShutdownDrain,

@@ -31,7 +31,7 @@ func TestDefaultsAreValid(t *testing.T) {
 	}
 	want := Manager{
 		MetricsAddr: DefaultMetricsAddr, ProbeAddr: DefaultProbeAddr, MetricsSecure: true, LeaderElect: true, EnableWebhooks: true,
-		WebhookCertDir: DefaultWebhookCertDir, WebhookPort: DefaultWebhookPort, MaxConcurrentReconciles: DefaultMaxConcurrentReconciles,
+		WebhookCertDir: DefaultWebhookCertDir, WebhookPort: DefaultWebhookPort, MaxConcurrentReconciles: controllers.DefaultMaxConcurrentReconciles,
 		ResyncPeriod: controllers.DefaultResyncPeriod, ShutdownDrain: webhooks.DefaultShutdownDrain, Limits: policygraph.DefaultLimits(),
 		CertRotation: CertRotation{Namespace: o.CertRotation.Namespace, Secret: DefaultCertSecret, Service: DefaultWebhookService,
 			WebhookConfiguration: DefaultWebhookConfiguration, InjectorConfiguration: DefaultInjectorConfiguration},
