@@ -24,13 +24,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	policyv1alpha1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/controllers"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
 // The manager's leader election, as main.go configures it (controller-runtime's
 // defaults for the durations).
 const (
-	leaderLease   = "retryguard-manager.policy.retryguard.io"
+	leaderLease   = controllers.LeaderElectionID
 	leaseDuration = 15 * time.Second
 	retryPeriod   = 2 * time.Second
 )
