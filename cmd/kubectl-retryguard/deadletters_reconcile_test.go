@@ -2,14 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/retryguard/retryguard/runtime/deadletter"
 	"github.com/retryguard/retryguard/runtime/retry"
@@ -57,28 +53,10 @@ func TestReconcileDoesNotHideALaterLetter(t *testing.T) {
 // letter of the same identity stays distinct from the first, while a
 // duplicate delivery of one letter shows once.
 func TestTopicReconcileDoesNotHideALaterLetter(t *testing.T) {
-	const topic = "retryguard.deadletters"
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topic))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	client, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	produce := func(l retry.DeadLetter) {
-		value, _ := json.Marshal(l)
-		r := &kgo.Record{Topic: topic, Key: []byte(deadletter.Identity(l)), Value: value}
-		if err := client.ProduceSync(context.Background(), r).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	brokers, topic, produce := deadLetterTopic(t)
 	first := retry.DeadLetter{OperationID: 1, Namespace: "auth", Policy: "sms-2fa-dispatch", Key: "SMS-2FA-42-s1",
 		State: retry.UnknownOutcome, Code: "ERR_UNKNOWN_OUTCOME", At: time.Now().Add(-time.Hour)}
 	produce(first)
-	brokers := strings.Join(c.ListenAddrs(), ",")
 	runOK(t, "deadletters", "reconcile", "--brokers", brokers, "--topic", topic, "--note", "delivered", deadletter.Identity(first))
 	later := first
 	later.OperationID, later.At = 7, time.Now()

@@ -116,31 +116,46 @@ func TestDeadlettersRefusesBadInput(t *testing.T) {
 	}
 }
 
-// The forwarder's topic (here kfake), with a duplicate from at-least-once
-// delivery: list shows each letter once, and a reconciliation is a record
-// under the letter's key that every later list sees.
-func TestDeadlettersOfATopic(t *testing.T) {
-	const topic = "retryguard.deadletters"
+// deadLetterTopic starts a kfake cluster holding the forwarder's topic, and
+// returns its brokers (as --brokers takes them), the topic, and a function
+// that produces letters to it as the forwarder does: keyed by identity.
+func deadLetterTopic(t *testing.T) (brokers, topic string, produce func(...retry.DeadLetter)) {
+	t.Helper()
+	topic = "retryguard.deadletters"
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topic))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(c.Close)
 	client, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer client.Close()
+	t.Cleanup(client.Close)
+	produce = func(letters ...retry.DeadLetter) {
+		t.Helper()
+		var records []*kgo.Record
+		for _, l := range letters {
+			value, err := json.Marshal(l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			records = append(records, &kgo.Record{Topic: topic, Key: []byte(deadletter.Identity(l)), Value: value})
+		}
+		if err := client.ProduceSync(context.Background(), records...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return strings.Join(c.ListenAddrs(), ","), topic, produce
+}
+
+// The forwarder's topic (here kfake), with a duplicate from at-least-once
+// delivery: list shows each letter once, and a reconciliation is a record
+// under the letter's key that every later list sees.
+func TestDeadlettersOfATopic(t *testing.T) {
+	brokers, topic, produce := deadLetterTopic(t)
 	letters := someLetters(time.Now())
-	var records []*kgo.Record
-	for _, l := range append(letters, letters[0]) { // the first letter twice
-		value, _ := json.Marshal(l)
-		records = append(records, &kgo.Record{Topic: topic, Key: []byte(deadletter.Identity(l)), Value: value})
-	}
-	if err := client.ProduceSync(context.Background(), records...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	brokers := strings.Join(c.ListenAddrs(), ",")
+	produce(append(letters, letters[0])...) // the first letter twice
 	if out := runOK(t, "deadletters", "list", "--brokers", brokers, "--topic", topic); lines(out) != 4 {
 		t.Fatalf("list of the topic:\n%s", out)
 	}
