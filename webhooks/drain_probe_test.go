@@ -1,0 +1,188 @@
+package webhooks_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httptrace"
+	"testing"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/retryguard/retryguard/api/policygraph"
+	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
+	"github.com/retryguard/retryguard/controllers"
+	"github.com/retryguard/retryguard/internal/testenv"
+	"github.com/retryguard/retryguard/webhooks"
+)
+
+// REVIEW PROBE (not product code). Every webhook the manager registers,
+// composed as main.go composes its server (CountDenials(Drain(srv))), and
+// wired by the same SetupRetryguard path (both validators and the proxy
+// injector): each answer carries Connection: close once draining, none
+// before, and a refusal is still counted.
+var _ = Describe("Review probe: the drain wraps every registered webhook", func() {
+	It("closes the connection on every path while draining, and still counts refusals", func() {
+		var d webhooks.Draining
+		base := webhook.NewServer(webhook.Options{Port: -1})
+		m, err := ctrl.NewManager(testEnv.Config, ctrl.Options{
+			Scheme: testEnv.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+			WebhookServer: webhooks.CountDenials(webhooks.Drain(base, &d)),
+			Controller:    config.Controller{SkipNameValidation: ptr.To(true)}, Cache: controllers.CacheOptions(),
+		})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(testenv.SetupRetryguard(ctx, m, policygraph.DefaultLimits(), testenv.Features{Webhooks: true, ProxyImage: testProxyImage})).To(Succeed())
+		mctx, mcancel := context.WithCancel(ctx)
+		defer mcancel()
+		go func() { _ = m.Start(mctx) }()
+		Expect(m.GetCache().WaitForCacheSync(mctx)).To(BeTrue())
+		ts := httptest.NewServer(base.WebhookMux())
+		defer ts.Close()
+
+		ns := "probe-drain"
+		badBudget := fixtures.Budget(ns, "b", 50) // above the platform cap: refused
+		badBudget.APIVersion, badBudget.Kind = v1.GroupVersion.String(), "RetryBudget"
+		policy := fixtures.Policy(ns, "p", "connector", 3)
+		policy.APIVersion, policy.Kind = v1.GroupVersion.String(), "RetryPolicy"
+		pod := &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pod"},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}}}
+		reviews := map[string]struct {
+			obj  runtime.Object
+			kind metav1.GroupVersionKind
+		}{
+			"/validate-policy-retryguard-io-v1alpha1-retrybudget": {badBudget, metav1.GroupVersionKind{Group: v1.GroupVersion.Group, Version: "v1alpha1", Kind: "RetryBudget"}},
+			"/validate-policy-retryguard-io-v1alpha1-retrypolicy": {policy, metav1.GroupVersionKind{Group: v1.GroupVersion.Group, Version: "v1alpha1", Kind: "RetryPolicy"}},
+			webhooks.InjectorPath: {pod, metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}},
+		}
+		post := func(path string) (*admissionv1.AdmissionReview, bool) {
+			r := reviews[path]
+			raw, err := json.Marshal(r.obj)
+			Expect(err).NotTo(HaveOccurred())
+			body, err := json.Marshal(admissionv1.AdmissionReview{
+				TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+				Request: &admissionv1.AdmissionRequest{UID: "u", Kind: r.kind, Operation: admissionv1.Create, Namespace: ns,
+					Object: runtime.RawExtension{Raw: raw}},
+			})
+			Expect(err).NotTo(HaveOccurred())
+			res, err := ts.Client().Post(ts.URL+path, "application/json", bytes.NewReader(body))
+			Expect(err).NotTo(HaveOccurred())
+			defer res.Body.Close()
+			out, _ := io.ReadAll(res.Body)
+			Expect(res.StatusCode).To(Equal(http.StatusOK), "%s: %s", path, out)
+			var got admissionv1.AdmissionReview
+			Expect(json.Unmarshal(out, &got)).To(Succeed(), "%s: %s", path, out)
+			Expect(got.Response).NotTo(BeNil(), path)
+			return &got, res.Close
+		}
+		denied := func() float64 {
+			n, err := testutil.GatherAndCount(metrics.Registry, "retryguard_admission_denied_total")
+			Expect(err).NotTo(HaveOccurred())
+			if n == 0 {
+				return 0
+			}
+			mfs, err := metrics.Registry.Gather()
+			Expect(err).NotTo(HaveOccurred())
+			sum := 0.0
+			for _, mf := range mfs {
+				if mf.GetName() == "retryguard_admission_denied_total" {
+					for _, m := range mf.GetMetric() {
+						sum += m.GetCounter().GetValue()
+					}
+				}
+			}
+			return sum
+		}
+		for path := range reviews {
+			_, closed := post(path)
+			Expect(closed).To(BeFalse(), "%s closed its connection while serving", path)
+		}
+		d.Start()
+		before := denied()
+		for path := range reviews {
+			got, closed := post(path)
+			Expect(closed).To(BeTrue(), "%s kept its connection while draining", path)
+			if path == "/validate-policy-retryguard-io-v1alpha1-retrybudget" {
+				Expect(got.Response.Allowed).To(BeFalse())
+			}
+		}
+		Expect(denied() - before).To(BeNumerically(">=", 1), "a refusal while draining was not counted")
+	})
+})
+
+// REVIEW PROBE (not product code). With --enable-http2 the webhook server
+// speaks h2, where a Connection header is illegal (RFC 9113 8.2.2). Go's
+// server must drop it (the answer still arrives in full, intact) and send
+// GOAWAY instead, so that the client's next review opens a new connection.
+func TestReviewProbeDrainOverHTTP2(t *testing.T) {
+	var d webhooks.Draining
+	base := webhook.NewServer(webhook.Options{})
+	srv := webhooks.CountDenials(webhooks.Drain(base, &d))
+	srv.Register("/validate", &admission.Webhook{Handler: admission.HandlerFunc(func(context.Context, admission.Request) admission.Response {
+		return admission.Denied("ERR_TEST: refused")
+	})})
+	ts := httptest.NewUnstartedServer(base.WebhookMux())
+	ts.EnableHTTP2 = true
+	ts.StartTLS()
+	defer ts.Close()
+	review, err := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request:  &admissionv1.AdmissionRequest{UID: "u-1"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := func() (reused bool, proto string) {
+		t.Helper()
+		trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }}
+		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodPost, ts.URL+"/validate",
+			bytes.NewReader(review))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		res, err := ts.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		var got admissionv1.AdmissionReview
+		if err := json.Unmarshal(body, &got); err != nil || got.Response == nil || got.Response.Result.Message != "ERR_TEST: refused" {
+			t.Fatalf("answer %d %s (%v), want the handler's refusal", res.StatusCode, body, err)
+		}
+		if v := res.Header.Get("Connection"); v != "" {
+			t.Fatalf("an HTTP/2 answer carried Connection: %q", v)
+		}
+		return reused, res.Proto
+	}
+	if _, proto := post(); proto != "HTTP/2.0" {
+		t.Fatalf("proto %s, want HTTP/2.0", proto)
+	}
+	if reused, _ := post(); !reused {
+		t.Fatal("serving: the h2 connection was not reused")
+	}
+	d.Start()
+	post() // answered on the open connection, which then gets GOAWAY
+	for i := range 20 {
+		if reused, _ := post(); reused {
+			t.Fatalf("draining over h2, review %d went down a reused connection: no GOAWAY", i)
+		}
+	}
+}
