@@ -122,7 +122,7 @@ var _ = Describe("Review probe: the drain wraps every registered webhook", func(
 				Expect(got.Response.Allowed).To(BeFalse())
 			}
 		}
-		Expect(denied() - before).To(BeNumerically(">=", 1), "a refusal while draining was not counted")
+		Expect(denied()-before).To(BeNumerically(">=", 1), "a refusal while draining was not counted")
 	})
 })
 
