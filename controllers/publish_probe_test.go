@@ -1,0 +1,93 @@
+package controllers_test
+
+import (
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/retryguard/retryguard/api/policygraph"
+	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
+	"github.com/retryguard/retryguard/controllers"
+	"github.com/retryguard/retryguard/runtime/policyconfig"
+)
+
+// REVIEW PROBE (not product code): a ConfigMap the label-filtered cache
+// does not hold is applied without a read. Each case must end in a
+// published payload (or a clear failure) and then in no further write: a
+// reconcile that finds nothing drifted must leave resourceVersion alone.
+var _ = Describe("Review probe: publishing a ConfigMap the cache does not hold", func() {
+	reconcileTwice := func(ns, name string) {
+		GinkgoHelper()
+		r := &controllers.RetryPolicyReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(),
+			Recorder: mgr.GetEventRecorder("probe"), Limits: policygraph.DefaultLimits()}
+		for range 2 {
+			_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}})
+			Expect(err).NotTo(HaveOccurred())
+		}
+	}
+	rv := func(ns, name string) string {
+		GinkgoHelper()
+		var cm corev1.ConfigMap
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: policyconfig.ConfigMapName(name)}, &cm)).To(Succeed())
+		return cm.ResourceVersion
+	}
+
+	It("takes over a user's unlabelled ConfigMap of the same name with foreign data, then stops writing", func() {
+		ns := newNamespace()
+		Expect(k8s.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: policyconfig.ConfigMapName("squat")},
+			Data: map[string]string{"foreign": "x", policyconfig.DataKey: `{"schemaVersion":"forged"}`}})).To(Succeed())
+		Expect(k8s.Create(ctx, fixtures.Budget(ns, fixtures.DefaultBudget, 10))).To(Succeed())
+		p := fixtures.Policy(ns, "squat", "connector", 3)
+		Expect(k8s.Create(ctx, p)).To(Succeed())
+		expectReason(ns, p.Name, v1.ReasonPublished)
+		payload, cm := payloadOf(Default, ns, p.Name)
+		Expect(payload.Policy.Name).To(Equal(p.Name))
+		Expect(cm.Labels).To(HaveKeyWithValue(policyconfig.ManagedByLabel, policyconfig.ManagedByValue))
+		GinkgoWriter.Printf("foreign key after takeover: %q\n", cm.Data["foreign"])
+		Eventually(func() error { var c corev1.ConfigMap; return mgr.GetClient().Get(ctx, client.ObjectKeyFromObject(cm), &c) }).Should(Succeed())
+		before := rv(ns, p.Name)
+		reconcileTwice(ns, p.Name)
+		Consistently(func() string { return rv(ns, p.Name) }, 2*time.Second).Should(Equal(before), "a write loop")
+	})
+
+	It("after a label removal and repair, writes no more", func() {
+		ns, p := publishedConnector("relabel")
+		_, cm := payloadOf(Default, ns, p.Name)
+		edit(cm, func(cm *corev1.ConfigMap) { delete(cm.Labels, policyconfig.ManagedByLabel) })
+		Eventually(func(g Gomega) {
+			_, cm := payloadOf(g, ns, p.Name)
+			g.Expect(cm.Labels).To(HaveKeyWithValue(policyconfig.ManagedByLabel, policyconfig.ManagedByValue))
+		}).Should(Succeed())
+		Eventually(func() error { var c corev1.ConfigMap; return mgr.GetClient().Get(ctx, client.ObjectKeyFromObject(cm), &c) }).Should(Succeed())
+		before := rv(ns, p.Name)
+		reconcileTwice(ns, p.Name)
+		Consistently(func() string { return rv(ns, p.Name) }, 2*time.Second).Should(Equal(before), "a write loop")
+	})
+
+	It("refuses to publish over a ConfigMap another controller controls, says so, and changes nothing of it", func() {
+		ns := newNamespace()
+		other := metav1.OwnerReference{APIVersion: "v1", Kind: "Namespace", Name: ns, UID: "11111111-2222-3333-4444-555555555555",
+			Controller: ptr.To(true)}
+		Expect(k8s.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: policyconfig.ConfigMapName("owned"),
+			OwnerReferences: []metav1.OwnerReference{other}}, Data: map[string]string{"foreign": "x"}})).To(Succeed())
+		before := rv(ns, "owned")
+		Expect(k8s.Create(ctx, fixtures.Budget(ns, fixtures.DefaultBudget, 10))).To(Succeed())
+		p := fixtures.Policy(ns, "owned", "connector", 3)
+		Expect(k8s.Create(ctx, p)).To(Succeed())
+		Eventually(func(g Gomega) {
+			c, _ := readyOf(g, ns, p.Name)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Reason).To(Equal(v1.ReasonPublishFailed))
+			GinkgoWriter.Printf("condition: %s\n", c.Message)
+		}).Should(Succeed())
+		Expect(rv(ns, "owned")).To(Equal(before), "the foreign-controlled ConfigMap was changed")
+	})
+})
