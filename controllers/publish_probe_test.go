@@ -91,3 +91,22 @@ var _ = Describe("Review probe: publishing a ConfigMap the cache does not hold",
 		Expect(rv(ns, "owned")).To(Equal(before), "the foreign-controlled ConfigMap was changed")
 	})
 })
+
+// REVIEW PROBE (not product code): the RetryBudget's count ConfigMap takes
+// the same path (publishCount): one whose managed-by label was removed
+// leaves the cache and must be relabelled by the apply alone.
+var _ = Describe("Review probe: the budget's count ConfigMap", func() {
+	It("is relabelled after its managed-by label was removed", func() {
+		ns := newNamespace()
+		Expect(k8s.Create(ctx, fleetBudget(ns, "checkout", "checkout", 5))).To(Succeed())
+		createPods(ns, "checkout", "c1")
+		expectPublishedCount(ns, "checkout", 1)
+		_, cm := countOf(Default, ns, "checkout")
+		edit(cm, func(cm *corev1.ConfigMap) { delete(cm.Labels, policyconfig.ManagedByLabel) })
+		Eventually(func(g Gomega) {
+			_, cm := countOf(g, ns, "checkout")
+			g.Expect(cm.Labels).To(HaveKeyWithValue(policyconfig.ManagedByLabel, policyconfig.ManagedByValue))
+		}).Should(Succeed())
+	})
+})
+
