@@ -52,7 +52,10 @@ var _ = Describe("Review probe: publishing a ConfigMap the cache does not hold",
 		Expect(payload.Policy.Name).To(Equal(p.Name))
 		Expect(cm.Labels).To(HaveKeyWithValue(policyconfig.ManagedByLabel, policyconfig.ManagedByValue))
 		GinkgoWriter.Printf("foreign key after takeover: %q\n", cm.Data["foreign"])
-		Eventually(func() error { var c corev1.ConfigMap; return mgr.GetClient().Get(ctx, client.ObjectKeyFromObject(cm), &c) }).Should(Succeed())
+		Eventually(func() error {
+			var c corev1.ConfigMap
+			return mgr.GetClient().Get(ctx, client.ObjectKeyFromObject(cm), &c)
+		}).Should(Succeed())
 		before := rv(ns, p.Name)
 		reconcileTwice(ns, p.Name)
 		Consistently(func() string { return rv(ns, p.Name) }, 2*time.Second).Should(Equal(before), "a write loop")
@@ -66,7 +69,10 @@ var _ = Describe("Review probe: publishing a ConfigMap the cache does not hold",
 			_, cm := payloadOf(g, ns, p.Name)
 			g.Expect(cm.Labels).To(HaveKeyWithValue(policyconfig.ManagedByLabel, policyconfig.ManagedByValue))
 		}).Should(Succeed())
-		Eventually(func() error { var c corev1.ConfigMap; return mgr.GetClient().Get(ctx, client.ObjectKeyFromObject(cm), &c) }).Should(Succeed())
+		Eventually(func() error {
+			var c corev1.ConfigMap
+			return mgr.GetClient().Get(ctx, client.ObjectKeyFromObject(cm), &c)
+		}).Should(Succeed())
 		before := rv(ns, p.Name)
 		reconcileTwice(ns, p.Name)
 		Consistently(func() string { return rv(ns, p.Name) }, 2*time.Second).Should(Equal(before), "a write loop")
@@ -109,4 +115,3 @@ var _ = Describe("Review probe: the budget's count ConfigMap", func() {
 		}).Should(Succeed())
 	})
 })
-
