@@ -114,9 +114,11 @@ func run(ctx context.Context, args []string) error {
 		HealthProbeBindAddress: o.ProbeAddr,
 		LeaderElection:         o.LeaderElect,
 		LeaderElectionID:       controllers.LeaderElectionID,
-		WebhookServer:          webhooks.CountDenials(webhooks.Drain(webhookServer, &draining)),
-		Cache:                  controllers.CacheOptions(),
-		Controller:             controllerOptions,
+		// CountDenials outside Drain: it finds the *admission.Webhook that
+		// Drain's handler would hide (webhooks suite, "the drain wraps every registered webhook").
+		WebhookServer: webhooks.CountDenials(webhooks.Drain(webhookServer, &draining)),
+		Cache:         controllers.CacheOptions(),
+		Controller:    controllerOptions,
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)

@@ -33,12 +33,12 @@ import (
 	"github.com/retryguard/retryguard/webhooks"
 )
 
-// REVIEW PROBE (not product code). Every webhook the manager registers,
+// Every webhook the manager registers,
 // composed as main.go composes its server (CountDenials(Drain(srv))), and
 // wired by the same SetupRetryguard path (both validators and the proxy
 // injector): each answer carries Connection: close once draining, none
 // before, and a refusal is still counted.
-var _ = Describe("Review probe: the drain wraps every registered webhook", func() {
+var _ = Describe("the drain wraps every registered webhook", func() {
 	It("closes the connection on every path while draining, and still counts refusals", func() {
 		var d webhooks.Draining
 		base := webhook.NewServer(webhook.Options{Port: -1})
@@ -126,11 +126,11 @@ var _ = Describe("Review probe: the drain wraps every registered webhook", func(
 	})
 })
 
-// REVIEW PROBE (not product code). With --enable-http2 the webhook server
+// With --enable-http2 the webhook server
 // speaks h2, where a Connection header is illegal (RFC 9113 8.2.2). Go's
 // server must drop it (the answer still arrives in full, intact) and send
 // GOAWAY instead, so that the client's next review opens a new connection.
-func TestReviewProbeDrainOverHTTP2(t *testing.T) {
+func TestDrainOverHTTP2(t *testing.T) {
 	var d webhooks.Draining
 	base := webhook.NewServer(webhook.Options{})
 	srv := webhooks.CountDenials(webhooks.Drain(base, &d))

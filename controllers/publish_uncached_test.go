@@ -19,11 +19,11 @@ import (
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
-// REVIEW PROBE (not product code): a ConfigMap the label-filtered cache
+// A ConfigMap the label-filtered cache
 // does not hold is applied without a read. Each case must end in a
 // published payload (or a clear failure) and then in no further write: a
 // reconcile that finds nothing drifted must leave resourceVersion alone.
-var _ = Describe("Review probe: publishing a ConfigMap the cache does not hold", func() {
+var _ = Describe("publishing a ConfigMap the cache does not hold", func() {
 	reconcileTwice := func(ns, name string) {
 		GinkgoHelper()
 		r := &controllers.RetryPolicyReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(),
@@ -98,10 +98,10 @@ var _ = Describe("Review probe: publishing a ConfigMap the cache does not hold",
 	})
 })
 
-// REVIEW PROBE (not product code): the RetryBudget's count ConfigMap takes
+// The RetryBudget's count ConfigMap takes
 // the same path (publishCount): one whose managed-by label was removed
 // leaves the cache and must be relabelled by the apply alone.
-var _ = Describe("Review probe: the budget's count ConfigMap", func() {
+var _ = Describe("the budget's count ConfigMap", func() {
 	It("is relabelled after its managed-by label was removed", func() {
 		ns := newNamespace()
 		Expect(k8s.Create(ctx, fleetBudget(ns, "checkout", "checkout", 5))).To(Succeed())

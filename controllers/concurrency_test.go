@@ -14,12 +14,12 @@ import (
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
 )
 
-// REVIEW PROBE (not product code): with 32 RetryPolicy reconciles at once
+// With 32 RetryPolicy reconciles at once
 // (the new default, which this suite's manager uses), 96 related policies
 // created at once in one namespace (one parent with 95 children sharing a
 // budget) all end Published, and the Ready gauge counts each policy once.
 // Run with -race.
-var _ = Describe("Review probe: 32 concurrent reconciles", func() {
+var _ = Describe("32 concurrent reconciles", func() {
 	It("publishes 96 related policies created at once and counts each once", func() {
 		ns := newNamespace()
 		Expect(k8s.Create(ctx, fixtures.Budget(ns, fixtures.DefaultBudget, 10))).To(Succeed())
