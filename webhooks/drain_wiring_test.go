@@ -67,8 +67,10 @@ var _ = Describe("the drain wraps every registered webhook", func() {
 			obj  runtime.Object
 			kind metav1.GroupVersionKind
 		}{
-			"/validate-policy-retryguard-io-v1alpha1-retrybudget": {badBudget, metav1.GroupVersionKind{Group: v1.GroupVersion.Group, Version: "v1alpha1", Kind: "RetryBudget"}},
-			"/validate-policy-retryguard-io-v1alpha1-retrypolicy": {policy, metav1.GroupVersionKind{Group: v1.GroupVersion.Group, Version: "v1alpha1", Kind: "RetryPolicy"}},
+			"/validate-policy-retryguard-io-v1alpha1-retrybudget": {badBudget,
+				metav1.GroupVersionKind{Group: v1.GroupVersion.Group, Version: "v1alpha1", Kind: "RetryBudget"}},
+			"/validate-policy-retryguard-io-v1alpha1-retrypolicy": {policy,
+				metav1.GroupVersionKind{Group: v1.GroupVersion.Group, Version: "v1alpha1", Kind: "RetryPolicy"}},
 			webhooks.InjectorPath: {pod, metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}},
 		}
 		post := func(path string) (*admissionv1.AdmissionReview, bool) {
