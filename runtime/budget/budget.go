@@ -84,8 +84,8 @@ type Config struct {
 	// budget divides the absolute figures over Partitions.
 	Counted bool
 	// Consumers is the published count of the pods that share the budget
-	// (nil: none joined). ConfigOf keeps its Count and ObservedAt, not its
-	// Members: what they say of this pod is Included.
+	// (nil: none joined). Only its Count and ObservedAt are read, and only
+	// they are kept (clone): what its Members say of this pod is Included.
 	Consumers *policyconfig.Consumers
 	// Included says Consumers names this pod (by the UID the downward API
 	// gives it): the one fact about the count that is this pod's, not the
@@ -103,22 +103,23 @@ func withCountOf(c, o Config) Config {
 	return c
 }
 
-// clone is c with copies of what its pointers point to, so that a caller
-// that keeps c, and later changes what it points to, changes no budget's.
+// clone is c with copies of what its pointers point to (of the count, its
+// Count and ObservedAt), so that a caller that keeps c, and later changes
+// what it points to, changes no budget's.
 func (c Config) clone() Config {
 	if m := c.MaxRetriesPerSecond; m != nil {
 		c.MaxRetriesPerSecond = new(*m)
 	}
 	if n := c.Consumers; n != nil {
-		c.Consumers = new(*n)
+		c.Consumers = &policyconfig.Consumers{Count: n.Count, ObservedAt: n.ObservedAt}
 	}
 	return c
 }
 
 // equal says a and b hold the same figures and count, comparing what their
-// pointers point to.
+// pointers point to (of the count, its Count and ObservedAt).
 func equal(a, b Config) bool {
-	if !same(a.MaxRetriesPerSecond, b.MaxRetriesPerSecond) || !same(a.Consumers, b.Consumers) {
+	if !same(a.MaxRetriesPerSecond, b.MaxRetriesPerSecond) || !sameCount(a.Consumers, b.Consumers) {
 		return false
 	}
 	a.MaxRetriesPerSecond, a.Consumers, b.MaxRetriesPerSecond, b.Consumers = nil, nil, nil, nil
@@ -128,6 +129,12 @@ func equal(a, b Config) bool {
 // same says p and q are both nil, or point to equal values.
 func same[T comparable](p, q *T) bool {
 	return p == q || p != nil && q != nil && *p == *q
+}
+
+// sameCount says p and q are both nil, or counts of the same Count at the
+// same ObservedAt (compared as Config values always were, with ==).
+func sameCount(p, q *policyconfig.Consumers) bool {
+	return p == q || p != nil && q != nil && p.Count == q.Count && p.ObservedAt == q.ObservedAt
 }
 
 // ZeroShare is the Denominator of a pod whose share is zero.

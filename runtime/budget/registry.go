@@ -22,17 +22,17 @@ import (
 func ConfigOf(b *policyconfig.Budget, pod string) Config {
 	c := Config{RetryPercent: b.RetryPercent, Window: b.Window.D(), MaxTokens: b.MaxTokens,
 		MinRetriesPerSecond: b.MinRetriesPerSecond, Partitions: b.Partitions}
-	if m := b.MaxRetriesPerSecond; m != nil {
-		c.MaxRetriesPerSecond = new(*m)
-	}
+	// The pointers are the payload's, not copies: ConfigOf runs for every
+	// operation (Registry.Resolve), and only what is kept is copied (clone,
+	// where the Registry and a Budget store a Config).
+	c.MaxRetriesPerSecond = b.MaxRetriesPerSecond
 	// A Counted budget without a count joined (its ConfigMap not read yet,
 	// deleted, or for another UID) is counted by no one: no share. A count
 	// inlined by a controller that predates the budget's ConfigMap comes
 	// without Counted, and counts it all the same.
 	c.Counted = b.Counted || b.Consumers != nil
 	if n := b.Consumers; n != nil {
-		c.Consumers = &policyconfig.Consumers{Count: n.Count, ObservedAt: n.ObservedAt}
-		c.Included = n.Includes(pod)
+		c.Consumers, c.Included = n, n.Includes(pod)
 	}
 	return c
 }
@@ -223,6 +223,7 @@ func (r *Registry) Resolve(namespace string, b *policyconfig.Budget) (*Budget, e
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok = r.budgets[key]
+	offered = offered.clone() // kept below; the payload's may change
 	c := offered
 	if now := r.clock.Now(); c.Consumers != nil && c.Consumers.ObservedAt.After(now.Add(policyconfig.ConsumerCountClockSkew)) {
 		// A copy: offered keeps the date the controller gave it.
