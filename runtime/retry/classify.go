@@ -82,6 +82,31 @@ func (e *notDispatched) Unwrap() error { return e.err }
 // such proof makes a reset or a timeout safe to retry without a key.
 func NotDispatched(err error) error { return &notDispatched{err: err} }
 
+// final is an attempt's error after which the operation can send no other.
+type final struct {
+	err error
+	why string
+}
+
+func (e *final) Error() string { return e.err.Error() }
+func (e *final) Unwrap() error { return e.err }
+
+// Final marks err as the error of the last attempt the operation can make,
+// why saying why (grpc-go already retried the call by itself, say). Do then
+// stops as it stops on a request it cannot send again: no budget asked, no
+// backoff, no attempt added, and the evidence is err's own, so a status in it
+// still reaches the caller.
+func Final(err error, why string) error { return &final{err: err, why: why} }
+
+// finalOf is why err ends its operation ("" when it does not).
+func finalOf(err error) string {
+	var f *final
+	if errors.As(err, &f) {
+		return f.why
+	}
+	return ""
+}
+
 // sent marks an error that ended an attempt whose request headers had been
 // written: the attempt is dispatched whatever the error says, even a refused
 // connection (net/http's own re-send of a request already sent can be

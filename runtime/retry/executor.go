@@ -372,6 +372,8 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 			MinRemaining: c.minRemaining, RetryAfterMaxDelay: c.retryAfterMaxDelay}
 		if r.call != nil {
 			in.ReplaySafe, in.Unrepeatable = r.call.replaySafe(r.key), r.call.unrepeatable
+		} else {
+			in.Unrepeatable = finalOf(err)
 		}
 		r.applied = r.applied || mayHaveApplied(ev)
 		if c.notEnforced == "" && ev.Class != Permanent {

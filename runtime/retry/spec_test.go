@@ -606,3 +606,31 @@ func TestAWaitThatOverrunsStartsNoAttempt(t *testing.T) {
 		t.Fatalf("%d attempts, %v, last event %s → %s", calls, err, last.From, last.To)
 	}
 }
+
+// An operation that knows it can send no further attempt (grpc-go retried
+// the call by itself below it, say) says so with Final: Do makes no attempt
+// the dependency did not receive, asks the budget for none, waits no
+// backoff, and the caller still sees the dependency's own status.
+func TestAFinalAttemptEndsTheOperationAsItIs(t *testing.T) {
+	p := fixtures.SMS()
+	clk := clock.NewVirtual(time.Now())
+	ex := retry.New(source{p.Policy.Name: p}, retry.WithClock(clk))
+	warm(t, ex, p)
+	b, _ := ex.Budget(p.Policy.Name)
+	tokens := b.Tokens()
+	start := clk.Now()
+	re, calls := run(t, ex, nil, p, 0, func(int) error { return retry.Final(retry.Status(503, ""), "grpc-go retried the call itself") })
+	if calls != 1 || re == nil || re.Attempts != 1 || re.Code != codes.RetryLimitExceeded {
+		t.Fatalf("%d calls: %v", calls, re)
+	}
+	var se *retry.StatusError
+	if !errors.As(re, &se) || se.Code != 503 || !strings.Contains(re.Detail, "grpc-go retried the call itself") {
+		t.Fatalf("the status and the reason are lost: %v", re)
+	}
+	if got := b.Tokens(); got != tokens {
+		t.Fatalf("the budget was asked: tokens %v -> %v", tokens, got)
+	}
+	if waited := clk.Now().Sub(start); waited != 0 {
+		t.Fatalf("a backoff of %s was waited", waited)
+	}
+}
