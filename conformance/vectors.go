@@ -32,6 +32,7 @@ const (
 	DecideFile    = "vectors/decide.json"
 	JitterFile    = "vectors/jitter.json"
 	BudgetFile    = "vectors/budget.json"
+	DispatchFile  = "vectors/dispatch.json"
 	SchemaFile    = "schema/payload-v1.schema.json"
 )
 
@@ -286,4 +287,28 @@ func Read(name string, v any) error {
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	return nil
+}
+
+// DispatchVector is one real failure between a client and its dependency
+// (Failure names it; the runner produces it) and the evidence a client must
+// report for one POST without an idempotency key.
+type DispatchVector struct {
+	Name    string       `json:"name"`
+	Failure string       `json:"failure"`
+	Want    DispatchWant `json:"want"`
+}
+
+// DispatchWant is the last attempt's evidence and the operation's end.
+type DispatchWant struct {
+	Dispatched bool   `json:"dispatched"`
+	Transport  string `json:"transport"`
+	Class      string `json:"class"`
+	State      string `json:"state"`
+	Attempts   int    `json:"attempts"`
+}
+
+// DispatchFileSchema is vectors/dispatch.json.
+type DispatchFileSchema struct {
+	Comment string           `json:"$comment"`
+	Vectors []DispatchVector `json:"vectors"`
 }

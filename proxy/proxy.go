@@ -153,7 +153,8 @@ func textproto(s string) string { return http.CanonicalHeaderKey(strings.TrimSpa
 // carrying the code: 504 for ERR_DEADLINE_EXCEEDED, 202 for an outcome that
 // is unknown (the runtime's rendering: it is reconciled from its dead letter,
 // never reported as a failure), 400 for a request the key cannot be
-// rendered from, and 503 for every other stop.
+// rendered from, 502 for a TLS handshake that failed, and 503 for every
+// other stop. A body that fails part way aborts the answer.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt := p.match(r.URL.Path)
 	if rt == nil {
@@ -162,6 +163,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	out := r.Clone(r.Context())
 	out.RequestURI = ""
+	// The request's trailers arrive as its body ends, in r.Trailer's map:
+	// the clone's copy of it would stay empty.
+	out.Trailer = r.Trailer
 	u := *rt.upstream
 	u.Path = rt.upstream.Path + r.URL.Path
 	u.RawPath = ""
@@ -211,8 +215,33 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for k, v := range res.Header {
 		h[k] = v
 	}
+	// The transport's response names its trailers in res.Trailer, not in a
+	// Trailer header: announce them, then send them after the body
+	// (httputil.ReverseProxy does the same).
+	announced := len(res.Trailer)
+	if announced > 0 {
+		names := make([]string, 0, announced)
+		for k := range res.Trailer {
+			names = append(names, k)
+		}
+		h.Set("Trailer", strings.Join(names, ", "))
+	}
 	w.WriteHeader(res.StatusCode)
-	copyBody(w, res.Body)
+	if err := copyBody(w, res.Body); err != nil {
+		// The dependency's body failed part way (cut, reset, or the
+		// deadline): abort the answer so that the application reads a broken
+		// body, as it would from the dependency itself, never a short one
+		// that looks complete. net/http closes an HTTP/1.1 connection
+		// without the terminating chunk (or short of Content-Length) and
+		// resets an HTTP/2 stream (ErrAbortHandler, as ReverseProxy does).
+		panic(http.ErrAbortHandler)
+	}
+	for k, vv := range res.Trailer {
+		if len(res.Trailer) != announced {
+			k = http.TrailerPrefix + k // one the dependency did not announce
+		}
+		h[k] = vv
+	}
 }
 
 // vars reads the template's variables from the request's Retryguard-Var-*
@@ -245,8 +274,10 @@ func VarHeader(name string) string {
 var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // copyBody streams the dependency's body to the application, flushing after
-// every read so that a streamed answer is not held back.
-func copyBody(w http.ResponseWriter, body io.Reader) {
+// every read so that a streamed answer is not held back. It returns the
+// body's read error (nil at its end); a write error is the application's
+// own connection, gone, and ends the copy quietly.
+func copyBody(w http.ResponseWriter, body io.Reader) error {
 	buf := copyBuffers.Get().(*[]byte)
 	defer copyBuffers.Put(buf)
 	rc := http.NewResponseController(w)
@@ -254,14 +285,17 @@ func copyBody(w http.ResponseWriter, body io.Reader) {
 		n, err := body.Read(*buf)
 		if n > 0 {
 			if _, werr := w.Write((*buf)[:n]); werr != nil {
-				return
+				return nil
 			}
 			if err == nil {
 				_ = rc.Flush()
 			}
 		}
-		if err != nil {
-			return
+		switch {
+		case err == io.EOF:
+			return nil
+		case err != nil:
+			return err
 		}
 	}
 }
@@ -274,6 +308,8 @@ func statusOf(e *retry.Error) int {
 		return e.Problem().Status
 	case e.Code == codes.DeadlineExceeded:
 		return http.StatusGatewayTimeout
+	case e.Last.Class == retry.Permanent && e.Last.Status == 0:
+		return http.StatusBadGateway // no answer could be had: a TLS handshake that failed
 	case e.State == "" && (e.Code == codes.MissingKeyVariable || e.Code == codes.InvalidKeyTemplate):
 		return http.StatusBadRequest
 	}

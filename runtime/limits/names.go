@@ -31,6 +31,16 @@ const (
 // TransportErrors are the transport failures a policy may list.
 var TransportErrors = []string{ConnectionRefused, ConnectionReset, Timeout, DNSFailure}
 
+// Failures of the TLS handshake: evidence names, never a retryOn value. A
+// retry cannot fix a certificate or a server that does not speak TLS, so the
+// runtime ends on them at once; nothing of the request was sent.
+const (
+	// TLSCertificate: a certificate did not verify (the server's, or ours at the server).
+	TLSCertificate = "TLSCertificate"
+	// TLSHandshake: the handshake failed otherwise (no TLS at the other end, no common protocol).
+	TLSHandshake = "TLSHandshake"
+)
+
 // PreDispatchErrors are the transport failures that prove the request never
 // left the process: retrying them needs no replay safety. The CRD's
 // maxAttempts rule spells this set out; a test holds it to this one.

@@ -2,12 +2,15 @@ package retry
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"syscall"
@@ -178,6 +181,8 @@ func classify(err error, retryOnStatus func(int) bool, retryOnErr func(string) b
 	transport, dispatched := transportOf(err)
 	ev := Evidence{Transport: transport, Dispatched: dispatched}
 	switch {
+	case !dispatched && tlsName(transport):
+		ev.Class = Permanent // a retry cannot fix a certificate, or a server that does not speak TLS
 	case transport == "" || !retryOnErr(transport):
 		ev.Class = Unrecognized
 	case dispatched:
@@ -209,7 +214,13 @@ func gatewayFailure(code int) bool {
 }
 
 // transportOf names a transport failure and whether the request may have
-// been dispatched.
+// been dispatched. It is the one rule of proven non-dispatch (docs/runtime.md,
+// "Proven non-dispatch"): a failure before any byte of the request was
+// written is not dispatched, proven by the error itself (a failed lookup, a
+// refused connection, a failed dial, a proxy that refused CONNECT, a
+// certificate that did not verify) or by the integration that saw the
+// attempt and wrapped the error with NotDispatched (the RoundTripper's
+// trace, the gRPC stats handler). Nothing else proves it.
 func transportOf(err error) (string, bool) {
 	var nd *notDispatched
 	proven := errors.As(err, &nd)
@@ -226,8 +237,14 @@ func transportOf(err error) (string, bool) {
 		return limits.ConnectionRefused, false
 	}
 	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		proven = true // nothing is sent before the connection exists
+	if errors.As(err, &op) && (op.Op == "dial" || op.Op == "proxyconnect") {
+		// Nothing is sent before the connection exists, and net/http's
+		// "proxyconnect" is the CONNECT (or the TLS to the proxy) that
+		// would have carried it (transport.go, dialConn).
+		proven = true
+	}
+	if name, proof := tlsFailure(err); name != "" {
+		return name, !proven && !proof
 	}
 	switch {
 	case errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNABORTED),
@@ -239,6 +256,86 @@ func transportOf(err error) (string, bool) {
 		return limits.Timeout, !proven
 	}
 	return "", !proven
+}
+
+// tlsName reports whether a transport failure is the TLS handshake's.
+func tlsName(name string) bool { return name == limits.TLSCertificate || name == limits.TLSHandshake }
+
+// tlsFailure names a failure of the TLS handshake ("" when err is none),
+// and whether err alone proves that nothing was sent. A certificate that
+// did not verify is only ever the client handshake's error; an alert from
+// the server or a record that is not TLS can also end a connection that
+// carried a request, so they prove nothing without the attempt's trace.
+func tlsFailure(err error) (name string, proof bool) {
+	var (
+		verify    *tls.CertificateVerificationError
+		authority x509.UnknownAuthorityError
+		host      x509.HostnameError
+		invalid   x509.CertificateInvalidError
+		record    tls.RecordHeaderError
+	)
+	switch {
+	case errors.As(err, &verify), errors.As(err, &authority), errors.As(err, &host), errors.As(err, &invalid):
+		return limits.TLSCertificate, true
+	case errors.Is(err, http.ErrSchemeMismatch):
+		return limits.TLSHandshake, true // http.Client's name for the handshake's plain HTTP answer
+	case errors.As(err, &record):
+		return limits.TLSHandshake, false // an answer that is not TLS: http:// behind https://
+	}
+	switch a, ok := tlsAlert(err); {
+	case !ok:
+		return "", false
+	case certificateAlert(a):
+		return limits.TLSCertificate, false
+	case handshakeAlert(a):
+		return limits.TLSHandshake, false
+	}
+	return "", false
+}
+
+// refusedHandshake reports whether err is a server's alert that refuses the
+// handshake (a certificate alert or a handshake alert).
+func refusedHandshake(err error) bool {
+	a, ok := tlsAlert(err)
+	return ok && (certificateAlert(a) || handshakeAlert(a))
+}
+
+// tlsAlert is the alert a TLS peer sent, when err is crypto/tls's report of
+// one: a *net.OpError whose Op is "remote error" and whose Err is the
+// package's alert, a uint8 (crypto/tls conn.go, readRecordOrCCS).
+func tlsAlert(err error) (uint8, bool) {
+	var op *net.OpError
+	if !errors.As(err, &op) || op.Op != "remote error" || op.Err == nil {
+		return 0, false
+	}
+	v := reflect.ValueOf(op.Err)
+	if v.Type().PkgPath() != "crypto/tls" || v.Kind() != reflect.Uint8 {
+		return 0, false
+	}
+	return uint8(v.Uint()), true
+}
+
+// certificateAlert reports the alerts by which a server refuses the
+// client's certificate or its absence (RFC 8446, section 6.2): bad,
+// unsupported, revoked, expired or unknown certificate, unknown CA, access
+// denied, certificate required.
+func certificateAlert(a uint8) bool {
+	switch a {
+	case 42, 43, 44, 45, 46, 48, 49, 116:
+		return true
+	}
+	return false
+}
+
+// handshakeAlert reports the other alerts that end a handshake: handshake
+// failure, protocol version, insufficient security, unrecognized name, no
+// application protocol (RFC 8446, section 6.2).
+func handshakeAlert(a uint8) bool {
+	switch a {
+	case 40, 70, 71, 112, 120:
+		return true
+	}
+	return false
 }
 
 func isTimeout(err error) bool {

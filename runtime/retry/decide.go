@@ -67,7 +67,7 @@ type Decision struct {
 	// Detail explains the decision to a human.
 	Detail string
 	// Reason is a bounded label for metrics: budget, deadline, retry_after,
-	// retry_after_unparseable, permanent, ambiguous, not_replay_safe,
+	// retry_after_unparseable, permanent, tls, ambiguous, not_replay_safe,
 	// exhausted or not_enforced ("" when it retries).
 	Reason string
 	// Sleep is the wait before the next attempt.
@@ -90,6 +90,7 @@ const (
 	deniedRetryAfter      = "retry_after"
 	deniedUnparseable     = "retry_after_unparseable"
 	deniedPermanent       = "permanent"
+	deniedTLS             = "tls"
 	deniedAmbiguous       = "ambiguous"
 	deniedNotReplaySafe   = "not_replay_safe"
 	deniedExhausted       = "exhausted"
@@ -101,7 +102,8 @@ const (
 
 // Decide applies a policy to one failed attempt, in this order:
 //
-//  1. a permanent failure ends;
+//  1. a permanent failure ends (a 4xx other than 429, or a TLS handshake
+//     that failed before the request was sent);
 //  2. a policy not in force makes no retry;
 //  3. an unparseable Retry-After ends (MC-FM-01);
 //  4. unrecognized evidence ends: UNKNOWN_OUTCOME when it came after the
@@ -132,6 +134,9 @@ func Decide(in DecisionInput) Decision {
 		end = UnknownOutcome
 	}
 	switch {
+	case ev.Class == Permanent && tlsName(ev.Transport):
+		return stop(end, codes.PermanentFailure, "the TLS handshake failed"+describe(ev)+
+			" before the request was sent: a retry cannot fix it"+earlier(in), deniedTLS)
 	case ev.Class == Permanent:
 		return stop(end, codes.PermanentFailure, fmt.Sprintf("HTTP %d is permanent", ev.Status)+earlier(in), deniedPermanent)
 	case in.NotEnforced != "":

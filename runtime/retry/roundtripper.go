@@ -183,6 +183,7 @@ type hooks struct {
 	number atomic.Int32 // the attempt in flight
 	wrote  atomic.Int32 // the last attempt whose headers were written
 	got    atomic.Int32 // the last attempt for which the transport got a connection
+	fresh  atomic.Bool  // that connection was new, not a kept-alive one
 	conns  atomic.Int32 // connections the transport asked for in this attempt
 	// refused: net/http tried to send this attempt's request again, and
 	// was refused.
@@ -191,9 +192,13 @@ type hooks struct {
 
 var hookPool = sync.Pool{New: func() any {
 	h := &hooks{pooled: true}
-	h.trace = httptrace.ClientTrace{GetConn: h.getConn, GotConn: h.gotConn, WroteHeaders: h.wroteHeaders}
+	h.trace = h.clientTrace()
 	return h
 }}
+
+func (h *hooks) clientTrace() httptrace.ClientTrace {
+	return httptrace.ClientTrace{GetConn: h.getConn, GotConn: h.gotConn, WroteHeaders: h.wroteHeaders}
+}
 
 // newHooks returns c's hooks. When ctx already carries a trace,
 // WithClientTrace composes the two by rewriting ours, so those hooks are
@@ -204,7 +209,7 @@ func newHooks(ctx context.Context, c *call) *hooks {
 		h = hookPool.Get().(*hooks)
 	} else {
 		h = &hooks{}
-		h.trace = httptrace.ClientTrace{GetConn: h.getConn, GotConn: h.gotConn, WroteHeaders: h.wroteHeaders}
+		h.trace = h.clientTrace()
 	}
 	h.call = c
 	h.wrote.Store(0)
@@ -324,6 +329,9 @@ func (c *call) attempt(_ context.Context, a Attempt, limit time.Duration) error 
 	}
 	*out = *c.req.WithContext(ctx)
 	*u = *c.req.URL
+	if len(c.req.Trailer) > 0 && length > 0 {
+		length = -1 // trailers travel only after a chunked body (RFC 9112, section 7.1.2)
+	}
 	out.URL, out.Body, out.ContentLength, out.GetBody = u, body, length, nil
 	if c.hasBuffer || c.req.GetBody != nil {
 		// net/http calls GetBody to send a request again by itself: resend
@@ -353,6 +361,21 @@ func (c *call) attempt(_ context.Context, a Attempt, limit time.Duration) error 
 		case h.refused.Load():
 			return &sent{err: fmt.Errorf("retryguard: the connection failed after the request was sent, "+
 				"and net/http's own re-send of it was refused (%w): %w", io.ErrUnexpectedEOF, err)}
+		case h.conns.Load() > 0 && h.got.Load() != int32(a.Number):
+			// net/http's own trace: the transport asked for a connection for
+			// this attempt and never got one (the dial, the proxy's CONNECT or
+			// the TLS handshake failed), and it reports GotConn before it
+			// writes a byte, over HTTP/1.1 and HTTP/2 alike (transport.go,
+			// getConn; h2_bundle.go, RoundTripOpt): docs/runtime.md, "Proven
+			// non-dispatch".
+			return NotDispatched(err)
+		case h.wrote.Load() == int32(a.Number) && h.fresh.Load() && refusedHandshake(err):
+			// TLS 1.3 ends the client's handshake before the server has
+			// checked the client's certificate, so the request is written
+			// and the server's refusal arrives as an alert in its place, on a
+			// new connection: the server never took the request (RFC 8446,
+			// section 4.4.2.4).
+			return NotDispatched(err)
 		case h.wrote.Load() == int32(a.Number):
 			return &sent{err: err}
 		case live && h.got.Load() == int32(a.Number):
@@ -399,7 +422,10 @@ func (h *hooks) wroteHeaders() { h.wrote.Store(h.number.Load()) }
 
 // gotConn is the GotConn hook; it runs on the caller's goroutine, inside
 // RoundTrip.
-func (h *hooks) gotConn(httptrace.GotConnInfo) { h.got.Store(h.number.Load()) }
+func (h *hooks) gotConn(info httptrace.GotConnInfo) {
+	h.fresh.Store(!info.Reused)
+	h.got.Store(h.number.Load())
+}
 
 // stopResend stops net/http's re-send of the attempt in flight before a
 // byte of it is written, and ends the transport's loop, from the GetConn
