@@ -3,6 +3,7 @@ package proxy
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -50,6 +51,8 @@ type Proxy struct {
 type route struct {
 	Route
 	upstream *url.URL
+	// inFlight holds a token for each request the route is serving.
+	inFlight chan struct{}
 	// transports[keyed][pooled]: keyed for a request that carries its own
 	// key (else the policy's template renders it from Retryguard-Var-*
 	// headers), pooled for a policy that names a connection pool (else the
@@ -65,6 +68,13 @@ type placeholders struct {
 	headers []string // their canonical header names
 }
 
+// DefaultMaxInFlight is the most requests a route serves at once when
+// Runtime.MaxInFlight is 0. Each holds up to a request body the
+// RoundTripper keeps to send again (retry.DefaultMaxBufferedBody) and a copy
+// buffer: 256 of them stay within a few tens of MiB, inside the injected
+// sidecar's memory limit, however many connections the application opens.
+const DefaultMaxInFlight = 256
+
 // Runtime is what the routes of every port share: the two executors (see
 // NewRuntime), the pools, the base transport and the source.
 type Runtime struct {
@@ -72,6 +82,10 @@ type Runtime struct {
 	plain, caller *retry.Executor
 	pools         *retry.Pools
 	base          http.RoundTripper
+	// MaxInFlight bounds the requests each route serves at once; one
+	// beyond it is answered 503 ERR_PROXY_BUSY at once. 0 means
+	// DefaultMaxInFlight.
+	MaxInFlight int
 }
 
 // NewRuntime builds the executors the proxy's routes run on. The second
@@ -105,7 +119,11 @@ func (rt *Runtime) New(t *Table, port int) (*Proxy, error) {
 		if err != nil {
 			return nil, err
 		}
-		ro := &route{Route: r, upstream: u}
+		limit := rt.MaxInFlight
+		if limit <= 0 {
+			limit = DefaultMaxInFlight
+		}
+		ro := &route{Route: r, upstream: u, inFlight: make(chan struct{}, limit)}
 		for keyed, ex := range []*retry.Executor{rt.plain, rt.caller} {
 			ro.transports[keyed][0] = &retry.RoundTripper{Executor: ex, Policy: r.Policy, Base: rt.base}
 			ro.transports[keyed][1] = &retry.RoundTripper{Executor: ex, Policy: r.Policy, Pools: rt.pools}
@@ -156,9 +174,22 @@ func textproto(s string) string { return http.CanonicalHeaderKey(strings.TrimSpa
 // rendered from, 502 for a TLS handshake that failed, and 503 for every
 // other stop. A body that fails part way aborts the answer.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if status, why := unroutable(r); why != "" {
+		writeProblem(w, status, &retry.Error{Code: codes.UnroutableRequest, Detail: why})
+		return
+	}
 	rt := p.match(r.URL.Path)
 	if rt == nil {
 		writeProblem(w, http.StatusNotFound, &retry.Error{Code: codes.NoRoute, Detail: "no route of this port matches " + strconv.Quote(r.URL.Path)})
+		return
+	}
+	select {
+	case rt.inFlight <- struct{}{}:
+		defer func() { <-rt.inFlight }()
+	default:
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, http.StatusServiceUnavailable, &retry.Error{Code: codes.ProxyBusy,
+			Detail: fmt.Sprintf("the route %s already serves its %d requests at once; nothing was sent", strconv.Quote(rt.PathPrefix), cap(rt.inFlight))})
 		return
 	}
 	out := r.Clone(r.Context())
@@ -213,7 +244,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	removeHop(res.Header)
 	h := w.Header()
 	for k, v := range res.Header {
-		h[k] = v
+		if !reserved(k) { // the proxy's own words, which the dependency cannot speak for it
+			h[k] = v
+		}
 	}
 	// The transport's response names its trailers in res.Trailer, not in a
 	// Trailer header: announce them, then send them after the body
@@ -242,6 +275,40 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		h[k] = vv
 	}
+}
+
+// ReservedHeaderPrefix starts every header the proxy itself answers with
+// (CodeHeader, StateHeader, AttemptsHeader) or reads (VarHeaderPrefix): the
+// dependency's own are removed from its answer.
+const ReservedHeaderPrefix = "Retryguard-"
+
+func reserved(name string) bool {
+	return len(name) >= len(ReservedHeaderPrefix) && strings.EqualFold(name[:len(ReservedHeaderPrefix)], ReservedHeaderPrefix)
+}
+
+// unroutable says why r is refused before any route is matched ("" when it
+// is not), and with what status. A route is chosen by the path as sent,
+// while a dependency may read it normalized: a path with a dot-segment
+// ("/x/../v1", "%2e%2e") or an encoded separator ("%2F", "%5C") could run
+// under one route's policy and be served as another's path, so it is
+// refused, as is what is no request to route at all: CONNECT, and a
+// protocol upgrade (docs/proxy.md, "What the proxy refuses").
+func unroutable(r *http.Request) (int, string) {
+	switch {
+	case r.Method == http.MethodConnect:
+		return http.StatusMethodNotAllowed, "CONNECT is not proxied: send plain HTTP to the route's port"
+	case r.Header.Get("Upgrade") != "" && !strings.EqualFold(r.Header.Get("Upgrade"), "h2c"):
+		return http.StatusBadRequest, "a protocol upgrade (" + strconv.Quote(r.Header.Get("Upgrade")) + ") is not proxied"
+	}
+	for seg := range strings.SplitSeq(r.URL.Path, "/") {
+		if seg == "." || seg == ".." {
+			return http.StatusBadRequest, "the path " + strconv.Quote(r.URL.EscapedPath()) + " has a dot-segment; send the path it means"
+		}
+	}
+	if raw := strings.ToUpper(r.URL.RawPath); strings.Contains(raw, "%2F") || strings.Contains(raw, "%5C") || strings.Contains(r.URL.Path, "\\") {
+		return http.StatusBadRequest, "the path " + strconv.Quote(r.URL.EscapedPath()) + " has an encoded or backslash separator"
+	}
+	return 0, ""
 }
 
 // vars reads the template's variables from the request's Retryguard-Var-*

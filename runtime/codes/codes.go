@@ -90,6 +90,12 @@ const (
 	InvalidRoute Code = "ERR_INVALID_ROUTE"
 	// NoRoute: a request to the proxy that no route of its table matches.
 	NoRoute Code = "ERR_NO_ROUTE"
+	// UnroutableRequest: a request the proxy refuses to route because its
+	// route could be misread: a path with dot-segments or encoded
+	// separators, a CONNECT, a protocol upgrade.
+	UnroutableRequest Code = "ERR_UNROUTABLE_REQUEST"
+	// ProxyBusy: the route already holds its most requests in flight.
+	ProxyBusy Code = "ERR_PROXY_BUSY"
 )
 
 // String returns the code itself.

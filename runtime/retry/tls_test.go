@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -34,8 +36,19 @@ func trusting(srv *httptest.Server) *tls.Config {
 	return &tls.Config{RootCAs: pool}
 }
 
+// quiet keeps a test server's expected TLS and abort reports out of the log.
+var quiet = log.New(io.Discard, "", 0)
+
+func quietTLS(h http.Handler) *httptest.Server {
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.ErrorLog = quiet
+	srv.StartTLS()
+	return srv
+}
+
 func requiringClientCertificates(h http.Handler) *httptest.Server {
 	srv := httptest.NewUnstartedServer(h)
+	srv.Config.ErrorLog = quiet
 	srv.TLS = &tls.Config{ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: x509.NewCertPool()}
 	srv.StartTLS()
 	return srv
@@ -44,11 +57,11 @@ func requiringClientCertificates(h http.Handler) *httptest.Server {
 // tlsCases are docs/runtime.md's TLS rows of "Proven non-dispatch".
 var tlsCases = []tlsCase{{
 	name: "an untrusted CA", transport: limits.TLSCertificate,
-	serve:  httptest.NewTLSServer,
+	serve:  quietTLS,
 	client: func(*httptest.Server) *http.Transport { return &http.Transport{} }, // the system's roots
 }, {
 	name: "a certificate for another name", transport: limits.TLSCertificate,
-	serve: httptest.NewTLSServer,
+	serve: quietTLS,
 	client: func(srv *httptest.Server) *http.Transport {
 		c := trusting(srv)
 		c.ServerName = "payments.other.test"
