@@ -62,14 +62,22 @@
 // grpc.WithDefaultServiceConfig) makes grpc-go retry below the interceptor,
 // a hidden layer that multiplies the policy's attempts (RG-RETRY: three
 // layers of three attempts make 27 calls). DialOptions disables it with
-// grpc.WithDisableRetry. On a channel built otherwise, the stats handler
-// counts grpc-go's attempts of each call; when there was more than one, the
-// extra attempts ask the policy's retry budget (they were sent: a refusal
-// cannot recall them), the operation makes no further attempt, and a failed
-// call's error matches ErrHiddenRetries. An Interceptor whose stats handler
-// has seen no call cannot count them: a method whose service config retries
-// is then taken as retried, and makes no further attempt. Transparent
-// retries are not hidden retries: grpc-go makes them only for a stream the
-// server never processed (refused or never written), whatever the options,
-// and the server still receives the call once.
+// grpc.WithDisableRetry. One Interceptor serves any number of channels, and
+// judges each call by what its own channel showed:
+//
+//   - On a channel built with the interceptor and its stats handler but
+//     without DialOptions, the handler counts grpc-go's attempts of each
+//     call. When there was more than one, each extra attempt asks the
+//     policy's retry budget (it was sent: a refusal cannot recall it), the
+//     operation ends with that attempt (retry.Final: no further attempt, no
+//     backoff, the budget not asked again), and a failed call's error
+//     matches ErrHiddenRetries and keeps the server's status.
+//   - On a channel built with Unary alone, a call the stats handler did not
+//     see cannot be judged: it gets one attempt, the budget is not asked
+//     (nothing counted grpc-go's attempts), and a failed call's error
+//     matches ErrWithoutDialOptions.
+//
+// Transparent retries are not hidden retries: grpc-go makes them only for a
+// stream the server never processed (refused or never written), whatever
+// the options, and the server still receives the call once.
 package retrygrpc

@@ -10,7 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc"
 	grpccodes "google.golang.org/grpc/codes"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
@@ -53,6 +52,10 @@ var httpStatus = [...]int{
 type call struct {
 	context.Context
 
+	// watched: the channel was built with DialOptions, so its stats handler
+	// sees every attempt grpc-go begins.
+	watched bool
+
 	begins   atomic.Int32 // every attempt grpc-go began, transparent retries included
 	attempts atomic.Int32 // those that were not transparent retries
 	opened   atomic.Bool  // an attempt queued its headers on a connection (stats.OutHeader)
@@ -77,16 +80,13 @@ func (*Interceptor) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Con
 
 // HandleRPC implements stats.Handler: it records each attempt's phases in
 // the call record the interceptor put in the call's context.
-func (i *Interceptor) HandleRPC(ctx context.Context, s stats.RPCStats) {
+func (*Interceptor) HandleRPC(ctx context.Context, s stats.RPCStats) {
 	c, _ := ctx.Value(callKey{}).(*call)
 	if c == nil || !s.IsClient() {
 		return
 	}
 	switch s := s.(type) {
 	case *stats.Begin:
-		if !i.installed.Load() {
-			i.installed.Store(true)
-		}
 		c.begins.Add(1)
 		if !s.IsTransparentRetryAttempt {
 			c.attempts.Add(1)
@@ -113,38 +113,31 @@ func (*Interceptor) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.C
 // HandleConn implements stats.Handler.
 func (*Interceptor) HandleConn(context.Context, stats.ConnStats) {}
 
-// seen reports whether the stats handler is installed on the channel: every
-// call that reaches grpc-go's attempt loop begins at least one attempt.
+// seen reports whether the stats handler saw the call: every call that
+// reaches grpc-go's attempt loop begins at least one attempt.
 func (c *call) seen() bool { return c.begins.Load() > 0 }
 
+// judged reports whether the call can be judged by what the stats handler
+// saw: it saw the call, or the channel was built with DialOptions, where a
+// call it did not see failed before grpc-go began any attempt (stream.go's
+// newClientStream reports stats.Begin in newAttemptLocked, before it picks a
+// transport).
+func (c *call) judged() bool { return c.watched || c.seen() }
+
 // fromServer reports whether the status came from the server: its trailers
-// arrived. Without the stats handler there is no telling, and the status is
-// taken as the server's.
-func (c *call) fromServer() bool { return !c.seen() || c.trailer.Load() }
+// arrived. A call that cannot be judged cannot tell, and its status is taken
+// as the server's.
+func (c *call) fromServer() bool { return !c.judged() || c.trailer.Load() }
 
 // mayHaveApplied is false only with proof that nothing left the process.
-func (c *call) mayHaveApplied() bool { return !c.seen() || c.opened.Load() }
+func (c *call) mayHaveApplied() bool { return !c.judged() || c.opened.Load() }
 
 // hiddenRetries is how many retries grpc-go made by itself within one
-// attempt of the executor, and whether they were counted. Transparent
-// retries are not among them: grpc-go makes those only for a stream the
-// server never processed (refused, or never written), so the dependency
-// still received the call once. When the Interceptor's stats handler has
-// never seen a call, the attempts cannot be counted, and a method whose
-// service config retries is taken as retried; a call the handler did not see
-// on an Interceptor that has one failed before grpc-go began any attempt.
-func (c *call) hiddenRetries(installed bool, cc *grpc.ClientConn, method string) (n int, counted bool) {
-	switch {
-	case c.seen():
-		return max(int(c.attempts.Load())-1, 0), true
-	case installed:
-		return 0, true
-	}
-	if rp := cc.GetMethodConfig(method).RetryPolicy; rp != nil && rp.MaxAttempts > 1 {
-		return rp.MaxAttempts - 1, false
-	}
-	return 0, true
-}
+// attempt of the executor. Transparent retries are not among them: grpc-go
+// makes those only for a stream the server never processed (refused, or
+// never written), so the dependency still received the call once. A call
+// the stats handler did not see shows none.
+func (c *call) hiddenRetries() int { return max(int(c.attempts.Load())-1, 0) }
 
 // delay reads grpc-retry-pushback-ms as gRPC A6 defines it: one value, a
 // non-negative integer of milliseconds; anything else (a sign, a word,
@@ -186,7 +179,7 @@ func (c *call) delay() time.Duration {
 func (c *call) evidence(err error) error {
 	code := status.Code(err)
 	switch {
-	case c.seen() && !c.opened.Load():
+	case c.judged() && !c.opened.Load():
 		switch code {
 		case grpccodes.Unavailable:
 			return retry.NotDispatched(&attemptError{err: err, cause: syscall.ECONNREFUSED, note: "no connection: nothing was sent"})

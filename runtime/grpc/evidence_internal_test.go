@@ -57,11 +57,11 @@ func TestTransparentRetriesAreNotHiddenRetries(t *testing.T) {
 	i.HandleRPC(c, &stats.Begin{Client: true})
 	i.HandleRPC(c, &stats.OutHeader{Client: true})
 	i.HandleRPC(c, &stats.Begin{Client: true, IsTransparentRetryAttempt: true})
-	if n, counted := c.hiddenRetries(true, nil, ""); n != 0 || !counted {
-		t.Fatalf("hidden retries %d (counted %t), want 0 after one attempt and a transparent retry", n, counted)
+	if n := c.hiddenRetries(); n != 0 {
+		t.Fatalf("hidden retries %d, want 0 after one attempt and a transparent retry", n)
 	}
 	i.HandleRPC(c, &stats.Begin{Client: true})
-	if n, _ := c.hiddenRetries(true, nil, ""); n != 1 {
+	if n := c.hiddenRetries(); n != 1 {
 		t.Fatalf("hidden retries %d, want 1 after a second non-transparent attempt", n)
 	}
 }
