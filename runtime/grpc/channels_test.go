@@ -1,12 +1,14 @@
 package retrygrpc_test
 
 import (
+	"context"
 	"errors"
 	"math"
 	"testing"
 
 	"google.golang.org/grpc"
 	grpccodes "google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/retryguard/retryguard/runtime/codes"
@@ -93,5 +95,23 @@ func TestCaughtHiddenRetriesAddNoAttempt(t *testing.T) {
 	}
 	if l := dead.written(); len(l) != 1 || len(l[0].Attempts) != 1 {
 		t.Errorf("dead letters %+v, want one with one attempt", l)
+	}
+}
+
+// On a channel built with DialOptions, a call the stats handler did not see
+// failed before grpc-go began any attempt (here: metadata grpc-go refuses,
+// checked in newClientStream): nothing was sent, and the status is grpc-go's,
+// not the server's.
+func TestACallRefusedBeforeAnyAttemptSentNothing(t *testing.T) {
+	h := &health{}
+	ic, _, _ := guarded(grpcPolicy())
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "bad key", "v")
+	_, err := dial(t, serve(t, h), ic.DialOptions()...).Check(ctx, nil, retrygrpc.WithVars(smsVars))
+	re := retryError(t, err)
+	if re.Last.Dispatched || re.Last.Status != 0 || re.State != retry.TerminalExhausted || h.calls() != 0 {
+		t.Errorf("%s, last evidence %+v, %d calls; want TERMINAL_EXHAUSTED, nothing dispatched, no status, none at the server: %v", re.State, re.Last, h.calls(), err)
+	}
+	if status.Code(err) != grpccodes.Internal {
+		t.Errorf("status.Code(err) = %s, want grpc-go's Internal", status.Code(err))
 	}
 }

@@ -36,13 +36,20 @@
 //	DATA_LOSS                      not mapped                       unknown outcome: the server cannot say what it kept
 //
 // The status is judged by the phase the attempt reached, which the
-// Interceptor's stats handler sees, and never by its message:
+// Interceptor's stats handler sees, and by its message only where grpc-go
+// states nothing else (a refused stream):
 //
 //   - An attempt none of whose grpc-go attempts put its headers on a
 //     connection (no stats.OutHeader) sent nothing: it is proven not
 //     dispatched. Its UNAVAILABLE is a connection that could not be made
 //     and counts as ConnectionRefused (grpc-go states the dial's error only
 //     as text); its DEADLINE_EXCEEDED is a Timeout before dispatch.
+//   - A stream the server refused unprocessed (RST_STREAM REFUSED_STREAM,
+//     or a GOAWAY below its ID: RFC 9113 §8.7, §6.8) is proven not
+//     dispatched too, a ConnectionRefused. grpc-go marks such a stream but
+//     returns only its UNAVAILABLE, so its exact message for it is the
+//     evidence, taken only after one attempt that received neither headers
+//     nor trailers.
 //   - A status the client made up after dispatch (no server trailers):
 //     UNAVAILABLE is a connection lost mid-call, ConnectionReset, ambiguous,
 //     never the server's 503; DEADLINE_EXCEEDED is a Timeout; any other

@@ -2,6 +2,7 @@ package retrygrpc
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -59,6 +60,7 @@ type call struct {
 	begins   atomic.Int32 // every attempt grpc-go began, transparent retries included
 	attempts atomic.Int32 // those that were not transparent retries
 	opened   atomic.Bool  // an attempt queued its headers on a connection (stats.OutHeader)
+	header   atomic.Bool  // the last attempt received the server's headers (stats.InHeader)
 	trailer  atomic.Bool  // the last attempt received the server's trailers (stats.InTrailer)
 
 	mu       sync.Mutex
@@ -91,12 +93,15 @@ func (*Interceptor) HandleRPC(ctx context.Context, s stats.RPCStats) {
 		if !s.IsTransparentRetryAttempt {
 			c.attempts.Add(1)
 		}
+		c.header.Store(false)
 		c.trailer.Store(false)
 		c.mu.Lock()
 		c.pushback = nil
 		c.mu.Unlock()
 	case *stats.OutHeader:
 		c.opened.Store(true)
+	case *stats.InHeader:
+		c.header.Store(true)
 	case *stats.InTrailer:
 		if v := s.Trailer[pushbackHeader]; v != nil { // metadata keys are lower case
 			c.mu.Lock()
@@ -129,8 +134,12 @@ func (c *call) judged() bool { return c.watched || c.seen() }
 // as the server's.
 func (c *call) fromServer() bool { return !c.judged() || c.trailer.Load() }
 
-// mayHaveApplied is false only with proof that nothing left the process.
-func (c *call) mayHaveApplied() bool { return !c.judged() || c.opened.Load() }
+// mayHaveApplied is false only with proof that the server processed
+// nothing: no attempt left the process, or the one that left was refused
+// unprocessed.
+func (c *call) mayHaveApplied(err error) bool {
+	return !c.judged() || c.opened.Load() && !c.unprocessed(err)
+}
 
 // hiddenRetries is how many retries grpc-go made by itself within one
 // attempt of the executor. Transparent retries are not among them: grpc-go
@@ -138,6 +147,45 @@ func (c *call) mayHaveApplied() bool { return !c.judged() || c.opened.Load() }
 // never written), so the dependency still received the call once. A call
 // the stats handler did not see shows none.
 func (c *call) hiddenRetries() int { return max(int(c.attempts.Load())-1, 0) }
+
+// unprocessed reports whether a failed call reached the server only as
+// streams it did not process: grpc-go began one attempt (a transparent
+// retry follows only a stream the server did not process: stream.go's
+// shouldRetry), the last received neither headers nor trailers, and its
+// status is the one grpc-go gives a stream it marks unprocessed.
+func (c *call) unprocessed(err error) bool {
+	return c.attempts.Load() == 1 && !c.header.Load() && !c.trailer.Load() && unprocessedStatus(err)
+}
+
+// grpc-go's statuses for a stream the server did not process. grpc-go
+// marks such a stream (ClientStream.Unprocessed, internal/transport) but
+// returns only the status, with the same code for a connection lost after
+// the server read the call; so its message is the evidence, matched whole,
+// and only these (google.golang.org/grpc v1.82.1):
+const (
+	// http2_client.go handleRSTStream: status.Newf(codes.Unavailable,
+	// "stream terminated by RST_STREAM with error code: %v", f.ErrCode) for
+	// RST_STREAM(REFUSED_STREAM), the one HTTP/2 code mapped to UNAVAILABLE
+	// (http_util.go, http2ErrConvTab). RFC 9113 §8.7: the stream was closed
+	// before any processing.
+	refusedStreamMessage = "stream terminated by RST_STREAM with error code: REFUSED_STREAM"
+	// transport.go errStreamDrain, which http2_client.go's handleGoAway
+	// gives every stream above a GOAWAY's last stream ID (RFC 9113 §6.8:
+	// not processed), and which NewStream and controlbuf.go give a stream
+	// never written to a draining connection.
+	drainingMessage = "the connection is draining"
+)
+
+// unprocessedStatus reports whether err is grpc-go's UNAVAILABLE for a
+// stream the server did not process.
+func unprocessedStatus(err error) bool {
+	var se interface{ GRPCStatus() *status.Status }
+	if !errors.As(err, &se) {
+		return false
+	}
+	st := se.GRPCStatus()
+	return st.Code() == grpccodes.Unavailable && (st.Message() == refusedStreamMessage || st.Message() == drainingMessage)
+}
 
 // delay reads grpc-retry-pushback-ms as gRPC A6 defines it: one value, a
 // non-negative integer of milliseconds; anything else (a sign, a word,
@@ -167,6 +215,9 @@ func (c *call) delay() time.Duration {
 //     process (retry.NotDispatched); an UNAVAILABLE then is a connection
 //     that could not be made (ConnectionRefused), a DEADLINE_EXCEEDED a
 //     Timeout before dispatch;
+//   - a stream the server refused unprocessed (REFUSED_STREAM, or above a
+//     GOAWAY's last stream ID) is not dispatched either: a refusal,
+//     ConnectionRefused;
 //   - DEADLINE_EXCEEDED after dispatch, from either side, is a Timeout: the
 //     write may have happened;
 //   - a status the client made up after dispatch, without the server's
@@ -190,6 +241,9 @@ func (c *call) evidence(err error) error {
 	case code == grpccodes.DeadlineExceeded:
 		return &attemptError{err: err, cause: context.DeadlineExceeded, note: "the call may have been applied"}
 	case !c.fromServer():
+		if c.unprocessed(err) {
+			return retry.NotDispatched(&attemptError{err: err, cause: syscall.ECONNREFUSED, note: "the server refused the stream unprocessed"})
+		}
 		if code == grpccodes.Unavailable {
 			return &attemptError{err: err, cause: io.ErrUnexpectedEOF, note: "the connection ended before the server's status: the call may have been applied"}
 		}

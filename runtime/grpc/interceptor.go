@@ -159,7 +159,7 @@ func (o *operation) attempt(ctx context.Context, a retry.Attempt) error {
 		return nil
 	}
 	ev := c.evidence(err)
-	o.applied = o.applied || c.mayHaveApplied()
+	o.applied = o.applied || c.mayHaveApplied(err)
 	o.answered = nil
 	if c.fromServer() {
 		o.answered = err
