@@ -1,14 +1,20 @@
 package retrygrpc_test
 
 import (
+	"context"
 	"io"
 	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/net/http2"
+	"google.golang.org/grpc"
 	grpccodes "google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/retryguard/retryguard/runtime/codes"
@@ -131,5 +137,65 @@ func TestAStreamResetOtherwiseIsDispatched(t *testing.T) {
 	re := retryError(t, check(dial(t, addr, ic.DialOptions()...)))
 	if re.State != retry.UnknownOutcome || re.Attempts != 1 || !re.Last.Dispatched || streams.Load() != 1 {
 		t.Errorf("%s after %d attempts (%d streams), last %+v; want UNKNOWN_OUTCOME after 1, dispatched", re.State, re.Attempts, streams.Load(), re.Last)
+	}
+}
+
+// A real grpc-go server's GracefulStop sends GOAWAY: the call in flight is
+// finished, and a call made once the channel has seen the GOAWAY is sent to
+// no server (its listener is closed): not dispatched, never UNKNOWN_OUTCOME,
+// and the server's handler ran only for the call in flight.
+func TestACallAfterAGracefulStopIsNotDispatched(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	h := &health{answer: func(_ context.Context, n int) error {
+		if n == 1 {
+			close(entered)
+			<-release
+		}
+		return nil
+	}}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	healthpb.RegisterHealthServer(s, h)
+	go func() { _ = s.Serve(lis) }()
+	t.Cleanup(s.Stop)
+
+	ic, _, _, _, dead := observed(grpcPolicy(keyless))
+	conn, err := grpc.NewClient("passthrough:///"+lis.Addr().String(), append(ic.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	client := healthpb.NewHealthClient(conn)
+	inFlight := make(chan error, 1)
+	go func() { inFlight <- check(client) }()
+	<-entered
+	stopped := make(chan struct{})
+	go func() { s.GracefulStop(); close(stopped) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for state := conn.GetState(); state == connectivity.Ready; state = conn.GetState() {
+		if !conn.WaitForStateChange(ctx, state) {
+			t.Fatal("the channel never saw the GOAWAY")
+		}
+	}
+
+	err = check(client)
+	re := retryError(t, err)
+	if re.State == retry.UnknownOutcome || re.Last.Dispatched || h.calls() != 1 {
+		t.Errorf("%s, last evidence %+v, %d calls at the server; want no UNKNOWN_OUTCOME, nothing dispatched, only the call in flight: %v",
+			re.State, re.Last, h.calls(), err)
+	}
+	close(release)
+	if err := <-inFlight; err != nil {
+		t.Errorf("the call in flight: %v, want it finished", err)
+	}
+	<-stopped
+	for _, l := range dead.written() {
+		if l.State == retry.UnknownOutcome {
+			t.Errorf("dead letter %s: %+v", l.State, l.Attempts)
+		}
 	}
 }
