@@ -23,9 +23,13 @@
 //
 //	status                         what Do sees                     class (docs/runtime.md)
 //	OK                             success
-//	UNAVAILABLE                    503                              transient when 503 is listed
+//	UNAVAILABLE from the server    503                              transient when 503 is listed
 //	RESOURCE_EXHAUSTED             429, grpc-retry-pushback-ms      transient when 429 is listed; the pushback
 //	                               as the server's delay            is honoured as Retry-After is
+//	UNAVAILABLE made by grpc-go    ConnectionRefused before any     not dispatched: transient when listed
+//	                               header left, or for a stream the
+//	                               server refused unprocessed
+//	                               ConnectionReset otherwise        ambiguous: the server may have read the call
 //	DEADLINE_EXCEEDED              Timeout (not 504)                ambiguous: the write may have happened
 //	INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE  400        permanent (INV-RTY-03)
 //	UNAUTHENTICATED 401, PERMISSION_DENIED 403, NOT_FOUND 404       permanent
@@ -42,8 +46,13 @@
 //   - An attempt none of whose grpc-go attempts put its headers on a
 //     connection (no stats.OutHeader) sent nothing: it is proven not
 //     dispatched. Its UNAVAILABLE is a connection that could not be made
-//     and counts as ConnectionRefused (grpc-go states the dial's error only
-//     as text); its DEADLINE_EXCEEDED is a Timeout before dispatch.
+//     and counts as ConnectionRefused whatever the cause (refused, DNS,
+//     every TLS handshake failure: grpc-go states the dial's error only as
+//     text, so a certificate failure cannot be told apart and is retried as
+//     a refused connection); its DEADLINE_EXCEEDED is a Timeout before
+//     dispatch. On a channel built with DialOptions, a call the handler did
+//     not see at all failed before grpc-go began an attempt, and sent
+//     nothing either.
 //   - A stream the server refused unprocessed (RST_STREAM REFUSED_STREAM,
 //     or a GOAWAY below its ID: RFC 9113 §8.7, §6.8) is proven not
 //     dispatched too, a ConnectionRefused. grpc-go marks such a stream but

@@ -84,6 +84,17 @@ func serveTLS(t *testing.T, h *health, creds credentials.TransportCredentials) s
 	return lis.Addr().String()
 }
 
+// dialTLS opens a channel to addr with opts and TLS credentials of cfg.
+func dialTLS(t *testing.T, addr string, cfg *tls.Config, opts ...grpc.DialOption) healthpb.HealthClient {
+	t.Helper()
+	conn, err := grpc.NewClient("passthrough:///"+addr, append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return healthpb.NewHealthClient(conn)
+}
+
 // Every TLS handshake failure on a channel sent nothing (issue 28, item 1):
 // an untrusted authority, a certificate for another name, a plain-text
 // server behind TLS credentials, a server that requires a client
@@ -113,13 +124,7 @@ func TestATLSHandshakeFailureIsNotDispatched(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &health{}
 			ic, _, _, _, dead := observed(grpcPolicy(keyless))
-			addr := serveTLS(t, h, tc.server)
-			conn, err := grpc.NewClient("passthrough:///"+addr, append(ic.DialOptions(), grpc.WithTransportCredentials(credentials.NewTLS(tc.client)))...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = conn.Close() })
-			err = check(healthpb.NewHealthClient(conn))
+			err := check(dialTLS(t, serveTLS(t, h, tc.server), tc.client, ic.DialOptions()...))
 			re := retryError(t, err)
 			if re.State == retry.UnknownOutcome || re.Last.Dispatched || h.calls() != 0 {
 				t.Errorf("%s, last evidence %+v, %d calls at the server; want no UNKNOWN_OUTCOME, nothing dispatched, none: %v",
@@ -142,12 +147,7 @@ func TestATLSHandshakeFailureIsNotDispatched(t *testing.T) {
 	h := &health{}
 	ic, _, _ := guarded(grpcPolicy(keyless))
 	addr := serveTLS(t, h, credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{server}}))
-	conn, err := grpc.NewClient("passthrough:///"+addr, append(ic.DialOptions(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: ca.pool})))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	if err := check(healthpb.NewHealthClient(conn)); err != nil || h.calls() != 1 {
+	if err := check(dialTLS(t, addr, &tls.Config{RootCAs: ca.pool}, ic.DialOptions()...)); err != nil || h.calls() != 1 {
 		t.Fatalf("trusted TLS: %d calls, %v", h.calls(), err)
 	}
 }
