@@ -23,9 +23,13 @@
 //
 //	status                         what Do sees                     class (docs/runtime.md)
 //	OK                             success
-//	UNAVAILABLE                    503                              transient when 503 is listed
+//	UNAVAILABLE from the server    503                              transient when 503 is listed
 //	RESOURCE_EXHAUSTED             429, grpc-retry-pushback-ms      transient when 429 is listed; the pushback
 //	                               as the server's delay            is honoured as Retry-After is
+//	UNAVAILABLE made by grpc-go    ConnectionRefused before any     not dispatched: transient when listed
+//	                               header left, or for a stream the
+//	                               server refused unprocessed
+//	                               ConnectionReset otherwise        ambiguous: the server may have read the call
 //	DEADLINE_EXCEEDED              Timeout (not 504)                ambiguous: the write may have happened
 //	INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE  400        permanent (INV-RTY-03)
 //	UNAUTHENTICATED 401, PERMISSION_DENIED 403, NOT_FOUND 404       permanent
@@ -36,13 +40,25 @@
 //	DATA_LOSS                      not mapped                       unknown outcome: the server cannot say what it kept
 //
 // The status is judged by the phase the attempt reached, which the
-// Interceptor's stats handler sees, and never by its message:
+// Interceptor's stats handler sees, and by its message only where grpc-go
+// states nothing else (a refused stream):
 //
 //   - An attempt none of whose grpc-go attempts put its headers on a
 //     connection (no stats.OutHeader) sent nothing: it is proven not
 //     dispatched. Its UNAVAILABLE is a connection that could not be made
-//     and counts as ConnectionRefused (grpc-go states the dial's error only
-//     as text); its DEADLINE_EXCEEDED is a Timeout before dispatch.
+//     and counts as ConnectionRefused whatever the cause (refused, DNS,
+//     every TLS handshake failure: grpc-go states the dial's error only as
+//     text, so a certificate failure cannot be told apart and is retried as
+//     a refused connection); its DEADLINE_EXCEEDED is a Timeout before
+//     dispatch. On a channel built with DialOptions, a call the handler did
+//     not see at all failed before grpc-go began an attempt, and sent
+//     nothing either.
+//   - A stream the server refused unprocessed (RST_STREAM REFUSED_STREAM,
+//     or a GOAWAY below its ID: RFC 9113 §8.7, §6.8) is proven not
+//     dispatched too, a ConnectionRefused. grpc-go marks such a stream but
+//     returns only its UNAVAILABLE, so its exact message for it is the
+//     evidence, taken only after one attempt that received neither headers
+//     nor trailers.
 //   - A status the client made up after dispatch (no server trailers):
 //     UNAVAILABLE is a connection lost mid-call, ConnectionReset, ambiguous,
 //     never the server's 503; DEADLINE_EXCEEDED is a Timeout; any other
@@ -62,14 +78,22 @@
 // grpc.WithDefaultServiceConfig) makes grpc-go retry below the interceptor,
 // a hidden layer that multiplies the policy's attempts (RG-RETRY: three
 // layers of three attempts make 27 calls). DialOptions disables it with
-// grpc.WithDisableRetry. On a channel built otherwise, the stats handler
-// counts grpc-go's attempts of each call; when there was more than one, the
-// extra attempts ask the policy's retry budget (they were sent: a refusal
-// cannot recall them), the operation makes no further attempt, and a failed
-// call's error matches ErrHiddenRetries. An Interceptor whose stats handler
-// has seen no call cannot count them: a method whose service config retries
-// is then taken as retried, and makes no further attempt. Transparent
-// retries are not hidden retries: grpc-go makes them only for a stream the
-// server never processed (refused or never written), whatever the options,
-// and the server still receives the call once.
+// grpc.WithDisableRetry. One Interceptor serves any number of channels, and
+// judges each call by what its own channel showed:
+//
+//   - On a channel built with the interceptor and its stats handler but
+//     without DialOptions, the handler counts grpc-go's attempts of each
+//     call. When there was more than one, each extra attempt asks the
+//     policy's retry budget (it was sent: a refusal cannot recall it), the
+//     operation ends with that attempt (retry.Final: no further attempt, no
+//     backoff, the budget not asked again), and a failed call's error
+//     matches ErrHiddenRetries and keeps the server's status.
+//   - On a channel built with Unary alone, a call the stats handler did not
+//     see cannot be judged: it gets one attempt, the budget is not asked
+//     (nothing counted grpc-go's attempts), and a failed call's error
+//     matches ErrWithoutDialOptions.
+//
+// Transparent retries are not hidden retries: grpc-go makes them only for a
+// stream the server never processed (refused or never written), whatever
+// the options, and the server still receives the call once.
 package retrygrpc

@@ -2,6 +2,7 @@ package retrygrpc
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -10,7 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc"
 	grpccodes "google.golang.org/grpc/codes"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
@@ -53,9 +53,14 @@ var httpStatus = [...]int{
 type call struct {
 	context.Context
 
+	// watched: the channel was built with DialOptions, so its stats handler
+	// sees every attempt grpc-go begins.
+	watched bool
+
 	begins   atomic.Int32 // every attempt grpc-go began, transparent retries included
 	attempts atomic.Int32 // those that were not transparent retries
 	opened   atomic.Bool  // an attempt queued its headers on a connection (stats.OutHeader)
+	header   atomic.Bool  // the last attempt received the server's headers (stats.InHeader)
 	trailer  atomic.Bool  // the last attempt received the server's trailers (stats.InTrailer)
 
 	mu       sync.Mutex
@@ -77,26 +82,26 @@ func (*Interceptor) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Con
 
 // HandleRPC implements stats.Handler: it records each attempt's phases in
 // the call record the interceptor put in the call's context.
-func (i *Interceptor) HandleRPC(ctx context.Context, s stats.RPCStats) {
+func (*Interceptor) HandleRPC(ctx context.Context, s stats.RPCStats) {
 	c, _ := ctx.Value(callKey{}).(*call)
 	if c == nil || !s.IsClient() {
 		return
 	}
 	switch s := s.(type) {
 	case *stats.Begin:
-		if !i.installed.Load() {
-			i.installed.Store(true)
-		}
 		c.begins.Add(1)
 		if !s.IsTransparentRetryAttempt {
 			c.attempts.Add(1)
 		}
+		c.header.Store(false)
 		c.trailer.Store(false)
 		c.mu.Lock()
 		c.pushback = nil
 		c.mu.Unlock()
 	case *stats.OutHeader:
 		c.opened.Store(true)
+	case *stats.InHeader:
+		c.header.Store(true)
 	case *stats.InTrailer:
 		if v := s.Trailer[pushbackHeader]; v != nil { // metadata keys are lower case
 			c.mu.Lock()
@@ -113,37 +118,73 @@ func (*Interceptor) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.C
 // HandleConn implements stats.Handler.
 func (*Interceptor) HandleConn(context.Context, stats.ConnStats) {}
 
-// seen reports whether the stats handler is installed on the channel: every
-// call that reaches grpc-go's attempt loop begins at least one attempt.
+// seen reports whether the stats handler saw the call: every call that
+// reaches grpc-go's attempt loop begins at least one attempt.
 func (c *call) seen() bool { return c.begins.Load() > 0 }
 
-// fromServer reports whether the status came from the server: its trailers
-// arrived. Without the stats handler there is no telling, and the status is
-// taken as the server's.
-func (c *call) fromServer() bool { return !c.seen() || c.trailer.Load() }
+// judged reports whether the call can be judged by what the stats handler
+// saw: it saw the call, or the channel was built with DialOptions, where a
+// call it did not see failed before grpc-go began any attempt (stream.go's
+// newClientStream reports stats.Begin in newAttemptLocked, before it picks a
+// transport).
+func (c *call) judged() bool { return c.watched || c.seen() }
 
-// mayHaveApplied is false only with proof that nothing left the process.
-func (c *call) mayHaveApplied() bool { return !c.seen() || c.opened.Load() }
+// fromServer reports whether the status came from the server: its trailers
+// arrived. A call that cannot be judged cannot tell, and its status is taken
+// as the server's.
+func (c *call) fromServer() bool { return !c.judged() || c.trailer.Load() }
+
+// mayHaveApplied is false only with proof that the server processed
+// nothing: no attempt left the process, or the one that left was refused
+// unprocessed.
+func (c *call) mayHaveApplied(err error) bool {
+	return !c.judged() || c.opened.Load() && !c.unprocessed(err)
+}
 
 // hiddenRetries is how many retries grpc-go made by itself within one
-// attempt of the executor, and whether they were counted. Transparent
-// retries are not among them: grpc-go makes those only for a stream the
-// server never processed (refused, or never written), so the dependency
-// still received the call once. When the Interceptor's stats handler has
-// never seen a call, the attempts cannot be counted, and a method whose
-// service config retries is taken as retried; a call the handler did not see
-// on an Interceptor that has one failed before grpc-go began any attempt.
-func (c *call) hiddenRetries(installed bool, cc *grpc.ClientConn, method string) (n int, counted bool) {
-	switch {
-	case c.seen():
-		return max(int(c.attempts.Load())-1, 0), true
-	case installed:
-		return 0, true
+// attempt of the executor. Transparent retries are not among them: grpc-go
+// makes those only for a stream the server never processed (refused, or
+// never written), so the dependency still received the call once. A call
+// the stats handler did not see shows none.
+func (c *call) hiddenRetries() int { return max(int(c.attempts.Load())-1, 0) }
+
+// unprocessed reports whether a failed call reached the server only as
+// streams it did not process: grpc-go began one attempt (a transparent
+// retry follows only a stream the server did not process: stream.go's
+// shouldRetry), the last received neither headers nor trailers, and its
+// status is the one grpc-go gives a stream it marks unprocessed.
+func (c *call) unprocessed(err error) bool {
+	return c.attempts.Load() == 1 && !c.header.Load() && !c.trailer.Load() && unprocessedStatus(err)
+}
+
+// grpc-go's statuses for a stream the server did not process. grpc-go
+// marks such a stream (ClientStream.Unprocessed, internal/transport) but
+// returns only the status, with the same code for a connection lost after
+// the server read the call; so its message is the evidence, matched whole,
+// and only these (google.golang.org/grpc v1.82.1):
+const (
+	// http2_client.go handleRSTStream: status.Newf(codes.Unavailable,
+	// "stream terminated by RST_STREAM with error code: %v", f.ErrCode) for
+	// RST_STREAM(REFUSED_STREAM), the one HTTP/2 code mapped to UNAVAILABLE
+	// (http_util.go, http2ErrConvTab). RFC 9113 §8.7: the stream was closed
+	// before any processing.
+	refusedStreamMessage = "stream terminated by RST_STREAM with error code: REFUSED_STREAM"
+	// transport.go errStreamDrain, which http2_client.go's handleGoAway
+	// gives every stream above a GOAWAY's last stream ID (RFC 9113 §6.8:
+	// not processed), and which NewStream and controlbuf.go give a stream
+	// never written to a draining connection.
+	drainingMessage = "the connection is draining"
+)
+
+// unprocessedStatus reports whether err is grpc-go's UNAVAILABLE for a
+// stream the server did not process.
+func unprocessedStatus(err error) bool {
+	var se interface{ GRPCStatus() *status.Status }
+	if !errors.As(err, &se) {
+		return false
 	}
-	if rp := cc.GetMethodConfig(method).RetryPolicy; rp != nil && rp.MaxAttempts > 1 {
-		return rp.MaxAttempts - 1, false
-	}
-	return 0, true
+	st := se.GRPCStatus()
+	return st.Code() == grpccodes.Unavailable && (st.Message() == refusedStreamMessage || st.Message() == drainingMessage)
 }
 
 // delay reads grpc-retry-pushback-ms as gRPC A6 defines it: one value, a
@@ -174,6 +215,9 @@ func (c *call) delay() time.Duration {
 //     process (retry.NotDispatched); an UNAVAILABLE then is a connection
 //     that could not be made (ConnectionRefused), a DEADLINE_EXCEEDED a
 //     Timeout before dispatch;
+//   - a stream the server refused unprocessed (REFUSED_STREAM, or above a
+//     GOAWAY's last stream ID) is not dispatched either: a refusal,
+//     ConnectionRefused;
 //   - DEADLINE_EXCEEDED after dispatch, from either side, is a Timeout: the
 //     write may have happened;
 //   - a status the client made up after dispatch, without the server's
@@ -186,7 +230,7 @@ func (c *call) delay() time.Duration {
 func (c *call) evidence(err error) error {
 	code := status.Code(err)
 	switch {
-	case c.seen() && !c.opened.Load():
+	case c.judged() && !c.opened.Load():
 		switch code {
 		case grpccodes.Unavailable:
 			return retry.NotDispatched(&attemptError{err: err, cause: syscall.ECONNREFUSED, note: "no connection: nothing was sent"})
@@ -197,6 +241,9 @@ func (c *call) evidence(err error) error {
 	case code == grpccodes.DeadlineExceeded:
 		return &attemptError{err: err, cause: context.DeadlineExceeded, note: "the call may have been applied"}
 	case !c.fromServer():
+		if c.unprocessed(err) {
+			return retry.NotDispatched(&attemptError{err: err, cause: syscall.ECONNREFUSED, note: "the server refused the stream unprocessed"})
+		}
 		if code == grpccodes.Unavailable {
 			return &attemptError{err: err, cause: io.ErrUnexpectedEOF, note: "the connection ended before the server's status: the call may have been applied"}
 		}

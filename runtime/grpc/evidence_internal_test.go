@@ -2,12 +2,15 @@ package retrygrpc
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	grpccodes "google.golang.org/grpc/codes"
 	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/status"
 )
 
 // grpc-retry-pushback-ms is read as gRPC A6 says: exactly one value of
@@ -57,11 +60,51 @@ func TestTransparentRetriesAreNotHiddenRetries(t *testing.T) {
 	i.HandleRPC(c, &stats.Begin{Client: true})
 	i.HandleRPC(c, &stats.OutHeader{Client: true})
 	i.HandleRPC(c, &stats.Begin{Client: true, IsTransparentRetryAttempt: true})
-	if n, counted := c.hiddenRetries(true, nil, ""); n != 0 || !counted {
-		t.Fatalf("hidden retries %d (counted %t), want 0 after one attempt and a transparent retry", n, counted)
+	if n := c.hiddenRetries(); n != 0 {
+		t.Fatalf("hidden retries %d, want 0 after one attempt and a transparent retry", n)
 	}
 	i.HandleRPC(c, &stats.Begin{Client: true})
-	if n, _ := c.hiddenRetries(true, nil, ""); n != 1 {
+	if n := c.hiddenRetries(); n != 1 {
 		t.Fatalf("hidden retries %d, want 1 after a second non-transparent attempt", n)
+	}
+}
+
+// grpc-go's status for a stream the server did not process proves
+// non-dispatch only as grpc-go made it: whole, after one attempt whose last
+// stream got neither headers nor trailers. The same words in the server's
+// own status, in another code, after a hidden retry or after the server's
+// headers prove nothing.
+func TestOnlyGrpcGosOwnUnprocessedStatusIsProof(t *testing.T) {
+	refused := status.Error(grpccodes.Unavailable, refusedStreamMessage)
+	begin, transparent := &stats.Begin{Client: true}, &stats.Begin{Client: true, IsTransparentRetryAttempt: true}
+	out, header, trailer := &stats.OutHeader{Client: true}, &stats.InHeader{Client: true}, &stats.InTrailer{Client: true}
+	for _, tc := range []struct {
+		name   string
+		events []stats.RPCStats
+		err    error
+		want   bool
+	}{
+		{"refused", []stats.RPCStats{begin, out}, refused, true},
+		{"refused, then its transparent retry refused", []stats.RPCStats{begin, out, transparent, out}, refused, true},
+		{"draining", []stats.RPCStats{begin, out}, status.Error(grpccodes.Unavailable, drainingMessage), true},
+		{"another code", []stats.RPCStats{begin, out}, status.Error(grpccodes.Internal, refusedStreamMessage), false},
+		{"more words", []stats.RPCStats{begin, out}, status.Error(grpccodes.Unavailable, drainingMessage+": EOF"), false},
+		{"the server's headers", []stats.RPCStats{begin, out, header}, refused, false},
+		{"the server's trailers", []stats.RPCStats{begin, out, trailer}, refused, false},
+		{"after a hidden retry", []stats.RPCStats{begin, out, begin, out}, refused, false},
+		{"not a status", []stats.RPCStats{begin, out}, errors.New(refusedStreamMessage), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &call{Context: context.Background(), watched: true}
+			for _, s := range tc.events {
+				(&Interceptor{}).HandleRPC(c, s)
+			}
+			if got := c.unprocessed(tc.err); got != tc.want {
+				t.Fatalf("unprocessed = %t, want %t", got, tc.want)
+			}
+			if c.mayHaveApplied(tc.err) == tc.want {
+				t.Fatalf("mayHaveApplied = %t, want %t", !tc.want, !tc.want)
+			}
+		})
 	}
 }

@@ -7,11 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/retryguard/retryguard/runtime/budget"
 	"github.com/retryguard/retryguard/runtime/clock"
 	retrygrpc "github.com/retryguard/retryguard/runtime/grpc"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
@@ -155,3 +157,50 @@ func check(client healthpb.HealthClient, opts ...grpc.CallOption) error {
 const retryingServiceConfig = `{"methodConfig": [{"name": [{"service": "grpc.health.v1.Health"}], "retryPolicy": {
   "maxAttempts": 4, "initialBackoff": "0.01s", "maxBackoff": "0.01s", "backoffMultiplier": 1,
   "retryableStatusCodes": ["UNAVAILABLE"]}}]}`
+
+// letters is a dead-letter sink in memory.
+type letters struct {
+	mu  sync.Mutex
+	all []retry.DeadLetter
+}
+
+func (l *letters) Write(_ context.Context, d retry.DeadLetter) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.all = append(l.all, d)
+	return nil
+}
+
+func (l *letters) written() []retry.DeadLetter {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]retry.DeadLetter(nil), l.all...)
+}
+
+// counted sums a counter or a histogram's count of the named family.
+func counted(t *testing.T, reg *prometheus.Registry, name string) int {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := uint64(0)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			total += uint64(m.GetCounter().GetValue()) + m.GetHistogram().GetSampleCount()
+		}
+	}
+	return int(total)
+}
+
+// observed is an Interceptor for policy p with metrics in a registry of
+// their own and dead letters in memory.
+func observed(p *policyconfig.Payload) (*retrygrpc.Interceptor, *budget.Budget, *sleeps, *prometheus.Registry, *letters) {
+	reg, dead := prometheus.NewRegistry(), &letters{}
+	ic, ex, clk := guarded(p, retry.WithMetrics(retry.NewMetrics(reg)), retry.WithDeadLetters(dead))
+	b, _ := ex.Budget(p.Policy.Name)
+	return ic, b, clk, reg, dead
+}

@@ -20,6 +20,14 @@ import (
 // executor did not schedule. The executor then adds none of its own.
 var ErrHiddenRetries = errors.New("retryguard: grpc-go retried the call itself (a service config retryPolicy); install the interceptor with DialOptions")
 
+// ErrWithoutDialOptions is matched, with errors.Is, by a failed call on a
+// channel built with the Interceptor's Unary but not with its DialOptions,
+// whose stats handler did not see the call: what grpc-go did below the
+// interceptor (its own retries, whether anything left the process) cannot
+// be told, so the call gets one attempt.
+var ErrWithoutDialOptions = errors.New("retryguard: the channel was not built with DialOptions: " +
+	"the interceptor cannot see grpc-go's attempts, so the call gets one attempt")
+
 // ErrNotReplaySafe is matched by an operation whose attempt without an
 // idempotency key may have been applied: every gRPC call is an HTTP/2 POST,
 // so without the key it is not sent again, whatever the policy's operation
@@ -30,14 +38,12 @@ var ErrNotReplaySafe = errors.New("retryguard: a gRPC call without an idempotenc
 // through retry.Executor.Do. It is also the stats.Handler that shows it what
 // grpc-go did below it: how many attempts a call made and whether any of them
 // left the process. It is safe for concurrent use; one Interceptor serves any
-// number of channels.
+// number of channels, and judges each call by what its own channel showed.
 type Interceptor struct {
 	executor *retry.Executor
 	policy   string
 	// header caches the last idempotency header's metadata key.
 	header atomic.Pointer[headerKey]
-	// installed: the stats handler has seen a call begin.
-	installed atomic.Bool
 }
 
 type headerKey struct {
@@ -54,9 +60,12 @@ func New(ex *retry.Executor, policy string) *Interceptor {
 
 // DialOptions are what a channel needs, for grpc.NewClient: grpc-go's own
 // retries disabled (grpc.WithDisableRetry; RG-RETRY: "disable hidden
-// defaults elsewhere"), the interceptor, and its stats handler.
+// defaults elsewhere"), the interceptor, and its stats handler. The
+// interceptor they install knows that its channel has the handler: a call
+// the handler did not see failed before grpc-go began any attempt, so it
+// sent nothing.
 func (i *Interceptor) DialOptions() []grpc.DialOption {
-	return []grpc.DialOption{grpc.WithDisableRetry(), grpc.WithChainUnaryInterceptor(i.Unary), grpc.WithStatsHandler(i)}
+	return []grpc.DialOption{grpc.WithDisableRetry(), grpc.WithChainUnaryInterceptor(i.watchedUnary), grpc.WithStatsHandler(i)}
 }
 
 type varsOption struct {
@@ -73,15 +82,29 @@ func WithVars(vars retry.Vars) grpc.CallOption { return varsOption{vars: vars} }
 // succeeds; the server's own status when its answer is permanent (as
 // retry.RoundTripper returns a 4xx response); otherwise the *retry.Error
 // that ended the operation, which wraps the last attempt's status, so that
-// status.Code(err) still reports it.
+// status.Code(err) still reports it. On a channel built without
+// DialOptions, a call the Interceptor's stats handler did not see gets one
+// attempt, and its failure matches ErrWithoutDialOptions.
 func (i *Interceptor) Unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	return i.unary(ctx, false, method, req, reply, cc, invoker, opts)
+}
+
+// watchedUnary is Unary on a channel built with DialOptions, whose stats
+// handler is known to be installed.
+func (i *Interceptor) watchedUnary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker,
+	opts ...grpc.CallOption) error {
+	return i.unary(ctx, true, method, req, reply, cc, invoker, opts)
+}
+
+func (i *Interceptor) unary(ctx context.Context, watched bool, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker,
+	opts []grpc.CallOption) error {
 	var vars retry.Vars
 	for _, o := range opts {
 		if v, ok := o.(varsOption); ok {
 			vars = v.vars
 		}
 	}
-	op := &operation{i: i, method: method, req: req, reply: reply, cc: cc, invoker: invoker, opts: opts}
+	op := &operation{i: i, watched: watched, method: method, req: req, reply: reply, cc: cc, invoker: invoker, opts: opts}
 	err := i.executor.Do(ctx, i.policy, vars, op.attempt)
 	var re *retry.Error
 	if errors.As(err, &re) && re.Code == codes.PermanentFailure && re.Last.Class == retry.Permanent && op.answered != nil {
@@ -94,6 +117,7 @@ func (i *Interceptor) Unary(ctx context.Context, method string, req, reply any, 
 // makes one after another.
 type operation struct {
 	i       *Interceptor
+	watched bool // the channel was built with DialOptions: its stats handler sees every attempt
 	method  string
 	req     any
 	reply   any
@@ -103,15 +127,11 @@ type operation struct {
 
 	md       metadata.MD // the caller's metadata and the key, built once per call
 	applied  bool        // an earlier attempt may have been applied
-	refuse   error       // set when no further attempt may be sent
 	answered error       // the server's own status of the last attempt
 }
 
 // attempt is the retry.Operation of one call.
 func (o *operation) attempt(ctx context.Context, a retry.Attempt) error {
-	if o.refuse != nil {
-		return retry.NotDispatched(o.refuse)
-	}
 	if a.Key == "" && o.applied {
 		return retry.NotDispatched(ErrNotReplaySafe)
 	}
@@ -129,26 +149,29 @@ func (o *operation) attempt(ctx context.Context, a retry.Attempt) error {
 		}
 		ctx = metadata.NewOutgoingContext(ctx, o.md)
 	}
-	c := &call{Context: ctx}
+	c := &call{Context: ctx, watched: o.watched}
 	err := o.invoker(c, o.method, o.req, o.reply, o.cc, o.opts...)
-	hidden, counted := c.hiddenRetries(o.i.installed.Load(), o.cc, o.method)
+	hidden := c.hiddenRetries()
 	if hidden > 0 {
-		o.refuse = ErrHiddenRetries
-		if counted {
-			o.i.charge(hidden)
-		}
+		o.i.charge(hidden)
 	}
 	if err == nil {
 		return nil
 	}
 	ev := c.evidence(err)
-	o.applied = o.applied || c.mayHaveApplied()
+	o.applied = o.applied || c.mayHaveApplied(err)
 	o.answered = nil
 	if c.fromServer() {
 		o.answered = err
 	}
-	if hidden > 0 {
-		return &hiddenRetries{attempts: hidden + 1, err: ev}
+	switch {
+	case hidden > 0:
+		// The retries grpc-go sent cannot be recalled; none of the
+		// executor's is added, and the status stays the server's.
+		note := fmt.Sprintf("up to %d attempts reached the dependency within one", hidden+1)
+		return retry.Final(&refused{err: ev, sentinel: ErrHiddenRetries, note: note}, "grpc-go retried the call itself")
+	case !c.judged():
+		return retry.Final(&refused{err: ev, sentinel: ErrWithoutDialOptions}, "the channel was not built with DialOptions")
 	}
 	return ev
 }
@@ -187,14 +210,19 @@ func (i *Interceptor) metadataKey(header string) *headerKey {
 	return hk
 }
 
-// hiddenRetries is the error of an attempt within which grpc-go retried.
-type hiddenRetries struct {
-	attempts int
+// refused is the error of an attempt after which the operation may send no
+// other: the attempt's evidence, and the sentinel that says why.
+type refused struct {
 	err      error
+	sentinel error
+	note     string // what the sentinel does not say
 }
 
-func (e *hiddenRetries) Error() string {
-	return fmt.Sprintf("%s: up to %d attempts reached the dependency within one: %s", ErrHiddenRetries, e.attempts, e.err)
+func (e *refused) Error() string {
+	if e.note == "" {
+		return fmt.Sprintf("%s: %s", e.sentinel, e.err)
+	}
+	return fmt.Sprintf("%s: %s: %s", e.sentinel, e.note, e.err)
 }
 
-func (e *hiddenRetries) Unwrap() []error { return []error{e.err, ErrHiddenRetries} }
+func (e *refused) Unwrap() []error { return []error{e.err, e.sentinel} }

@@ -395,10 +395,15 @@ func TestAServiceConfigThatRetriesIsCaught(t *testing.T) {
 	})
 	t.Run("without the stats handler", func(t *testing.T) {
 		h := &health{answer: always(grpccodes.Unavailable)}
-		ic, _, _ := guarded(grpcPolicy())
+		ic, ex, clk := guarded(grpcPolicy())
+		b, _ := ex.Budget("sms-2fa-dispatch")
+		before := b.Tokens()
 		err := check(dial(t, serve(t, h), grpc.WithChainUnaryInterceptor(ic.Unary), grpc.WithDefaultServiceConfig(retryingServiceConfig)))
-		if !errors.Is(err, retrygrpc.ErrHiddenRetries) || h.calls() != 4 {
-			t.Errorf("%d calls at the server, err %v; want grpc-go's 4 and no more, matching ErrHiddenRetries", h.calls(), err)
+		if !errors.Is(err, retrygrpc.ErrWithoutDialOptions) || h.calls() != 4 || len(clk.all()) != 0 {
+			t.Errorf("%d calls at the server, waits %v, err %v; want grpc-go's 4 and no more, no wait, matching ErrWithoutDialOptions", h.calls(), clk.all(), err)
+		}
+		if got := b.Tokens(); got != before {
+			t.Errorf("tokens %.3f -> %.3f: the budget was asked for retries nothing counted", before, got)
 		}
 	})
 }

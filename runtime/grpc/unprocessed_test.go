@@ -1,0 +1,201 @@
+package retrygrpc_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"google.golang.org/grpc"
+	grpccodes "google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/retryguard/retryguard/runtime/codes"
+	"github.com/retryguard/retryguard/runtime/limits"
+	"github.com/retryguard/retryguard/runtime/retry"
+)
+
+// refusing is a raw HTTP/2 server on loopback that processes no stream: it
+// answers the client preface and the SETTINGS, then meets every stream's
+// HEADERS with refuse. It counts the streams it received.
+func refusing(t *testing.T, refuse func(fr *http2.Framer, stream uint32) error) (addr string, streams *atomic.Int32) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	streams = new(atomic.Int32)
+	var conns sync.WaitGroup
+	accepted := make(chan struct{})
+	go func() {
+		defer close(accepted)
+		for {
+			conn, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			conns.Go(func() { serveRefusing(conn, refuse, streams) })
+		}
+	}()
+	t.Cleanup(func() {
+		_ = lis.Close()
+		<-accepted
+		conns.Wait() // each ends when the client's channel, closed first, closes its connection
+	})
+	return lis.Addr().String(), streams
+}
+
+func serveRefusing(conn net.Conn, refuse func(*http2.Framer, uint32) error, streams *atomic.Int32) {
+	defer conn.Close()
+	if _, err := io.ReadFull(conn, make([]byte, len(http2.ClientPreface))); err != nil {
+		return
+	}
+	fr := http2.NewFramer(conn, conn)
+	if fr.WriteSettings() != nil {
+		return
+	}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			return
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				err = fr.WriteSettingsAck()
+			}
+		case *http2.PingFrame:
+			if !f.IsAck() {
+				err = fr.WritePing(true, f.Data)
+			}
+		case *http2.HeadersFrame:
+			streams.Add(1)
+			err = refuse(fr, f.StreamID)
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// A stream the server refused unprocessed was not dispatched (RFC 9113
+// §8.7, §6.8; issue 28, item 1): RST_STREAM(REFUSED_STREAM), and a GOAWAY
+// whose last stream ID is below the stream's. Under a policy without a key,
+// where anything that may have been applied ends UNKNOWN_OUTCOME after one
+// attempt, each is a ConnectionRefused that sent nothing: the policy's three
+// attempts, each of them a stream and grpc-go's transparent retry of it, and
+// TERMINAL_EXHAUSTED, with grpc-go's UNAVAILABLE.
+func TestAStreamTheServerRefusedIsNotDispatched(t *testing.T) {
+	for name, refuse := range map[string]func(*http2.Framer, uint32) error{
+		"REFUSED_STREAM": func(fr *http2.Framer, stream uint32) error {
+			return fr.WriteRSTStream(stream, http2.ErrCodeRefusedStream)
+		},
+		"GOAWAY below the stream": func(fr *http2.Framer, stream uint32) error {
+			return fr.WriteGoAway(stream-1, http2.ErrCodeNo, nil) // stream IDs are odd: stream-1 was never opened
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			addr, streams := refusing(t, refuse)
+			ic, _, _, _, dead := observed(grpcPolicy(keyless))
+			err := check(dial(t, addr, ic.DialOptions()...))
+			re := retryError(t, err)
+			if re.State != retry.TerminalExhausted || re.Code != codes.RetryLimitExceeded || re.Attempts != 3 {
+				t.Errorf("%s %s after %d attempts, want TERMINAL_EXHAUSTED ERR_RETRY_LIMIT_EXCEEDED after 3: %v", re.State, re.Code, re.Attempts, err)
+			}
+			if re.Last.Dispatched || re.Last.Transport != limits.ConnectionRefused || re.Last.Class != retry.Transient {
+				t.Errorf("last evidence %+v, want a transient ConnectionRefused, not dispatched", re.Last)
+			}
+			if n := streams.Load(); n != 6 {
+				t.Errorf("the server received %d streams, want 6: three attempts and grpc-go's transparent retry of each", n)
+			}
+			if status.Code(err) != grpccodes.Unavailable {
+				t.Errorf("status.Code(err) = %s, want grpc-go's Unavailable", status.Code(err))
+			}
+			for _, l := range dead.written() {
+				for _, a := range l.Attempts {
+					if l.State == retry.UnknownOutcome || a.Evidence.Dispatched {
+						t.Errorf("dead letter %s says attempt %d may have been applied: %+v", l.State, a.Attempt, a.Evidence)
+					}
+				}
+			}
+		})
+	}
+}
+
+// A stream reset with any other code may have been processed: still
+// dispatched, so without a key it ends UNKNOWN_OUTCOME after one attempt.
+func TestAStreamResetOtherwiseIsDispatched(t *testing.T) {
+	addr, streams := refusing(t, func(fr *http2.Framer, stream uint32) error { return fr.WriteRSTStream(stream, http2.ErrCodeInternal) })
+	ic, _, _, _, _ := observed(grpcPolicy(keyless))
+	re := retryError(t, check(dial(t, addr, ic.DialOptions()...)))
+	if re.State != retry.UnknownOutcome || re.Attempts != 1 || !re.Last.Dispatched || streams.Load() != 1 {
+		t.Errorf("%s after %d attempts (%d streams), last %+v; want UNKNOWN_OUTCOME after 1, dispatched", re.State, re.Attempts, streams.Load(), re.Last)
+	}
+}
+
+// A real grpc-go server's GracefulStop sends GOAWAY: the call in flight is
+// finished, and a call made once the channel has seen the GOAWAY is sent to
+// no server (its listener is closed): not dispatched, never UNKNOWN_OUTCOME,
+// and the server's handler ran only for the call in flight.
+func TestACallAfterAGracefulStopIsNotDispatched(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	h := &health{answer: func(_ context.Context, n int) error {
+		if n == 1 {
+			close(entered)
+			<-release
+		}
+		return nil
+	}}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	healthpb.RegisterHealthServer(s, h)
+	go func() { _ = s.Serve(lis) }()
+	t.Cleanup(s.Stop)
+
+	ic, _, _, _, dead := observed(grpcPolicy(keyless))
+	conn, err := grpc.NewClient("passthrough:///"+lis.Addr().String(), append(ic.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	client := healthpb.NewHealthClient(conn)
+	inFlight := make(chan error, 1)
+	go func() { inFlight <- check(client) }()
+	<-entered
+	stopped := make(chan struct{})
+	go func() { s.GracefulStop(); close(stopped) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for state := conn.GetState(); state == connectivity.Ready; state = conn.GetState() {
+		if !conn.WaitForStateChange(ctx, state) {
+			t.Fatal("the channel never saw the GOAWAY")
+		}
+	}
+
+	err = check(client)
+	re := retryError(t, err)
+	if re.State == retry.UnknownOutcome || re.Last.Dispatched || h.calls() != 1 {
+		t.Errorf("%s, last evidence %+v, %d calls at the server; want no UNKNOWN_OUTCOME, nothing dispatched, only the call in flight: %v",
+			re.State, re.Last, h.calls(), err)
+	}
+	close(release)
+	if err := <-inFlight; err != nil {
+		t.Errorf("the call in flight: %v, want it finished", err)
+	}
+	<-stopped
+	for _, l := range dead.written() {
+		if l.State == retry.UnknownOutcome {
+			t.Errorf("dead letter %s: %+v", l.State, l.Attempts)
+		}
+	}
+}
