@@ -25,12 +25,30 @@ if [[ -f $stamp && -x $dir/busybox ]]; then echo "$dir"; exit 0; fi
 work=$(mktemp -d "$cache_root/.busybox-build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 cd "$work"
+# Every package operation of the suite holds one lock (cluster.PackageLock):
+# apt refuses two at once, and on a new machine the node's setup may be
+# installing containerd while this runs.
+apt_lock=${RETRYGUARD_APT_LOCK:-/run/lock/retryguard-apt.lock}
+exec 8>"$apt_lock"
+flock 8
+download() { apt-get download busybox-static >"$work/apt.log" 2>&1; }
 log "downloading busybox-static from the Debian mirror"
-apt-get download busybox-static >&2 2>"$work/apt.log" || {
-	cat "$work/apt.log" >&2
-	log "apt-get download failed; apt-get update may be needed"
-	exit 1
-}
+if ! download; then
+	# A new machine has no package lists until apt-get update has run.
+	if [[ $(id -u) -eq 0 ]]; then
+		log "apt-get download failed; running apt-get update"
+		apt-get update -q >>"$work/apt.log" 2>&1 && download || {
+			cat "$work/apt.log" >&2
+			log "apt-get download failed after apt-get update"
+			exit 1
+		}
+	else
+		cat "$work/apt.log" >&2
+		log "apt-get download failed; run apt-get update as root first"
+		exit 1
+	fi
+fi
+exec 8>&-
 deb=$(ls ./*.deb)
 dpkg-deb -x "$deb" root
 bin=root/bin/busybox

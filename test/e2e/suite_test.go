@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -132,11 +131,11 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		return image.BinaryImage(ctx, repoRoot, "./cmd/retryguard-proxy", proxyTar, proxyRepository+":"+proxyTag, image.Config{})
 	})
 	g.Go(func() error {
-		out, err := exec.CommandContext(ctx, filepath.Join(repoRoot, "hack", "e2e", "busybox-asset.sh")).Output()
+		dir, err := cluster.Script(ctx, filepath.Join(repoRoot, "hack", "e2e", "busybox-asset.sh"))
 		if err != nil {
-			return fmt.Errorf("hack/e2e/busybox-asset.sh: %w", err)
+			return err
 		}
-		bin := filepath.Join(strings.TrimSpace(string(out)), "busybox")
+		bin := filepath.Join(dir, "busybox")
 		return image.FileImage(bin, busyboxTar, busyboxImage, image.Config{Entrypoint: []string{"/busybox"}})
 	})
 	up := time.Now()

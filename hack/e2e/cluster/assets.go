@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -55,12 +56,18 @@ func Assets(ctx context.Context, repoRoot string, logf func(string, ...any)) (Op
 
 // script runs an asset script, passing its progress through to stderr, and
 // returns the directory it prints.
-func script(ctx context.Context, path string) (string, error) {
+func script(ctx context.Context, path string) (string, error) { return Script(ctx, path) }
+
+// Script runs one of the asset scripts and returns the directory it prints
+// last. Its stderr goes to the suite's, and its last lines are in the error
+// it fails with, so that a log cut to its end still says why.
+func Script(ctx context.Context, path string) (string, error) {
 	var out bytes.Buffer
+	tail := &tailBuffer{max: 4 << 10}
 	cmd := exec.CommandContext(ctx, path)
-	cmd.Stdout, cmd.Stderr = &out, os.Stderr
+	cmd.Stdout, cmd.Stderr = &out, io.MultiWriter(os.Stderr, tail)
 	if err := cmd.Run(); err != nil {
-		return "", err
+		return "", fmt.Errorf("%s: %w\n%s", filepath.Base(path), err, tail.String())
 	}
 	dir := strings.TrimSpace(out.String())
 	if i := strings.LastIndexByte(dir, '\n'); i >= 0 {
@@ -68,6 +75,22 @@ func script(ctx context.Context, path string) (string, error) {
 	}
 	return dir, nil
 }
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.b = append(t.b, p...)
+	if over := len(t.b) - t.max; over > 0 {
+		t.b = t.b[over:]
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string { return string(t.b) }
 
 // RepoRoot walks up from dir to the directory holding the root module's
 // go.mod (the one with main.go beside it).

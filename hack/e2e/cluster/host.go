@@ -27,6 +27,25 @@ var debianPackages = []struct{ path, pkg string }{
 	{"/usr/sbin/ipset", "ipset"}, // kube-router's firewall
 }
 
+// PackageLock is the lock every package operation of the suite holds
+// (ensurePackages here, hack/e2e/busybox-asset.sh), so that no two run at
+// once: apt refuses a second one, and a download before the first
+// apt-get update finds no package on a new machine.
+const PackageLock = "/run/lock/retryguard-apt.lock"
+
+// lockPackages takes PackageLock; the returned function releases it.
+func lockPackages() (func(), error) {
+	f, err := os.OpenFile(PackageLock, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("package lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("package lock %s: %w", PackageLock, err)
+	}
+	return func() { _ = f.Close() }, nil
+}
+
 // CNIBinDir is where Debian's containernetworking-plugins puts the plugins.
 const CNIBinDir = "/usr/lib/cni"
 
@@ -44,6 +63,11 @@ func ensurePackages(ctx context.Context, logf func(string, ...any)) error {
 	if _, err := exec.LookPath("apt-get"); err != nil {
 		return fmt.Errorf("missing %v and apt-get is not available to install them", missing)
 	}
+	unlock, err := lockPackages()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	logf("installing Debian packages %v", missing)
 	env := append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
 	update := exec.CommandContext(ctx, "apt-get", "update", "-q")
