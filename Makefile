@@ -1,9 +1,6 @@
 # Retryguard's build. The two commands a newcomer needs are `make demo` and
 # `make test`; everything else is for working on the project.
 
-# The image is tagged with the chart's appVersion (IMAGE_VERSION below), as the
-# chart and config/manager pull it; hack/release stamps all three alike.
-IMG ?= retryguard/manager:$(IMAGE_VERSION)
 GO ?= go
 CONTROLLER_GEN ?= $(GO) tool controller-gen
 GOFMT ?= $(shell $(GO) env GOROOT)/bin/gofmt
@@ -154,10 +151,6 @@ plugin: ## Build the kubectl plugin (kubectl retryguard graph | explain | lint).
 .PHONY: run
 run: manifests generate fmt vet ## Run the controllers against the current kubeconfig (webhooks need certificates: see make dev-cluster).
 	$(GO) run . --leader-elect=false --enable-webhooks=false
-
-.PHONY: docker-build
-docker-build: ## Build the manager image (needs a Docker engine; there is none on the dev machines).
-	docker build -t $(IMG) .
 
 # `make image` needs neither Docker nor a registry: hack/image packs the static
 # manager FROM scratch into an OCI layout tarball, tagged with the chart's

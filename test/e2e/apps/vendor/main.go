@@ -7,12 +7,18 @@
 //
 //	PUT /script?then=S body: JSON list of statuses; also clears the attempt log
 //	GET /attempts      JSON list of {key, status, at, retry}
+//	GET /v1/cut        200 with a chunked body cut after 24,576 of its 65,536 bytes
+//
+// With a certificate mounted at /tls (tls.crt, tls.key) it serves the same on
+// :8443 over TLS too.
 package main
 
 import (
 	"encoding/json"
 	"log"
 	"net/http"
+	"os"
+	"strings"
 	"strconv"
 	"sync"
 	"time"
@@ -81,13 +87,31 @@ func (v *vendor) list(w http.ResponseWriter, _ *http.Request) {
 	_ = json.NewEncoder(w).Encode(append([]Attempt{}, v.attempts...))
 }
 
+// cut answers 200 and closes the connection part way through the body: the
+// client must see a broken body, never a short one that ends cleanly.
+func cut(w http.ResponseWriter, _ *http.Request) {
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write([]byte(strings.Repeat("x", 24576)))
+	_ = http.NewResponseController(w).Flush()
+	if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+		_ = conn.Close()
+	}
+}
+
 func main() {
 	v := &vendor{then: http.StatusCreated, keys: map[string]bool{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/messages", v.messages)
 	mux.HandleFunc("PUT /script", v.setScript)
 	mux.HandleFunc("GET /attempts", v.list)
+	mux.HandleFunc("GET /v1/cut", cut)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	if _, err := os.Stat("/tls/tls.crt"); err == nil {
+		go func() {
+			tlsSrv := &http.Server{Addr: ":8443", Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+			log.Fatal(tlsSrv.ListenAndServeTLS("/tls/tls.crt", "/tls/tls.key"))
+		}()
+	}
 	srv := &http.Server{Addr: ":8080", Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	log.Fatal(srv.ListenAndServe())
 }
