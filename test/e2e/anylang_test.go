@@ -59,8 +59,10 @@ func wgetapp(name, policy, vendorURL string, labels map[string]string) (*corev1.
 	GinkgoHelper()
 	cgi, err := os.ReadFile(filepath.Join("testdata", "wget-send.cgi"))
 	Expect(err).NotTo(HaveOccurred())
+	get, err := os.ReadFile(filepath.Join("testdata", "wget-get.cgi"))
+	Expect(err).NotTo(HaveOccurred())
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name + "-www", Namespace: appNamespace},
-		Data: map[string]string{"send": string(cgi), "healthz": "ok\n"}}
+		Data: map[string]string{"send": string(cgi), "get": string(get), "healthz": "ok\n"}}
 	labels = map[string]string{"app": name, anyLabel: labels[anyLabel]}
 	if labels[anyLabel] == "" {
 		delete(labels, anyLabel)
@@ -85,6 +87,7 @@ func wgetapp(name, policy, vendorURL string, labels map[string]string) (*corev1.
 		Volumes: []corev1.Volume{{Name: "www", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 			LocalObjectReference: corev1.LocalObjectReference{Name: cm.Name},
 			Items: []corev1.KeyToPath{{Key: "send", Path: "cgi-bin/send", Mode: ptr.To[int32](0o555)},
+				{Key: "get", Path: "cgi-bin/get", Mode: ptr.To[int32](0o555)},
 				{Key: "healthz", Path: "healthz", Mode: ptr.To[int32](0o444)}},
 		}}}},
 	}

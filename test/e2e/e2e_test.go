@@ -273,6 +273,9 @@ var _ = Describe("Retryguard installed from its chart", Ordered, Label("e2e"), f
 		anyLanguageSpec(ctx, vendorSvc, storm)
 	}, NodeTimeout(4*time.Minute))
 
+	It("tells busybox wget the truth through the injected sidecar: a TLS failure is a 502 and nothing was sent, a cut body is broken",
+		func(ctx SpecContext) { sidecarEdgesSpec(ctx, vendorSvc) }, NodeTimeout(4*time.Minute))
+
 	It("delivers a policy update to the running pods (informer and mounted volume)", func(ctx SpecContext) {
 		var p policyv1alpha1.RetryPolicy
 		Expect(k8s.Get(ctx, types.NamespacedName{Namespace: appNamespace, Name: "sms-2fa-dispatch"}, &p)).To(Succeed())

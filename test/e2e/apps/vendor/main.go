@@ -8,6 +8,7 @@
 //	PUT /script?then=S body: JSON list of statuses; also clears the attempt log
 //	GET /attempts      JSON list of {key, status, at, retry}
 //	GET /v1/cut        200 with a chunked body cut after 24,576 of its 65,536 bytes
+//	GET /v1/whole      200 with the whole 65,536 bytes
 //
 // With a certificate mounted at /tls (tls.crt, tls.key) it serves the same on
 // :8443 over TLS too.
@@ -105,6 +106,7 @@ func main() {
 	mux.HandleFunc("PUT /script", v.setScript)
 	mux.HandleFunc("GET /attempts", v.list)
 	mux.HandleFunc("GET /v1/cut", cut)
+	mux.HandleFunc("GET /v1/whole", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(strings.Repeat("x", 65536))) })
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	if _, err := os.Stat("/tls/tls.crt"); err == nil {
 		go func() {
