@@ -19,8 +19,8 @@ import (
 	"log"
 	"net/http"
 	"os"
-	"strings"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
