@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/retryguard/retryguard/proxy"
 	"github.com/retryguard/retryguard/runtime/budget"
+	"github.com/retryguard/retryguard/runtime/codes"
 )
 
 // The injector's contract with pods (docs/proxy.md).
@@ -27,7 +30,9 @@ const (
 	// chart) calls it only for pods whose InjectAnnotation is "true".
 	InjectorPath = "/inject-retryguard-proxy"
 	// ProxyContainer is the injected init container's name: a pod that
-	// has one is left as it is, so a second pass changes nothing.
+	// has one exactly as the injector writes it is left as it is, so a
+	// second pass changes nothing; any other container of that name is
+	// refused.
 	ProxyContainer = "retryguard-proxy"
 	// The volumes the sidecar mounts: the route table from the pod's own
 	// annotation (downward API), and its dead-letter journal (an emptyDir,
@@ -72,10 +77,8 @@ func (in *Injector) Default(_ context.Context, pod *corev1.Pod) error {
 	if pod.Annotations[InjectAnnotation] != "true" {
 		return nil
 	}
-	for _, c := range pod.Spec.InitContainers {
-		if c.Name == ProxyContainer {
-			return nil
-		}
+	if err := hostNamespaces(&pod.Spec); err != nil {
+		return err
 	}
 	field := "metadata.annotations[" + strconv.Quote(proxy.RoutesAnnotation) + "]"
 	routes, ok := pod.Annotations[proxy.RoutesAnnotation]
@@ -88,20 +91,129 @@ func (in *Injector) Default(_ context.Context, pod *corev1.Pod) error {
 	if in.Image == "" {
 		return fmt.Errorf("%s: %w", InjectAnnotation, errNoImage)
 	}
+	side, volumes := in.container(), in.volumes()
+	for i, c := range pod.Spec.Containers {
+		if c.Name == ProxyContainer {
+			return unsafe(fmt.Sprintf("spec.containers[%d]", i), "a container named "+ProxyContainer+" is reserved for the injected sidecar")
+		}
+	}
+	for i, c := range pod.Spec.InitContainers {
+		if c.Name != ProxyContainer {
+			continue
+		}
+		// A second pass, or a spec copied from an injected pod: left as it
+		// is only when it is exactly what the injector writes.
+		if !equality.Semantic.DeepEqual(defaultedContainer(c), defaultedContainer(side)) {
+			return unsafe(fmt.Sprintf("spec.initContainers[%d]", i), "a container named "+ProxyContainer+
+				" that is not the sidecar this injector writes (its image, args, env, mounts, resources or privileges differ); remove it, and the injector adds its own")
+		}
+		for _, want := range volumes {
+			if j := slices.IndexFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == want.Name }); j < 0 ||
+				!equality.Semantic.DeepEqual(defaultedVolume(pod.Spec.Volumes[j]), defaultedVolume(want)) {
+				return unsafe("spec.volumes", "the sidecar's volume "+want.Name+" is missing or is not the one the injector writes")
+			}
+		}
+		return nil
+	}
 	for _, v := range pod.Spec.Volumes {
-		if v.Name == RoutesVolume || v.Name == StateVolume {
+		if slices.ContainsFunc(volumes, func(w corev1.Volume) bool { return w.Name == v.Name }) {
 			return fmt.Errorf("spec.volumes: %s is reserved for the injected sidecar", v.Name)
 		}
 	}
-	pod.Spec.InitContainers = append([]corev1.Container{in.container()}, pod.Spec.InitContainers...)
-	pod.Spec.Volumes = append(pod.Spec.Volumes,
-		corev1.Volume{Name: RoutesVolume, VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
+	pod.Spec.InitContainers = append([]corev1.Container{side}, pod.Spec.InitContainers...)
+	pod.Spec.Volumes = append(pod.Spec.Volumes, volumes...)
+	return nil
+}
+
+// unsafe is the refusal of a pod the injector cannot make safe.
+func unsafe(field, rule string) error {
+	return fmt.Errorf("%s: %s", field, codes.InjectionUnsafe.Message(rule))
+}
+
+// hostNamespaces refuses a pod in the node's network, PID or IPC namespace:
+// the sidecar's loopback listeners (its routes, its letters) would be the
+// node's, open to every host-network pod and process on it, and its memory
+// visible to the node's. Refused rather than left uninjected: the pod asked
+// for the sidecar, and without it its calls to localhost would reach
+// whatever listens on the node.
+func hostNamespaces(spec *corev1.PodSpec) error {
+	for field, on := range map[string]bool{"spec.hostNetwork": spec.HostNetwork, "spec.hostPID": spec.HostPID, "spec.hostIPC": spec.HostIPC} {
+		if on {
+			return unsafe(field, "the sidecar cannot be injected into a pod in the node's namespaces: its loopback listeners and memory would be the node's")
+		}
+	}
+	return nil
+}
+
+// defaultedContainer is c with the API server's defaults for what the
+// injector leaves unset, so that the sidecar it wrote compares equal to
+// the same sidecar read back from the API server.
+func defaultedContainer(c corev1.Container) corev1.Container {
+	c = *c.DeepCopy()
+	if c.TerminationMessagePath == "" {
+		c.TerminationMessagePath = corev1.TerminationMessagePathDefault
+	}
+	if c.TerminationMessagePolicy == "" {
+		c.TerminationMessagePolicy = corev1.TerminationMessageReadFile
+	}
+	for i := range c.Ports {
+		if c.Ports[i].Protocol == "" {
+			c.Ports[i].Protocol = corev1.ProtocolTCP
+		}
+	}
+	for i := range c.Env {
+		if f := c.Env[i].ValueFrom; f != nil && f.FieldRef != nil && f.FieldRef.APIVersion == "" {
+			f.FieldRef.APIVersion = "v1"
+		}
+	}
+	for _, p := range []*corev1.Probe{c.StartupProbe, c.ReadinessProbe, c.LivenessProbe} {
+		if p == nil {
+			continue
+		}
+		for _, d := range []struct {
+			v   *int32
+			def int32
+		}{{&p.TimeoutSeconds, 1}, {&p.PeriodSeconds, 10}, {&p.SuccessThreshold, 1}, {&p.FailureThreshold, 3}} {
+			if *d.v == 0 {
+				*d.v = d.def
+			}
+		}
+		if h := p.HTTPGet; h != nil && h.Scheme == "" {
+			h.Scheme = corev1.URISchemeHTTP
+		}
+	}
+	return c
+}
+
+// defaultedVolume is v with the API server's defaults, as defaultedContainer.
+func defaultedVolume(v corev1.Volume) corev1.Volume {
+	v = *v.DeepCopy()
+	if d := v.DownwardAPI; d != nil {
+		if d.DefaultMode == nil {
+			d.DefaultMode = ptr.To(corev1.DownwardAPIVolumeSourceDefaultMode)
+		}
+		for i := range d.Items {
+			if f := d.Items[i].FieldRef; f != nil && f.APIVersion == "" {
+				f.APIVersion = "v1"
+			}
+		}
+	}
+	if c := v.ConfigMap; c != nil && c.DefaultMode == nil {
+		c.DefaultMode = ptr.To(corev1.ConfigMapVolumeSourceDefaultMode)
+	}
+	return v
+}
+
+// volumes are the sidecar's: its route table from the pod's annotation, and
+// its state.
+func (in *Injector) volumes() []corev1.Volume {
+	return []corev1.Volume{
+		{Name: RoutesVolume, VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
 			Items: []corev1.DownwardAPIVolumeFile{{Path: routesFile,
 				FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['" + proxy.RoutesAnnotation + "']"}}},
 		}}},
-		corev1.Volume{Name: StateVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("64Mi"))}}},
-	)
-	return nil
+		{Name: StateVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("64Mi"))}}},
+	}
 }
 
 func fieldEnv(name, path string) corev1.EnvVar {
@@ -115,7 +227,9 @@ func (in *Injector) container() corev1.Container {
 		pull = corev1.PullIfNotPresent
 	}
 	probe := func(failures int32) *corev1.Probe {
-		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromInt32(proxy.DefaultAdminPort)}},
+		// The kubelet probes the pod's address: the metrics port, the one
+		// that listens there (the admin port is the pod's loopback only).
+		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromInt32(proxy.DefaultMetricsPort)}},
 			PeriodSeconds: 1, FailureThreshold: failures}
 	}
 	return corev1.Container{
@@ -130,8 +244,13 @@ func (in *Injector) container() corev1.Container {
 			fieldEnv("POD_NAMESPACE", "metadata.namespace"),
 			fieldEnv("POD_NAME", "metadata.name"),
 			fieldEnv(budget.PodUIDEnv, "metadata.uid"),
+			// The Go runtime's soft limit is the container's memory limit
+			// (in bytes), as the manager's: it collects harder near the
+			// limit rather than letting the heap double past it.
+			{Name: "GOMEMLIMIT", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{
+				ContainerName: ProxyContainer, Resource: "limits.memory"}}},
 		},
-		Ports: []corev1.ContainerPort{{Name: "rg-proxy-admin", ContainerPort: proxy.DefaultAdminPort}},
+		Ports: []corev1.ContainerPort{{Name: "rg-metrics", ContainerPort: proxy.DefaultMetricsPort}},
 		// The application starts once the proxy listens (a sidecar's
 		// startup probe holds the next containers back).
 		StartupProbe:   probe(60),

@@ -7,7 +7,9 @@
 // retryguard.io/inject: "true".
 //
 // Route listeners bind to loopback only: the pod's own containers are its
-// only callers, so the sidecar is never an open proxy for other pods.
+// only callers, so the sidecar is never an open proxy for other pods. So
+// does the admin listener, whose letters carry idempotency keys; only
+// /metrics and the probes listen on every address, on a port of their own.
 package main
 
 import (
@@ -16,6 +18,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -35,6 +38,7 @@ import (
 
 	"github.com/retryguard/retryguard/proxy"
 	"github.com/retryguard/retryguard/runtime/budget"
+	"github.com/retryguard/retryguard/runtime/codes"
 	"github.com/retryguard/retryguard/runtime/deadletter"
 	"github.com/retryguard/retryguard/runtime/events/kafka"
 	"github.com/retryguard/retryguard/runtime/retry"
@@ -48,9 +52,19 @@ const (
 	defaultDeadLetters = "/var/run/retryguard/proxy/deadletters.journal"
 )
 
+// The bounds of /deadletters?limit=: how many letters one answer holds, so
+// that an answer's size never grows with the journal's.
+const (
+	DefaultLetterLimit = 100
+	MaxLetterLimit     = 1000
+)
+
+// adminHost is the admin listener's address: the pod's own loopback.
+const adminHost = "127.0.0.1"
+
 type options struct {
 	routes, watch, policyDir, deadLetters, listenHost string
-	adminPort                                         int
+	adminPort, metricsPort                            int
 	brokers, deadLetterTopic                          string
 }
 
@@ -66,7 +80,8 @@ func main() {
 	flag.StringVar(&o.policyDir, "policy-dir", "", "with --watch=files: the mounted ConfigMap volume")
 	flag.StringVar(&o.deadLetters, "dead-letters", defaultDeadLetters, "the dead-letter journal (the outbox); on a volume that outlives the container")
 	flag.StringVar(&o.listenHost, "listen-host", "127.0.0.1", "the address route listeners bind to")
-	flag.IntVar(&o.adminPort, "admin-port", proxy.DefaultAdminPort, "the port of /healthz, /readyz, /metrics and /deadletters (all addresses)")
+	flag.IntVar(&o.adminPort, "admin-port", proxy.DefaultAdminPort, "the port of /deadletters, /policies, /healthz and /readyz (127.0.0.1 only)")
+	flag.IntVar(&o.metricsPort, "metrics-port", proxy.DefaultMetricsPort, "the port of /metrics, /healthz and /readyz (all addresses: scraping and probes)")
 	flag.StringVar(
 		&o.brokers,
 		"kafka-brokers",
@@ -98,7 +113,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", o.routes, err)
 	}
-	if err := table.Validate(o.adminPort); err != nil {
+	if err := table.Validate(o.adminPort, o.metricsPort); err != nil {
 		return fmt.Errorf("%s: %w", o.routes, err)
 	}
 	var src source
@@ -165,27 +180,36 @@ func run(ctx context.Context, o options) error {
 		servers = append(servers, srv)
 		go func() { _ = srv.Serve(ln) }()
 	}
-	admin := http.NewServeMux()
-	admin.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
-	admin.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready.Load() {
-			http.Error(w, "starting", http.StatusServiceUnavailable)
-			return
-		}
-		w.WriteHeader(http.StatusOK)
-	})
-	admin.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	admin.HandleFunc("GET /policies/{name}", func(w http.ResponseWriter, r *http.Request) { servePolicy(w, src, rt, r.PathValue("name")) })
-	admin.HandleFunc("GET /deadletters", func(w http.ResponseWriter, _ *http.Request) { serveDeadLetters(w, o.deadLetters, journal) })
-	adminSrv := &http.Server{Addr: ":" + strconv.Itoa(o.adminPort), Handler: admin, ReadHeaderTimeout: 10 * time.Second}
-	servers = append(servers, adminSrv)
-	ln, err := net.Listen("tcp", adminSrv.Addr)
-	if err != nil {
-		return err
+	probes := func(mux *http.ServeMux) {
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+		mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+			if !ready.Load() {
+				http.Error(w, "starting", http.StatusServiceUnavailable)
+				return
+			}
+			w.WriteHeader(http.StatusOK)
+		})
 	}
-	go func() { _ = adminSrv.Serve(ln) }()
+	admin, metrics := http.NewServeMux(), http.NewServeMux()
+	probes(admin)
+	admin.HandleFunc("GET /policies/{name}", func(w http.ResponseWriter, r *http.Request) { servePolicy(w, src, rt, r.PathValue("name")) })
+	admin.HandleFunc("GET /deadletters", func(w http.ResponseWriter, r *http.Request) { serveDeadLetters(w, r, journal) })
+	probes(metrics)
+	metrics.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	for addr, mux := range map[string]*http.ServeMux{
+		net.JoinHostPort(adminHost, strconv.Itoa(o.adminPort)): admin,
+		":" + strconv.Itoa(o.metricsPort):                      metrics,
+	} {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return err
+		}
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		servers = append(servers, srv)
+		go func() { _ = srv.Serve(ln) }()
+	}
 	ready.Store(true)
-	slog.Info("retryguard-proxy ready", "routes", len(table.Routes), "ports", table.Ports(), "watch", o.watch, "admin", o.adminPort)
+	slog.Info("retryguard-proxy ready", "routes", len(table.Routes), "ports", table.Ports(), "watch", o.watch, "admin", o.adminPort, "metrics", o.metricsPort)
 
 	<-ctx.Done()
 	// A native sidecar is stopped after the application's containers, so
@@ -198,22 +222,47 @@ func run(ctx context.Context, o options) error {
 	return nil
 }
 
-// serveDeadLetters answers the journal's letters and how many are not yet
-// forwarded: a pod without Kafka keeps them there for reconciliation.
-func serveDeadLetters(w http.ResponseWriter, path string, j *deadletter.Journal) {
-	letters, err := deadletter.ReadAll(path)
-	var corrupt *deadletter.CorruptError
-	if err != nil && !errors.As(err, &corrupt) {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
-	unforwarded, err := j.Unforwarded()
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
+// serveDeadLetters streams the journal's oldest letters, at most ?limit= of
+// them (DefaultLetterLimit, at most MaxLetterLimit), one at a time, whether
+// more follow, and how many are not yet forwarded: a pod without Kafka
+// keeps them there for reconciliation. Memory holds one letter at a time,
+// whatever the journal's size. An error met while streaming, after the
+// status is sent, is the answer's "error" member.
+func serveDeadLetters(w http.ResponseWriter, r *http.Request, j *deadletter.Journal) {
+	limit := DefaultLetterLimit
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxLetterLimit {
+			http.Error(w, "limit: "+codes.OutOfRange.Message(fmt.Sprintf("%q is not a whole number from 1 to %d", v, MaxLetterLimit)), http.StatusBadRequest)
+			return
+		}
+		limit = n
 	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{"unforwarded": unforwarded, "letters": append([]retry.DeadLetter{}, letters...)})
+	_, _ = io.WriteString(w, `{"letters":[`)
+	enc := json.NewEncoder(w)
+	n, more := 0, false
+	err := j.Scan(func(l retry.DeadLetter) bool {
+		if n == limit {
+			more = true
+			return false
+		}
+		if n > 0 {
+			_, _ = io.WriteString(w, ",")
+		}
+		n++
+		return enc.Encode(l) == nil
+	})
+	tail := map[string]any{"more": more}
+	if err == nil {
+		tail["unforwarded"], err = j.Unforwarded()
+	}
+	if err != nil {
+		tail["error"] = err.Error()
+	}
+	_, _ = io.WriteString(w, "],")
+	data, _ := json.Marshal(tail)
+	_, _ = w.Write(data[1:]) // the members after "letters"
 }
 
 // servePolicy answers what the proxy enforces for one policy: whether it

@@ -90,6 +90,10 @@ const (
 	InvalidRoute Code = "ERR_INVALID_ROUTE"
 	// NoRoute: a request to the proxy that no route of its table matches.
 	NoRoute Code = "ERR_NO_ROUTE"
+	// InjectionUnsafe: a pod the proxy injector cannot make safe (host
+	// namespaces, or a container of the sidecar's name that is not the one
+	// the injector writes): refused, never injected.
+	InjectionUnsafe Code = "ERR_INJECTION_UNSAFE"
 )
 
 // String returns the code itself.
