@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -39,6 +40,19 @@ const (
 	// which outlives the container's restarts).
 	RoutesVolume = "retryguard-proxy-routes"
 	StateVolume  = "retryguard-proxy-state"
+	// CAVolume holds the CAs a pod names in CAConfigMapAnnotation.
+	CAVolume = "retryguard-proxy-ca"
+)
+
+// A pod's own CAs, which the sidecar verifies its upstreams against beside
+// the system's roots: a ConfigMap key, as trust-manager's Bundle writes
+// one (docs/proxy.md).
+const (
+	// CAConfigMapAnnotation names a ConfigMap of the pod's namespace.
+	CAConfigMapAnnotation = "retryguard.io/proxy-ca-configmap"
+	// CAKeyAnnotation names its key, DefaultCAKey when absent.
+	CAKeyAnnotation = "retryguard.io/proxy-ca-key"
+	DefaultCAKey    = "ca.crt"
 )
 
 // Where the injected sidecar finds its files: cmd/retryguard-proxy's defaults.
@@ -46,6 +60,8 @@ const (
 	routesDir       = "/etc/retryguard/proxy"
 	routesFile      = "routes.json"
 	stateDir        = "/var/run/retryguard/proxy"
+	caDir           = "/etc/retryguard/proxy-ca"
+	caFile          = "ca.crt"
 	deadLettersFile = "deadletters.journal"
 	// proxyUser is the sidecar's user: the images' non-root user.
 	proxyUser = 65532
@@ -91,7 +107,11 @@ func (in *Injector) Default(_ context.Context, pod *corev1.Pod) error {
 	if in.Image == "" {
 		return fmt.Errorf("%s: %w", InjectAnnotation, errNoImage)
 	}
-	side, volumes := in.container(), in.volumes()
+	ca, err := caOf(pod.Annotations)
+	if err != nil {
+		return err
+	}
+	side, volumes := in.container(ca), in.volumes(ca)
 	for i, c := range pod.Spec.Containers {
 		if c.Name == ProxyContainer {
 			return unsafe(fmt.Sprintf("spec.containers[%d]", i), "a container named "+ProxyContainer+" is reserved for the injected sidecar")
@@ -204,9 +224,46 @@ func defaultedVolume(v corev1.Volume) corev1.Volume {
 	return v
 }
 
-// volumes are the sidecar's: its route table from the pod's annotation, and
-// its state.
-func (in *Injector) volumes() []corev1.Volume {
+// caRef is the ConfigMap key a pod names for its CAs; nil: none.
+type caRef struct{ name, key string }
+
+// caOf reads the pod's CA annotations, refusing a name or key the API
+// server would refuse in a volume, naming the annotation.
+func caOf(ann map[string]string) (*caRef, error) {
+	name, ok := ann[CAConfigMapAnnotation]
+	key, keyed := ann[CAKeyAnnotation]
+	field := func(a string) string { return "metadata.annotations[" + strconv.Quote(a) + "]" }
+	switch {
+	case !ok && keyed:
+		return nil, fmt.Errorf("%s: %s", field(CAKeyAnnotation), codes.InvalidRoute.Message("given without "+CAConfigMapAnnotation))
+	case !ok:
+		return nil, nil
+	case !keyed:
+		key = DefaultCAKey
+	}
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return nil, fmt.Errorf("%s: %s", field(CAConfigMapAnnotation), codes.InvalidRoute.Message(fmt.Sprintf("%q is not a ConfigMap name: %s", name, errs[0])))
+	}
+	if errs := validation.IsConfigMapKey(key); len(errs) > 0 {
+		return nil, fmt.Errorf("%s: %s", field(CAKeyAnnotation), codes.InvalidRoute.Message(fmt.Sprintf("%q is not a ConfigMap key: %s", key, errs[0])))
+	}
+	return &caRef{name: name, key: key}, nil
+}
+
+// volumes are the sidecar's: its route table from the pod's annotation, its
+// state, and the pod's CAs when it names them.
+func (in *Injector) volumes(ca *caRef) []corev1.Volume {
+	out := in.baseVolumes()
+	if ca != nil {
+		// Not optional: a pod whose CAs are missing waits for them (the
+		// kubelet says which), never starts trusting less than it asked.
+		out = append(out, corev1.Volume{Name: CAVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: ca.name}, Items: []corev1.KeyToPath{{Key: ca.key, Path: caFile}}}}})
+	}
+	return out
+}
+
+func (in *Injector) baseVolumes() []corev1.Volume {
 	return []corev1.Volume{
 		{Name: RoutesVolume, VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
 			Items: []corev1.DownwardAPIVolumeFile{{Path: routesFile,
@@ -221,7 +278,7 @@ func fieldEnv(name, path string) corev1.EnvVar {
 }
 
 // container is the sidecar: docs/proxy.md's manual YAML is this.
-func (in *Injector) container() corev1.Container {
+func (in *Injector) container(ca *caRef) corev1.Container {
 	pull := in.PullPolicy
 	if pull == "" {
 		pull = corev1.PullIfNotPresent
@@ -232,14 +289,15 @@ func (in *Injector) container() corev1.Container {
 		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromInt32(proxy.DefaultMetricsPort)}},
 			PeriodSeconds: 1, FailureThreshold: failures}
 	}
-	return corev1.Container{
+	args := []string{"--routes=" + routesDir + "/" + routesFile, "--dead-letters=" + stateDir + "/" + deadLettersFile}
+	c := corev1.Container{
 		Name:            ProxyContainer,
 		Image:           in.Image,
 		ImagePullPolicy: pull,
 		// Always: a native sidecar, started before the application's
 		// containers and stopped after them.
 		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
-		Args:          []string{"--routes=" + routesDir + "/" + routesFile, "--dead-letters=" + stateDir + "/" + deadLettersFile},
+		Args:          args,
 		Env: []corev1.EnvVar{
 			fieldEnv("POD_NAMESPACE", "metadata.namespace"),
 			fieldEnv("POD_NAME", "metadata.name"),
@@ -270,6 +328,11 @@ func (in *Injector) container() corev1.Container {
 			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
 	}
+	if ca != nil {
+		c.Args = append(c.Args, "--ca-file="+caDir+"/"+caFile)
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: CAVolume, MountPath: caDir, ReadOnly: true})
+	}
+	return c
 }
 
 // SetupInjectorWithManager serves the injector at InjectorPath.

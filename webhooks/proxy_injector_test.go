@@ -162,6 +162,56 @@ var _ = Describe("the retryguard-proxy injector", func() {
 		}
 	})
 
+	// Issue 29: "no CA bundle can be added to an injected pod." A pod names
+	// a ConfigMap key (trust-manager's Bundle writes ca.crt) and the
+	// injector mounts it into the sidecar, which verifies its upstreams
+	// against it beside the system's roots; a second pass, through the API
+	// server's defaults, still changes nothing.
+	It("mounts the CAs a pod names and points the sidecar at them", func() {
+		ns := newNamespace()
+		ann := injectAnnotations()
+		ann[webhooks.CAConfigMapAnnotation] = "team-roots"
+		pod := appPod(ns, "ca", ann)
+		Expect(k8s.Create(ctx, pod)).To(Succeed())
+		side := pod.Spec.InitContainers[0]
+		Expect(side.Args).To(ContainElement("--ca-file=/etc/retryguard/proxy-ca/ca.crt"))
+		Expect(side.VolumeMounts).To(ContainElement(And(HaveField("Name", webhooks.CAVolume), HaveField("MountPath", "/etc/retryguard/proxy-ca"),
+			HaveField("ReadOnly", true))))
+		var ca *corev1.Volume
+		for i := range pod.Spec.Volumes {
+			if pod.Spec.Volumes[i].Name == webhooks.CAVolume {
+				ca = &pod.Spec.Volumes[i]
+			}
+		}
+		Expect(ca).NotTo(BeNil())
+		Expect(ca.ConfigMap.Name).To(Equal("team-roots"))
+		Expect(ca.ConfigMap.Items).To(Equal([]corev1.KeyToPath{{Key: webhooks.DefaultCAKey, Path: "ca.crt"}}))
+		Expect(ca.ConfigMap.Optional).To(BeNil(), "a pod whose CAs are missing waits for them")
+
+		ann[webhooks.CAKeyAnnotation] = "bundle.pem"
+		again := appPod(ns, "ca-again", ann)
+		in := &webhooks.Injector{Image: testProxyImage}
+		Expect(in.Default(ctx, again)).To(Succeed())
+		copied := appPod(ns, "ca-copied", ann)
+		copied.Spec = again.Spec
+		Expect(k8s.Create(ctx, copied)).To(Succeed())
+		Expect(copied.Spec.InitContainers).To(HaveLen(2))
+		Expect(copied.Spec.Volumes[len(copied.Spec.Volumes)-1].ConfigMap.Items[0].Key).To(Equal("bundle.pem"))
+
+		for name, bad := range map[string]map[string]string{
+			webhooks.CAConfigMapAnnotation: {webhooks.CAConfigMapAnnotation: "Team_Roots"},
+			webhooks.CAKeyAnnotation:       {webhooks.CAConfigMapAnnotation: "team-roots", webhooks.CAKeyAnnotation: "../ca"},
+			"a key without a ConfigMap":    {webhooks.CAKeyAnnotation: "ca.crt"},
+		} {
+			a := injectAnnotations()
+			for k, v := range bad {
+				a[k] = v
+			}
+			err := k8s.Create(ctx, appPod(ns, "bad-ca", a), client.DryRunAll)
+			Expect(err).To(MatchError(ContainSubstring(string(codes.InvalidRoute))), name)
+		}
+	})
+
 	It("leaves a pod that does not ask as it is", func() {
 		ns := newNamespace()
 		for name, ann := range map[string]map[string]string{

@@ -10,10 +10,16 @@
 // only callers, so the sidecar is never an open proxy for other pods. So
 // does the admin listener, whose letters carry idempotency keys; only
 // /metrics and the probes listen on every address, on a port of their own.
+//
+// The binary carries the Mozilla roots (x509roots/fallback), used when the
+// image has no CA bundle, as a scratch image has none; --ca-file adds a
+// team's private CAs to them.
 package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -33,6 +39,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/twmb/franz-go/pkg/kgo"
+	_ "golang.org/x/crypto/x509roots/fallback" // the roots of an image without a CA bundle
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -66,6 +73,7 @@ type options struct {
 	routes, watch, policyDir, deadLetters, listenHost string
 	adminPort, metricsPort                            int
 	brokers, deadLetterTopic                          string
+	caFile                                            string
 }
 
 func main() {
@@ -88,6 +96,8 @@ func main() {
 		"",
 		"comma-separated Kafka seed brokers: lifecycle events go to each policy's eventsTopic, dead letters to --dead-letter-topic",
 	)
+	flag.StringVar(&o.caFile, "ca-file", "",
+		"PEM certificates the upstreams' TLS is also verified against, beside the system's roots (or the Mozilla roots the binary carries)")
 	flag.StringVar(&o.deadLetterTopic, "dead-letter-topic", "", "with --kafka-brokers: the topic the outbox forwarder ships dead letters to")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -163,7 +173,11 @@ func run(ctx context.Context, o options) error {
 		defer stopKafka()
 		opts = append(opts, sinkOpt)
 	}
-	rt := proxy.NewRuntime(src, &retry.Pools{}, nil, opts...)
+	base, pools, err := trust(o.caFile)
+	if err != nil {
+		return err
+	}
+	rt := proxy.NewRuntime(src, pools, base, opts...)
 
 	var servers []*http.Server
 	var ready atomic.Bool
@@ -287,6 +301,33 @@ func servePolicy(w http.ResponseWriter, src retry.Source, rt *proxy.Runtime, nam
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(out)
+}
+
+// trust is the transports the upstreams are reached through: the system's
+// roots (the Mozilla roots the binary carries when the image has none),
+// and the certificates of caFile beside them.
+func trust(caFile string) (http.RoundTripper, *retry.Pools, error) {
+	if caFile == "" {
+		return nil, &retry.Pools{}, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--ca-file: %w", err)
+	}
+	roots, err := x509.SystemCertPool()
+	if err != nil {
+		return nil, nil, fmt.Errorf("--ca-file: the system's roots: %w", err)
+	}
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, nil, fmt.Errorf("--ca-file: %s holds no PEM certificate", caFile)
+	}
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	base.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	return base, &retry.Pools{New: func(maxConnections int) *http.Transport {
+		t := base.Clone()
+		t.MaxConnsPerHost, t.MaxIdleConnsPerHost = maxConnections, maxConnections
+		return t
+	}}, nil
 }
 
 // startKafka starts the events sink and the outbox forwarder.

@@ -86,7 +86,7 @@ const (
 
 // Proxy codes: retryguard-proxy's route table (docs/proxy.md).
 const (
-	// InvalidRoute: a route table entry the proxy cannot serve (a port, prefix, policy or upstream).
+	// InvalidRoute: a route table entry the proxy cannot serve (a port, prefix, policy or upstream, or the upstreams' CAs).
 	InvalidRoute Code = "ERR_INVALID_ROUTE"
 	// NoRoute: a request to the proxy that no route of its table matches.
 	NoRoute Code = "ERR_NO_ROUTE"
