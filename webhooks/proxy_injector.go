@@ -67,6 +67,19 @@ const (
 	proxyUser = 65532
 )
 
+// The sidecar's disk: one home for both numbers.
+const (
+	// ProxyStateBytes is the state volume's sizeLimit: the kubelet evicts
+	// a pod whose emptyDir outgrows it.
+	ProxyStateBytes = 64 << 20
+	// ProxyJournalMaxBytes is the journal's cap (--dead-letters-max-bytes):
+	// half the volume less a mebibyte, since compaction's copy is never
+	// larger than the file it replaces and the forwarded mark is 512 bytes.
+	// At the cap a letter is not kept and the application is told, and
+	// the pod is never evicted for it.
+	ProxyJournalMaxBytes = (ProxyStateBytes - 1<<20) / 2
+)
+
 // Injector adds retryguard-proxy as a native sidecar (an init container with
 // restartPolicy Always) to every pod annotated retryguard.io/inject: "true":
 // its env (POD_NAMESPACE, and POD_UID, by which a fleet budget's count names
@@ -269,7 +282,8 @@ func (in *Injector) baseVolumes() []corev1.Volume {
 			Items: []corev1.DownwardAPIVolumeFile{{Path: routesFile,
 				FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['" + proxy.RoutesAnnotation + "']"}}},
 		}}},
-		{Name: StateVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("64Mi"))}}},
+		{Name: StateVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+			SizeLimit: resource.NewQuantity(ProxyStateBytes, resource.BinarySI)}}},
 	}
 }
 
@@ -289,7 +303,8 @@ func (in *Injector) container(ca *caRef) corev1.Container {
 		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromInt32(proxy.DefaultMetricsPort)}},
 			PeriodSeconds: 1, FailureThreshold: failures}
 	}
-	args := []string{"--routes=" + routesDir + "/" + routesFile, "--dead-letters=" + stateDir + "/" + deadLettersFile}
+	args := []string{"--routes=" + routesDir + "/" + routesFile, "--dead-letters=" + stateDir + "/" + deadLettersFile,
+		"--dead-letters-max-bytes=" + strconv.Itoa(ProxyJournalMaxBytes)}
 	c := corev1.Container{
 		Name:            ProxyContainer,
 		Image:           in.Image,

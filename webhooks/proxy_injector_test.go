@@ -1,6 +1,7 @@
 package webhooks_test
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"time"
@@ -80,6 +81,12 @@ var _ = Describe("the retryguard-proxy injector", func() {
 		}
 		Expect(vols).To(HaveKey(webhooks.StateVolume))
 		Expect(vols[webhooks.StateVolume].EmptyDir).NotTo(BeNil())
+		// Issue 29: "The journal grows until the pod is evicted." The journal's
+		// cap and the volume's limit come from one place, the cap below half
+		// the limit (compaction's copy sits beside the journal).
+		Expect(vols[webhooks.StateVolume].EmptyDir.SizeLimit.Value()).To(BeEquivalentTo(webhooks.ProxyStateBytes))
+		Expect(side.Args).To(ContainElement(fmt.Sprintf("--dead-letters-max-bytes=%d", webhooks.ProxyJournalMaxBytes)))
+		Expect(2*webhooks.ProxyJournalMaxBytes + 1<<20).To(BeNumerically("<=", webhooks.ProxyStateBytes))
 		Expect(vols).To(HaveKey(webhooks.RoutesVolume))
 		Expect(vols[webhooks.RoutesVolume].DownwardAPI.Items[0].FieldRef.FieldPath).To(Equal("metadata.annotations['" + proxy.RoutesAnnotation + "']"))
 		Expect(side.StartupProbe).NotTo(BeNil(), "the application starts once the proxy listens")

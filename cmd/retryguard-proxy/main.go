@@ -72,6 +72,7 @@ const adminHost = "127.0.0.1"
 type options struct {
 	routes, watch, policyDir, deadLetters, listenHost string
 	adminPort, metricsPort                            int
+	deadLettersMaxBytes                               int64
 	brokers, deadLetterTopic                          string
 	caFile                                            string
 }
@@ -87,6 +88,9 @@ func main() {
 	flag.StringVar(&o.watch, "watch", "informer", "where policies come from: informer (the published ConfigMaps, needs get/list/watch on ConfigMaps) or files")
 	flag.StringVar(&o.policyDir, "policy-dir", "", "with --watch=files: the mounted ConfigMap volume")
 	flag.StringVar(&o.deadLetters, "dead-letters", defaultDeadLetters, "the dead-letter journal (the outbox); on a volume that outlives the container")
+	flag.Int64Var(&o.deadLettersMaxBytes, "dead-letters-max-bytes", 0,
+		"the journal's cap in bytes (0: none): at it, a letter is not kept, the answer says so (Retryguard-Letter: dropped) "+
+			"and it is counted; keep the volume at twice it")
 	flag.StringVar(&o.listenHost, "listen-host", "127.0.0.1", "the address route listeners bind to")
 	flag.IntVar(&o.adminPort, "admin-port", proxy.DefaultAdminPort, "the port of /deadletters, /policies, /healthz and /readyz (127.0.0.1 only)")
 	flag.IntVar(&o.metricsPort, "metrics-port", proxy.DefaultMetricsPort, "the port of /metrics, /healthz and /readyz (all addresses: scraping and probes)")
@@ -147,7 +151,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 
-	journal, err := deadletter.Open(o.deadLetters)
+	journal, err := deadletter.Open(o.deadLetters, deadletter.WithMaxBytes(o.deadLettersMaxBytes))
 	if err != nil {
 		return fmt.Errorf("the dead-letter journal: %w", err)
 	}
@@ -162,7 +166,7 @@ func run(ctx context.Context, o options) error {
 	}
 	opts := []retry.Option{
 		retry.WithBudgets(budget.NewRegistry(nil, budget.WithDelivery(delivery))),
-		retry.WithDeadLetters(journal),
+		retry.WithDeadLetters(newKeptSink(journal, reg)),
 		retry.WithMetrics(retry.NewMetrics(reg)),
 	}
 	if o.brokers != "" {
@@ -190,7 +194,7 @@ func run(ctx context.Context, o options) error {
 		if err != nil {
 			return err
 		}
-		srv := &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
+		srv := &http.Server{Handler: tellDropped(p), ReadHeaderTimeout: 10 * time.Second}
 		servers = append(servers, srv)
 		go func() { _ = srv.Serve(ln) }()
 	}
