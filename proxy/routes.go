@@ -44,9 +44,16 @@ const (
 	MaxTableBytes = 256 << 10
 )
 
-// DefaultAdminPort is where the sidecar serves /healthz, /readyz, /metrics
-// and /deadletters; no route may listen on it.
-const DefaultAdminPort = 15020
+// The sidecar's own ports; no route may listen on either.
+const (
+	// DefaultAdminPort is where the sidecar serves /deadletters, /policies,
+	// /healthz and /readyz, on 127.0.0.1 only: the pod's own containers
+	// read its letters, no other pod can.
+	DefaultAdminPort = 15020
+	// DefaultMetricsPort is where it serves /metrics for scraping, and
+	// /healthz and /readyz for the kubelet's probes, on every address.
+	DefaultMetricsPort = 15090
+)
 
 // Table is a route table: which policy and upstream each local port and path
 // prefix goes to.
@@ -114,17 +121,17 @@ func Parse(data []byte) (*Table, error) {
 			t.Routes[i].PathPrefix = "/"
 		}
 	}
-	if err := t.Validate(DefaultAdminPort); err != nil {
+	if err := t.Validate(DefaultAdminPort, DefaultMetricsPort); err != nil {
 		return nil, err
 	}
 	return &t, nil
 }
 
-// Validate checks every route: a port from MinPort up that is not the admin
-// port, a prefix that is a clean path, a policy that is an object name, an
+// Validate checks every route: a port from MinPort up that is none of the
+// proxy's own (reserved: its admin and metrics ports), a prefix that is a clean path, a policy that is an object name, an
 // http or https upstream with a host and nothing but a base path, and no two
 // routes on the same port and prefix.
-func (t *Table) Validate(adminPort int) error {
+func (t *Table) Validate(reserved ...int) error {
 	if len(t.Routes) == 0 {
 		return &RouteError{Field: "routes", Code: codes.InvalidRoute, Rule: "at least one route is required"}
 	}
@@ -133,7 +140,7 @@ func (t *Table) Validate(adminPort int) error {
 	}
 	for i, r := range t.Routes {
 		field := func(name string) string { return "routes[" + strconv.Itoa(i) + "]." + name }
-		if err := r.validate(field, adminPort); err != nil {
+		if err := r.validate(field, reserved); err != nil {
 			return err
 		}
 		if slices.ContainsFunc(t.Routes[:i], func(o Route) bool { return o.Port == r.Port && o.PathPrefix == r.PathPrefix }) {
@@ -144,12 +151,12 @@ func (t *Table) Validate(adminPort int) error {
 	return nil
 }
 
-func (r Route) validate(field func(string) string, adminPort int) error {
+func (r Route) validate(field func(string) string, reserved []int) error {
 	switch {
 	case r.Port < MinPort || r.Port > 65535:
 		return &RouteError{Field: field("port"), Code: codes.OutOfRange, Rule: fmt.Sprintf("%d is outside %d–65535", r.Port, MinPort)}
-	case r.Port == adminPort:
-		return &RouteError{Field: field("port"), Code: codes.InvalidRoute, Rule: fmt.Sprintf("%d is the proxy's admin port", r.Port)}
+	case slices.Contains(reserved, r.Port):
+		return &RouteError{Field: field("port"), Code: codes.InvalidRoute, Rule: fmt.Sprintf("%d is one of the proxy's own ports %v", r.Port, reserved)}
 	case len(r.PathPrefix) > MaxPathPrefix:
 		return &RouteError{Field: field("pathPrefix"), Code: codes.OutOfRange, Rule: fmt.Sprintf("%d bytes, above %d", len(r.PathPrefix), MaxPathPrefix)}
 	case !pathPrefix.MatchString(r.PathPrefix) || hasDotSegment(r.PathPrefix):

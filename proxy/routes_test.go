@@ -42,6 +42,7 @@ func TestParseRefusesWithTheFieldAndTheCode(t *testing.T) {
 		{"privileged port", route(`"port":80,"policy":"p","upstream":"https://h"`), "routes[0].port", codes.OutOfRange},
 		{"port too high", route(`"port":70000,"policy":"p","upstream":"https://h"`), "routes[0].port", codes.OutOfRange},
 		{"the admin port", route(`"port":15020,"policy":"p","upstream":"https://h"`), "routes[0].port", codes.InvalidRoute},
+		{"the metrics port", route(`"port":15090,"policy":"p","upstream":"https://h"`), "routes[0].port", codes.InvalidRoute},
 		{"relative prefix", route(ok + `,"pathPrefix":"v1"`), "routes[0].pathPrefix", codes.InvalidRoute},
 		{"dot segment", route(ok + `,"pathPrefix":"/v1/../admin"`), "routes[0].pathPrefix", codes.InvalidRoute},
 		{"empty segment", route(ok + `,"pathPrefix":"//v1"`), "routes[0].pathPrefix", codes.InvalidRoute},

@@ -7,15 +7,24 @@
 // retryguard.io/inject: "true".
 //
 // Route listeners bind to loopback only: the pod's own containers are its
-// only callers, so the sidecar is never an open proxy for other pods.
+// only callers, so the sidecar is never an open proxy for other pods. So
+// does the admin listener, whose letters carry idempotency keys; only
+// /metrics and the probes listen on every address, on a port of their own.
+//
+// The binary carries the Mozilla roots (x509roots/fallback), used when the
+// image has no CA bundle, as a scratch image has none; --ca-file adds a
+// team's private CAs to them.
 package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -30,11 +39,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/twmb/franz-go/pkg/kgo"
+	_ "golang.org/x/crypto/x509roots/fallback" // the roots of an image without a CA bundle
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/retryguard/retryguard/proxy"
 	"github.com/retryguard/retryguard/runtime/budget"
+	"github.com/retryguard/retryguard/runtime/codes"
 	"github.com/retryguard/retryguard/runtime/deadletter"
 	"github.com/retryguard/retryguard/runtime/events/kafka"
 	"github.com/retryguard/retryguard/runtime/retry"
@@ -48,10 +59,22 @@ const (
 	defaultDeadLetters = "/var/run/retryguard/proxy/deadletters.journal"
 )
 
+// The bounds of /deadletters?limit=: how many letters one answer holds, so
+// that an answer's size never grows with the journal's.
+const (
+	DefaultLetterLimit = 100
+	MaxLetterLimit     = 1000
+)
+
+// adminHost is the admin listener's address: the pod's own loopback.
+const adminHost = "127.0.0.1"
+
 type options struct {
 	routes, watch, policyDir, deadLetters, listenHost string
-	adminPort                                         int
+	adminPort, metricsPort                            int
+	deadLettersMaxBytes                               int64
 	brokers, deadLetterTopic                          string
+	caFile                                            string
 }
 
 func main() {
@@ -65,14 +88,20 @@ func main() {
 	flag.StringVar(&o.watch, "watch", "informer", "where policies come from: informer (the published ConfigMaps, needs get/list/watch on ConfigMaps) or files")
 	flag.StringVar(&o.policyDir, "policy-dir", "", "with --watch=files: the mounted ConfigMap volume")
 	flag.StringVar(&o.deadLetters, "dead-letters", defaultDeadLetters, "the dead-letter journal (the outbox); on a volume that outlives the container")
+	flag.Int64Var(&o.deadLettersMaxBytes, "dead-letters-max-bytes", 0,
+		"the journal's cap in bytes (0: none): at it, a letter is not kept, the answer says so (Retryguard-Letter: dropped) "+
+			"and it is counted; keep the volume at twice it")
 	flag.StringVar(&o.listenHost, "listen-host", "127.0.0.1", "the address route listeners bind to")
-	flag.IntVar(&o.adminPort, "admin-port", proxy.DefaultAdminPort, "the port of /healthz, /readyz, /metrics and /deadletters (all addresses)")
+	flag.IntVar(&o.adminPort, "admin-port", proxy.DefaultAdminPort, "the port of /deadletters, /policies, /healthz and /readyz (127.0.0.1 only)")
+	flag.IntVar(&o.metricsPort, "metrics-port", proxy.DefaultMetricsPort, "the port of /metrics, /healthz and /readyz (all addresses: scraping and probes)")
 	flag.StringVar(
 		&o.brokers,
 		"kafka-brokers",
 		"",
 		"comma-separated Kafka seed brokers: lifecycle events go to each policy's eventsTopic, dead letters to --dead-letter-topic",
 	)
+	flag.StringVar(&o.caFile, "ca-file", "",
+		"PEM certificates the upstreams' TLS is also verified against, beside the system's roots (or the Mozilla roots the binary carries)")
 	flag.StringVar(&o.deadLetterTopic, "dead-letter-topic", "", "with --kafka-brokers: the topic the outbox forwarder ships dead letters to")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -98,7 +127,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", o.routes, err)
 	}
-	if err := table.Validate(o.adminPort); err != nil {
+	if err := table.Validate(o.adminPort, o.metricsPort); err != nil {
 		return fmt.Errorf("%s: %w", o.routes, err)
 	}
 	var src source
@@ -122,7 +151,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 
-	journal, err := deadletter.Open(o.deadLetters)
+	journal, err := deadletter.Open(o.deadLetters, deadletter.WithMaxBytes(o.deadLettersMaxBytes))
 	if err != nil {
 		return fmt.Errorf("the dead-letter journal: %w", err)
 	}
@@ -137,7 +166,7 @@ func run(ctx context.Context, o options) error {
 	}
 	opts := []retry.Option{
 		retry.WithBudgets(budget.NewRegistry(nil, budget.WithDelivery(delivery))),
-		retry.WithDeadLetters(journal),
+		retry.WithDeadLetters(newKeptSink(journal, reg)),
 		retry.WithMetrics(retry.NewMetrics(reg)),
 	}
 	if o.brokers != "" {
@@ -148,7 +177,11 @@ func run(ctx context.Context, o options) error {
 		defer stopKafka()
 		opts = append(opts, sinkOpt)
 	}
-	rt := proxy.NewRuntime(src, &retry.Pools{}, nil, opts...)
+	base, pools, err := trust(o.caFile)
+	if err != nil {
+		return err
+	}
+	rt := proxy.NewRuntime(src, pools, base, opts...)
 
 	var servers []*http.Server
 	var ready atomic.Bool
@@ -161,31 +194,40 @@ func run(ctx context.Context, o options) error {
 		if err != nil {
 			return err
 		}
-		srv := &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
+		srv := &http.Server{Handler: tellDropped(p), ReadHeaderTimeout: 10 * time.Second}
 		servers = append(servers, srv)
 		go func() { _ = srv.Serve(ln) }()
 	}
-	admin := http.NewServeMux()
-	admin.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
-	admin.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready.Load() {
-			http.Error(w, "starting", http.StatusServiceUnavailable)
-			return
-		}
-		w.WriteHeader(http.StatusOK)
-	})
-	admin.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	admin.HandleFunc("GET /policies/{name}", func(w http.ResponseWriter, r *http.Request) { servePolicy(w, src, rt, r.PathValue("name")) })
-	admin.HandleFunc("GET /deadletters", func(w http.ResponseWriter, _ *http.Request) { serveDeadLetters(w, o.deadLetters, journal) })
-	adminSrv := &http.Server{Addr: ":" + strconv.Itoa(o.adminPort), Handler: admin, ReadHeaderTimeout: 10 * time.Second}
-	servers = append(servers, adminSrv)
-	ln, err := net.Listen("tcp", adminSrv.Addr)
-	if err != nil {
-		return err
+	probes := func(mux *http.ServeMux) {
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+		mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+			if !ready.Load() {
+				http.Error(w, "starting", http.StatusServiceUnavailable)
+				return
+			}
+			w.WriteHeader(http.StatusOK)
+		})
 	}
-	go func() { _ = adminSrv.Serve(ln) }()
+	admin, metrics := http.NewServeMux(), http.NewServeMux()
+	probes(admin)
+	admin.HandleFunc("GET /policies/{name}", func(w http.ResponseWriter, r *http.Request) { servePolicy(w, src, rt, r.PathValue("name")) })
+	admin.HandleFunc("GET /deadletters", func(w http.ResponseWriter, r *http.Request) { serveDeadLetters(w, r, journal) })
+	probes(metrics)
+	metrics.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	for addr, mux := range map[string]*http.ServeMux{
+		net.JoinHostPort(adminHost, strconv.Itoa(o.adminPort)): admin,
+		":" + strconv.Itoa(o.metricsPort):                      metrics,
+	} {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return err
+		}
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		servers = append(servers, srv)
+		go func() { _ = srv.Serve(ln) }()
+	}
 	ready.Store(true)
-	slog.Info("retryguard-proxy ready", "routes", len(table.Routes), "ports", table.Ports(), "watch", o.watch, "admin", o.adminPort)
+	slog.Info("retryguard-proxy ready", "routes", len(table.Routes), "ports", table.Ports(), "watch", o.watch, "admin", o.adminPort, "metrics", o.metricsPort)
 
 	<-ctx.Done()
 	// A native sidecar is stopped after the application's containers, so
@@ -198,22 +240,47 @@ func run(ctx context.Context, o options) error {
 	return nil
 }
 
-// serveDeadLetters answers the journal's letters and how many are not yet
-// forwarded: a pod without Kafka keeps them there for reconciliation.
-func serveDeadLetters(w http.ResponseWriter, path string, j *deadletter.Journal) {
-	letters, err := deadletter.ReadAll(path)
-	var corrupt *deadletter.CorruptError
-	if err != nil && !errors.As(err, &corrupt) {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
-	unforwarded, err := j.Unforwarded()
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
+// serveDeadLetters streams the journal's oldest letters, at most ?limit= of
+// them (DefaultLetterLimit, at most MaxLetterLimit), one at a time, whether
+// more follow, and how many are not yet forwarded: a pod without Kafka
+// keeps them there for reconciliation. Memory holds one letter at a time,
+// whatever the journal's size. An error met while streaming, after the
+// status is sent, is the answer's "error" member.
+func serveDeadLetters(w http.ResponseWriter, r *http.Request, j *deadletter.Journal) {
+	limit := DefaultLetterLimit
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxLetterLimit {
+			http.Error(w, "limit: "+codes.OutOfRange.Message(fmt.Sprintf("%q is not a whole number from 1 to %d", v, MaxLetterLimit)), http.StatusBadRequest)
+			return
+		}
+		limit = n
 	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{"unforwarded": unforwarded, "letters": append([]retry.DeadLetter{}, letters...)})
+	_, _ = io.WriteString(w, `{"letters":[`)
+	enc := json.NewEncoder(w)
+	n, more := 0, false
+	err := j.Scan(func(l retry.DeadLetter) bool {
+		if n == limit {
+			more = true
+			return false
+		}
+		if n > 0 {
+			_, _ = io.WriteString(w, ",")
+		}
+		n++
+		return enc.Encode(l) == nil
+	})
+	tail := map[string]any{"more": more}
+	if err == nil {
+		tail["unforwarded"], err = j.Unforwarded()
+	}
+	if err != nil {
+		tail["error"] = err.Error()
+	}
+	_, _ = io.WriteString(w, "],")
+	data, _ := json.Marshal(tail)
+	_, _ = w.Write(data[1:]) // the members after "letters"
 }
 
 // servePolicy answers what the proxy enforces for one policy: whether it
@@ -238,6 +305,33 @@ func servePolicy(w http.ResponseWriter, src retry.Source, rt *proxy.Runtime, nam
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(out)
+}
+
+// trust is the transports the upstreams are reached through: the system's
+// roots (the Mozilla roots the binary carries when the image has none),
+// and the certificates of caFile beside them.
+func trust(caFile string) (http.RoundTripper, *retry.Pools, error) {
+	if caFile == "" {
+		return nil, &retry.Pools{}, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--ca-file: %w", err)
+	}
+	roots, err := x509.SystemCertPool()
+	if err != nil {
+		return nil, nil, fmt.Errorf("--ca-file: the system's roots: %w", err)
+	}
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, nil, fmt.Errorf("--ca-file: %s holds no PEM certificate", caFile)
+	}
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	base.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	return base, &retry.Pools{New: func(maxConnections int) *http.Transport {
+		t := base.Clone()
+		t.MaxConnsPerHost, t.MaxIdleConnsPerHost = maxConnections, maxConnections
+		return t
+	}}, nil
 }
 
 // startKafka starts the events sink and the outbox forwarder.

@@ -10,13 +10,18 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/retryguard/retryguard/runtime/codes"
+	"github.com/retryguard/retryguard/runtime/deadletter"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 	"github.com/retryguard/retryguard/runtime/policyconfig/fixtures"
+	"github.com/retryguard/retryguard/runtime/retry"
 )
 
 func freePort(t *testing.T) int {
@@ -44,19 +49,21 @@ func getJSON(t *testing.T, url string, out any) int {
 	return res.StatusCode
 }
 
-// The sidecar as the injector runs it, in-process: the route table from a
-// file, the policies from a mounted volume, dead letters in a journal. A
-// request to the route's loopback port reaches the upstream under the
-// policy; the admin port says what it enforces and lists its dead letters.
-func TestTheSidecarServesItsRoutesAndItsAdminPort(t *testing.T) {
-	var statuses atomic.Int32
-	statuses.Store(201)
-	var keys []string
-	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		keys = append(keys, r.Header.Get("Idempotency-Key"))
-		w.WriteHeader(int(statuses.Load()))
-	}))
-	defer upstream.Close()
+// sidecar is one started in-process by startSidecar.
+type sidecar struct {
+	port                   int // the route's
+	admin, metrics         string
+	deadLetters, dir       string
+	policies, routes       string
+	adminPort, metricsPort int
+}
+
+// startSidecar runs the sidecar as the injector runs it, in-process: one
+// route to upstream under the SMS policy, from a file, the policies from a
+// mounted volume, dead letters in a journal. It returns once it is ready and
+// stops it with the test.
+func startSidecar(t *testing.T, upstream string, tweak ...func(*options)) sidecar {
+	t.Helper()
 	dir := t.TempDir()
 	policies := filepath.Join(dir, "policies")
 	if err := os.Mkdir(policies, 0o755); err != nil {
@@ -72,37 +79,60 @@ func TestTheSidecarServesItsRoutesAndItsAdminPort(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("POD_NAMESPACE", "sidecar")
-	port, admin := freePort(t), freePort(t)
-	routes := filepath.Join(dir, "routes.json")
-	table := fmt.Sprintf(`{"routes":[{"port":%d,"pathPrefix":"/v1/","policy":"sms-2fa-dispatch","upstream":%q}]}`, port, upstream.URL)
-	if err := os.WriteFile(routes, []byte(table), 0o644); err != nil {
+	sc := sidecar{port: freePort(t), adminPort: freePort(t), metricsPort: freePort(t), dir: dir, policies: policies,
+		deadLetters: filepath.Join(dir, "dl.journal"), routes: filepath.Join(dir, "routes.json")}
+	sc.admin, sc.metrics = fmt.Sprintf("http://127.0.0.1:%d", sc.adminPort), fmt.Sprintf("http://127.0.0.1:%d", sc.metricsPort)
+	table := fmt.Sprintf(`{"routes":[{"port":%d,"pathPrefix":"/v1/","policy":"sms-2fa-dispatch","upstream":%q}]}`, sc.port, upstream)
+	if err := os.WriteFile(sc.routes, []byte(table), 0o644); err != nil {
 		t.Fatal(err)
+	}
+	o := options{routes: sc.routes, watch: "files", policyDir: policies, deadLetters: sc.deadLetters,
+		listenHost: "127.0.0.1", adminPort: sc.adminPort, metricsPort: sc.metricsPort}
+	for _, f := range tweak {
+		f(&o)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, options{routes: routes, watch: "files", policyDir: policies, deadLetters: filepath.Join(dir, "dl.journal"),
-			listenHost: "127.0.0.1", adminPort: admin})
-	}()
-	defer func() {
+	go func() { done <- run(ctx, o) }()
+	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
-			t.Fatal(err)
+			t.Error(err)
 		}
-	}()
-	adminURL := fmt.Sprintf("http://127.0.0.1:%d", admin)
+	})
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		res, err := http.Get(adminURL + "/readyz")
+		res, err := http.Get(sc.metrics + "/readyz")
 		if err == nil && res.StatusCode == 200 {
 			_ = res.Body.Close()
-			break
+			return sc
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the sidecar stopped: %v", err)
+		default:
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the sidecar never became ready: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// The sidecar as the injector runs it: a request to the route's loopback
+// port reaches the upstream under the policy; the admin port says what it
+// enforces and lists its dead letters; the metrics port serves /metrics.
+func TestTheSidecarServesItsRoutesAndItsAdminPort(t *testing.T) {
+	var statuses atomic.Int32
+	statuses.Store(201)
+	var keys []string
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		keys = append(keys, r.Header.Get("Idempotency-Key"))
+		w.WriteHeader(int(statuses.Load()))
+	}))
+	defer upstream.Close()
+	sc := startSidecar(t, upstream.URL)
+	port, adminURL := sc.port, sc.admin
 
 	send := func() int {
 		req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d/v1/messages", port), strings.NewReader("{}"))
@@ -146,19 +176,55 @@ func TestTheSidecarServesItsRoutesAndItsAdminPort(t *testing.T) {
 		letters.Letters[0].Key != "SMS-2FA-42-s-9" || letters.Letters[0].Code != "ERR_PERMANENT_FAILURE" {
 		t.Fatalf("/deadletters: %d %+v", code, letters)
 	}
-	if code := getJSON(t, adminURL+"/metrics", nil); code != 200 {
-		t.Fatalf("/metrics: %d", code)
+	res, err := http.Get(sc.metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
 	}
-	// Route listeners are loopback only: the pod's own containers call them.
-	if addrs, _ := net.InterfaceAddrs(); len(addrs) > 0 {
-		for _, a := range addrs {
-			ip, _, _ := net.ParseCIDR(a.String())
-			if ip == nil || ip.IsLoopback() || ip.To4() == nil {
-				continue
-			}
+	_ = res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("/metrics: %d", res.StatusCode)
+	}
+}
+
+// podAddresses are the machine's non-loopback IPv4 addresses: where another
+// pod reaches this one.
+func podAddresses(t *testing.T) []net.IP {
+	t.Helper()
+	addrs, _ := net.InterfaceAddrs()
+	var out []net.IP
+	for _, a := range addrs {
+		if ip, _, _ := net.ParseCIDR(a.String()); ip != nil && !ip.IsLoopback() && ip.To4() != nil {
+			out = append(out, ip)
+		}
+	}
+	if len(out) == 0 {
+		t.Skip("no non-loopback IPv4 address to reach the sidecar from")
+	}
+	return out
+}
+
+// Issue 29: "Any pod in the cluster can read every dead letter." The route
+// ports and the admin port (letters, policies) answer on loopback only: the
+// pod's own containers. Only the metrics port, /metrics and the probes,
+// answers on the pod's address.
+func TestOnlyMetricsAndProbesAnswerOtherPods(t *testing.T) {
+	sc := startSidecar(t, "http://127.0.0.1:1")
+	for _, ip := range podAddresses(t) {
+		for name, port := range map[string]int{"the route port": sc.port, "the admin port": sc.adminPort} {
 			if c, err := net.DialTimeout("tcp", net.JoinHostPort(ip.String(), fmt.Sprint(port)), time.Second); err == nil {
 				_ = c.Close()
-				t.Fatalf("the route port answers on %s", ip)
+				t.Errorf("%s answers on %s", name, ip)
+			}
+		}
+		other := fmt.Sprintf("http://%s", net.JoinHostPort(ip.String(), fmt.Sprint(sc.metricsPort)))
+		for path, want := range map[string]int{"/metrics": 200, "/readyz": 200, "/healthz": 200, "/deadletters": 404, "/policies/sms-2fa-dispatch": 404} {
+			res, err := http.Get(other + path)
+			if err != nil {
+				t.Fatalf("%s%s: %v", other, path, err)
+			}
+			_ = res.Body.Close()
+			if res.StatusCode != want {
+				t.Errorf("%s%s: %d, want %d", other, path, res.StatusCode, want)
 			}
 		}
 	}
@@ -170,8 +236,125 @@ func TestABadRouteTableStopsTheSidecar(t *testing.T) {
 	if err := os.WriteFile(routes, []byte(`{"routes":[{"port":15020,"policy":"p","upstream":"https://h"}]}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	err := run(context.Background(), options{routes: routes, watch: "files", adminPort: 15020})
+	err := run(context.Background(), options{routes: routes, watch: "files", adminPort: 15020, metricsPort: 15090})
 	if err == nil || !strings.Contains(err.Error(), routes) || !strings.Contains(err.Error(), "routes[0].port") {
 		t.Fatalf("run: %v, want the file and routes[0].port", err)
+	}
+}
+
+// writeLetters writes n letters, each with a key of keyBytes, to a new
+// journal at path, with writers at once (the journal's group commit; one
+// writer keeps the operations in order).
+func writeLetters(t *testing.T, path string, n, keyBytes, writers int) {
+	t.Helper()
+	j, err := deadletter.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	next := atomic.Int64{}
+	for range writers {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				l := retry.DeadLetter{OperationID: uint64(i), Namespace: "sidecar", Policy: "sms-2fa-dispatch",
+					Key: fmt.Sprintf("%d-%s", i, strings.Repeat("k", keyBytes)), State: retry.UnknownOutcome, Code: codes.UnknownOutcome}
+				if err := j.Write(context.Background(), l); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lettersAnswer mirrors /deadletters.
+type lettersAnswer struct {
+	Unforwarded int  `json:"unforwarded"`
+	More        bool `json:"more"`
+	Letters     []struct {
+		Operation uint64 `json:"operation"`
+	} `json:"letters"`
+	Error string `json:"error"`
+}
+
+// /deadletters answers the oldest letters, DefaultLetterLimit of them unless
+// ?limit= says fewer, says whether more follow and how many are not yet
+// forwarded; a limit outside 1..MaxLetterLimit is refused with its code.
+func TestDeadLettersAnswersALimitedPage(t *testing.T) {
+	sc := startSidecar(t, "http://127.0.0.1:1", func(o *options) { writeLetters(t, o.deadLetters, DefaultLetterLimit+5, 8, 1) })
+	var page lettersAnswer
+	if code := getJSON(t, sc.admin+"/deadletters", &page); code != 200 || len(page.Letters) != DefaultLetterLimit || !page.More ||
+		page.Unforwarded != DefaultLetterLimit+5 || page.Error != "" {
+		t.Fatalf("/deadletters: %d, %d letters, more %v, unforwarded %d, %q", code, len(page.Letters), page.More, page.Unforwarded, page.Error)
+	}
+	for i, l := range page.Letters {
+		if l.Operation != uint64(i) {
+			t.Fatalf("letter %d is operation %d: not oldest first", i, l.Operation)
+		}
+	}
+	page = lettersAnswer{}
+	if code := getJSON(t, sc.admin+"/deadletters?limit=200", &page); code != 200 || len(page.Letters) != DefaultLetterLimit+5 || page.More {
+		t.Fatalf("?limit=200: %d, %d letters, more %v", code, len(page.Letters), page.More)
+	}
+	for _, bad := range []string{"0", "-1", fmt.Sprint(MaxLetterLimit + 1), "ten"} {
+		res, err := http.Get(sc.admin + "/deadletters?limit=" + bad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		_ = res.Body.Close()
+		if res.StatusCode != 400 || !strings.Contains(string(body), "limit: "+string(codes.OutOfRange)) {
+			t.Errorf("?limit=%s: %d %s", bad, res.StatusCode, body)
+		}
+	}
+}
+
+// Issue 29: "Each request loads the whole journal: a 48 MiB journal took 59
+// MiB of heap per request against the 128 Mi limit." A 16 MiB journal is
+// streamed: once the first bytes of the answer arrive, and while the
+// application has not read the rest (the sidecar is blocked writing), the
+// live heap holds a few letters, not the journal.
+func TestDeadLettersStreamsAJournalLargerThanItsHeap(t *testing.T) {
+	const letters, keyBytes = 256, 64 << 10
+	sc := startSidecar(t, "http://127.0.0.1:1", func(o *options) { writeLetters(t, o.deadLetters, letters, keyBytes, 16) })
+	fi, err := os.Stat(sc.deadLetters)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heap := func() int64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return int64(m.HeapAlloc)
+	}
+	before := heap()
+	res, err := http.Get(fmt.Sprintf("%s/deadletters?limit=%d", sc.admin, MaxLetterLimit))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if _, err := io.ReadFull(res.Body, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	grew := heap() - before
+	t.Logf("journal %d bytes; live heap grew %d bytes while its answer streamed", fi.Size(), grew)
+	if grew > fi.Size()/4 {
+		t.Fatalf("serving /deadletters of a %d-byte journal holds %d bytes of heap", fi.Size(), grew)
+	}
+	var page lettersAnswer
+	if err := json.NewDecoder(io.MultiReader(strings.NewReader("{"), res.Body)).Decode(&page); err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Letters) != letters || page.More || page.Unforwarded != letters {
+		t.Fatalf("%d letters, more %v, unforwarded %d; want all %d", len(page.Letters), page.More, page.Unforwarded, letters)
 	}
 }

@@ -62,3 +62,32 @@ func sortedWith(base []string, more ...string) []string {
 	slices.Sort(out)
 	return out
 }
+
+// Issue 29: "The kustomize installs exclude only kube-system, not the
+// operator's namespace, while the chart and the docs exclude both." Every
+// install keeps the proxy injector out of kube-system and out of the
+// namespace its manager runs in.
+func TestEveryInstallKeepsTheInjectorOutOfKubeSystemAndItsOwnNamespace(t *testing.T) {
+	for source, byKind := range map[string]map[string][]object{
+		"the chart":                   mustTemplate(t),
+		"config/default":              kustomize(t, "config/default"),
+		"config/without-cert-manager": kustomize(t, "config/without-cert-manager"),
+	} {
+		deployments := byKind["Deployment"]
+		if len(deployments) != 1 || len(byKind["MutatingWebhookConfiguration"]) != 1 {
+			t.Fatalf("%s: %d Deployments, %d MutatingWebhookConfigurations", source, len(deployments), len(byKind["MutatingWebhookConfiguration"]))
+		}
+		own := deployments[0]["metadata"].(object)["namespace"]
+		for _, w := range byKind["MutatingWebhookConfiguration"][0]["webhooks"].([]any) {
+			var skipped []any
+			for _, e := range w.(object)["namespaceSelector"].(object)["matchExpressions"].([]any) {
+				if e := e.(object); e["key"] == "kubernetes.io/metadata.name" && e["operator"] == "NotIn" {
+					skipped = append(skipped, e["values"].([]any)...)
+				}
+			}
+			if !slices.Contains(skipped, any("kube-system")) || !slices.Contains(skipped, own) {
+				t.Errorf("%s: %v skips %v; want kube-system and the manager's namespace %v", source, w.(object)["name"], skipped, own)
+			}
+		}
+	}
+}

@@ -86,7 +86,7 @@ const (
 
 // Proxy codes: retryguard-proxy's route table (docs/proxy.md).
 const (
-	// InvalidRoute: a route table entry the proxy cannot serve (a port, prefix, policy or upstream).
+	// InvalidRoute: a route table entry the proxy cannot serve (a port, prefix, policy or upstream, or the upstreams' CAs).
 	InvalidRoute Code = "ERR_INVALID_ROUTE"
 	// NoRoute: a request to the proxy that no route of its table matches.
 	NoRoute Code = "ERR_NO_ROUTE"
@@ -96,6 +96,10 @@ const (
 	UnroutableRequest Code = "ERR_UNROUTABLE_REQUEST"
 	// ProxyBusy: the route already holds its most requests in flight.
 	ProxyBusy Code = "ERR_PROXY_BUSY"
+	// InjectionUnsafe: a pod the proxy injector cannot make safe (host
+	// namespaces, or a container of the sidecar's name that is not the one
+	// the injector writes): refused, never injected.
+	InjectionUnsafe Code = "ERR_INJECTION_UNSAFE"
 )
 
 // String returns the code itself.

@@ -115,6 +115,21 @@ func (e *CorruptError) Error() string {
 	return b.String()
 }
 
+// ErrFull is wrapped by Write's error when the letter would take the
+// journal past its cap (WithMaxBytes): the letter was not kept, and the
+// journal is unchanged. Letters fit again once Forward compacts it.
+var ErrFull = errors.New("deadletter: the journal is at its cap; the letter was not kept")
+
+// Option configures Open.
+type Option func(*Journal)
+
+// WithMaxBytes caps the journal's file at n bytes: a Write whose letter
+// would take it past n fails with ErrFull instead, so that a journal on a
+// volume with a size limit never fills it (compaction's copy is never
+// larger than the file it replaces: keep the volume at twice the cap).
+// n <= 0: no cap.
+func WithMaxBytes(n int64) Option { return func(j *Journal) { j.maxBytes = n } }
+
 // ErrLocked is returned by Open when the journal is already open for
 // writing, in this process or another.
 var ErrLocked = errors.New("deadletter: the journal is open in another writer (in this process or another); one journal has one writer")
@@ -128,6 +143,8 @@ type Journal struct {
 	f    *os.File
 	path string
 	end  int64 // where the next frame goes: everything before it is durable
+	// maxBytes caps end (WithMaxBytes); 0: no cap.
+	maxBytes int64
 	// dirty says that a failed write may have left bytes after end.
 	dirty  bool
 	damage *CorruptError
@@ -153,6 +170,7 @@ type Journal struct {
 type pendingWrite struct {
 	frame []byte
 	done  chan commitResult
+	full  bool // refused by the cap: not written
 }
 
 // commitResult is a queued Write's outcome, or the lead.
@@ -171,7 +189,7 @@ var _ retry.DeadLetterSink = (*Journal)(nil)
 //
 // Open takes the journal's lock first: a second Open of the same file, in
 // this process or another, fails with an error that wraps ErrLocked.
-func Open(path string) (*Journal, error) {
+func Open(path string, opts ...Option) (*Journal, error) {
 	// Twice at most after a conversion or a compaction that replaced the
 	// file between its open and its lock.
 	for range 3 {
@@ -191,6 +209,9 @@ func Open(path string) (*Journal, error) {
 			return nil, err
 		}
 		j.idle.L = &j.mu
+		for _, o := range opts {
+			o(j)
+		}
 		if err := j.outbox.load(j); err != nil {
 			_ = f.Close()
 			return nil, err
@@ -404,6 +425,10 @@ func encodeFrame(l retry.DeadLetter) ([]byte, error) {
 // if even the cut fails, every later commit first retries the cut and
 // refuses to append until it succeeds, so a half-written frame never sits in
 // front of acknowledged ones.
+//
+// A journal opened WithMaxBytes refuses a letter that would take its file
+// past the cap with an error wrapping ErrFull, writing nothing of it; the
+// letters of the same commit that fit are kept.
 func (j *Journal) Write(_ context.Context, l retry.DeadLetter) error {
 	frame, err := encodeFrame(l)
 	if err != nil {
@@ -438,8 +463,17 @@ func (j *Journal) Write(_ context.Context, l retry.DeadLetter) error {
 	j.mu.Unlock()
 	for _, other := range batch {
 		if other != w {
-			other.done <- commitResult{err: err}
+			other.done <- commitResult{err: j.outcome(other, err)}
 		}
+	}
+	return j.outcome(w, err)
+}
+
+// outcome is a committed Write's error: ErrFull when the cap refused its
+// letter, else the commit's.
+func (j *Journal) outcome(w *pendingWrite, err error) error {
+	if w.full {
+		return fmt.Errorf("%w (%s, %d bytes)", ErrFull, j.path, j.maxBytes)
 	}
 	return err
 }
@@ -473,10 +507,17 @@ func (j *Journal) commit(f *os.File, end int64, dirty bool, batch []*pendingWrit
 	}
 	buf := j.batch[:0]
 	for _, w := range batch {
+		if j.maxBytes > 0 && end+int64(len(buf)+len(w.frame)) > j.maxBytes {
+			w.full = true
+			continue
+		}
 		buf = append(buf, w.frame...)
 	}
 	if cap(buf) <= 1<<20 {
 		j.batch = buf // keep a buffer of ordinary size for the next commit
+	}
+	if len(buf) == 0 {
+		return end, false, nil // every letter refused by the cap: nothing to write
 	}
 	_, err := f.WriteAt(buf, end)
 	if err == nil {

@@ -239,8 +239,9 @@ func (j *Journal) noteDamage(found []Region) {
 	}
 }
 
-// Unforwarded counts the letters not yet forwarded. It does not wait for
-// a Forward under way: the letters that Forward is sending count.
+// Unforwarded counts the letters not yet forwarded, holding one of them in
+// memory at a time. It does not wait for a Forward under way: the letters
+// that Forward is sending count.
 func (j *Journal) Unforwarded() (int, error) {
 	for {
 		j.mu.Lock()
@@ -249,12 +250,13 @@ func (j *Journal) Unforwarded() (int, error) {
 		if f == nil {
 			return 0, errors.New("deadletter: journal closed")
 		}
-		letters, _, _, _, err := readRange(f, from, end, -1)
+		n := 0
+		_, _, _, err := scanRange(f, from, end, func(retry.DeadLetter) bool { n++; return true })
 		j.mu.Lock()
 		replaced := (j.f != f || j.outbox.Offset != from) && j.f != nil
 		j.mu.Unlock()
 		if err == nil || !replaced {
-			return len(letters), err // else compaction closed or cut f meanwhile: read again
+			return n, err // else compaction closed or cut f meanwhile: read again
 		}
 	}
 }
@@ -275,14 +277,33 @@ func (j *Journal) durable() (*os.File, int64, error) {
 // returns where it stopped, where the last of them starts (-1: none) and
 // the damaged regions it skipped.
 func readRange(r io.ReaderAt, from, end int64, max int) ([]retry.DeadLetter, int64, int64, []Region, error) {
+	if max == 0 {
+		return nil, from, -1, nil, nil
+	}
 	var out []retry.DeadLetter
+	next, last, damage, err := scanRange(r, from, end, func(l retry.DeadLetter) bool {
+		out = append(out, l)
+		return max < 0 || len(out) < max
+	})
+	if err != nil {
+		return nil, from, -1, nil, err
+	}
+	return out, next, last, damage, nil
+}
+
+// scanRange passes the intact records of the frames between from and end,
+// which end at a frame boundary, to each, one at a time, until each returns
+// false; it returns where it stopped, where the last record passed starts
+// (-1: none) and the damaged regions it skipped.
+func scanRange(r io.ReaderAt, from, end int64, each func(retry.DeadLetter) bool) (int64, int64, []Region, error) {
 	var damage []Region
-	each := func(l retry.DeadLetter) { out = append(out, l) }
+	more := true
+	visit := func(l retry.DeadLetter) { more = each(l) }
 	off, last, bad := from, int64(-1), int64(-1)
-	for off < end && (max < 0 || len(out) < max) {
-		n, st, err := frameAt(r, off, end, each)
+	for off < end && more {
+		n, st, err := frameAt(r, off, end, visit)
 		if err != nil {
-			return nil, from, -1, nil, err
+			return from, -1, nil, err
 		}
 		if st == frameIntact {
 			if bad >= 0 {
@@ -297,7 +318,7 @@ func readRange(r io.ReaderAt, from, end int64, max int) ([]retry.DeadLetter, int
 		}
 		next, err := nextMarker(r, off+1, end)
 		if err != nil {
-			return nil, from, -1, nil, err
+			return from, -1, nil, err
 		}
 		if next < 0 {
 			next = end
@@ -307,7 +328,24 @@ func readRange(r io.ReaderAt, from, end int64, max int) ([]retry.DeadLetter, int
 	if bad >= 0 {
 		damage = append(damage, Region{Offset: bad, Length: off - bad})
 	}
-	return out, off, last, damage, nil
+	return off, last, damage, nil
+}
+
+// Scan passes the journal's letters to each, oldest first, forwarded or
+// not, until each returns false, holding one of them in memory at a time
+// whatever the journal's size; it skips damaged regions (Damage reports
+// them). It reads what was acknowledged when it started. A compaction that
+// replaces the file while Scan reads it ends the scan with an error: the
+// letters passed so far were read, and a new Scan reads the new file.
+func (j *Journal) Scan(each func(retry.DeadLetter) bool) error {
+	f, end, err := j.durable()
+	if err != nil {
+		return err
+	}
+	if _, _, _, err := scanRange(f, int64(len(fileHeader)), end, each); err != nil {
+		return fmt.Errorf("deadletter: reading %s (compacted meanwhile?): %w", j.path, err)
+	}
+	return nil
 }
 
 // compact frees the forwarded letters once at least compactBytes of them
