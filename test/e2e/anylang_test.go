@@ -61,8 +61,10 @@ func wgetapp(name, policy, vendorURL string, labels map[string]string) (*corev1.
 	Expect(err).NotTo(HaveOccurred())
 	get, err := os.ReadFile(filepath.Join("testdata", "wget-get.cgi"))
 	Expect(err).NotTo(HaveOccurred())
+	admin, err := os.ReadFile(filepath.Join("testdata", "wget-admin.cgi"))
+	Expect(err).NotTo(HaveOccurred())
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name + "-www", Namespace: appNamespace},
-		Data: map[string]string{"send": string(cgi), "get": string(get), "healthz": "ok\n"}}
+		Data: map[string]string{"send": string(cgi), "get": string(get), "admin": string(admin), "healthz": "ok\n"}}
 	labels = map[string]string{"app": name, anyLabel: labels[anyLabel]}
 	if labels[anyLabel] == "" {
 		delete(labels, anyLabel)
@@ -88,6 +90,7 @@ func wgetapp(name, policy, vendorURL string, labels map[string]string) (*corev1.
 			LocalObjectReference: corev1.LocalObjectReference{Name: cm.Name},
 			Items: []corev1.KeyToPath{{Key: "send", Path: "cgi-bin/send", Mode: ptr.To[int32](0o555)},
 				{Key: "get", Path: "cgi-bin/get", Mode: ptr.To[int32](0o555)},
+				{Key: "admin", Path: "cgi-bin/admin", Mode: ptr.To[int32](0o555)},
 				{Key: "healthz", Path: "healthz", Mode: ptr.To[int32](0o444)}},
 		}}}},
 	}
@@ -117,9 +120,11 @@ func readyPod(ctx context.Context, name string) *corev1.Pod {
 	return pod
 }
 
-// adminURL is the injected sidecar's admin port on the pod's address.
+// adminURL reaches the injected sidecar's admin port, which answers on the
+// pod's loopback only, through the wgetapp's own /cgi-bin/admin (a path
+// follows).
 func adminURL(pod *corev1.Pod) string {
-	return fmt.Sprintf("http://%s:%d", pod.Status.PodIP, proxy.DefaultAdminPort)
+	return fmt.Sprintf("http://%s:8080/cgi-bin/admin?path=", pod.Status.PodIP)
 }
 
 // ProxyLetters mirrors the sidecar's /deadletters.

@@ -273,7 +273,8 @@ var _ = Describe("Retryguard installed from its chart", Ordered, Label("e2e"), f
 		anyLanguageSpec(ctx, vendorSvc, storm)
 	}, NodeTimeout(4*time.Minute))
 
-	It("tells busybox wget the truth through the injected sidecar: a TLS failure is a 502 and nothing was sent, a cut body is broken",
+	It("tells busybox wget the truth through the injected sidecar: a TLS failure is a 502 and nothing was sent, a cut body is broken; "+
+		"a private CA named by the pod is trusted, and another namespace cannot reach its letters",
 		func(ctx SpecContext) { sidecarEdgesSpec(ctx, vendorSvc) }, NodeTimeout(4*time.Minute))
 
 	It("delivers a policy update to the running pods (informer and mounted volume)", func(ctx SpecContext) {

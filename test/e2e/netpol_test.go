@@ -51,7 +51,7 @@ var (
 // The release is put back to webhookFrom the API server's address after.
 func networkPolicySpec(ctx context.Context) {
 	GinkgoHelper()
-	probe := deployNetprobe(ctx)
+	probe := deployNetprobe(ctx, appNamespace)
 	targets := webhookTargets(ctx)
 	logf("webhook targets: %v", targets)
 
@@ -226,9 +226,9 @@ func dialFrom(ctx context.Context, probe *corev1.Service, addr string) Dial {
 	return d
 }
 
-// deployNetprobe runs a tenant's pod in the application namespace (no
-// NetworkPolicy of its own) and waits until it answers through its Service.
-func deployNetprobe(ctx context.Context) *corev1.Service {
+// deployNetprobe runs a tenant's pod in namespace ns (no NetworkPolicy of
+// its own) and waits until it answers through its Service.
+func deployNetprobe(ctx context.Context, ns string) *corev1.Service {
 	GinkgoHelper()
 	labels := map[string]string{"app": "netprobe"}
 	dep := deployment("netprobe", labels, corev1.PodSpec{
@@ -244,6 +244,7 @@ func deployNetprobe(ctx context.Context) *corev1.Service {
 		}},
 	})
 	svc := service("netprobe", labels)
+	dep.Namespace, svc.Namespace = ns, ns
 	Expect(k8s.Create(ctx, svc)).To(Succeed())
 	Expect(k8s.Create(ctx, dep)).To(Succeed())
 	DeferCleanup(func(ctx SpecContext) {
@@ -255,7 +256,7 @@ func deployNetprobe(ctx context.Context) *corev1.Service {
 	})
 	Eventually(func(g Gomega) {
 		var d appsv1.Deployment
-		g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: appNamespace, Name: "netprobe"}, &d)).To(Succeed())
+		g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "netprobe"}, &d)).To(Succeed())
 		g.Expect(d.Status.ReadyReplicas).To(BeEquivalentTo(1))
 	}).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Succeed())
 	Eventually(func() error { return call(ctx, "GET", svcURL(svc)+"/healthz", nil, nil) }).WithContext(ctx).

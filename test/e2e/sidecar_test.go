@@ -12,6 +12,7 @@ import (
 	"io"
 	"math/big"
 	"net"
+	"strconv"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -21,6 +22,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/retryguard/retryguard/proxy"
+	"github.com/retryguard/retryguard/webhooks"
 )
 
 // privateCA is a CA of the suite's own and a serving certificate it signed
@@ -109,7 +113,7 @@ func startWgetApp(ctx context.Context, name, upstream string, annotations map[st
 // the dependency receives nothing; a body the dependency cuts part way is a
 // broken body for wget, as it is calling the dependency directly.
 func sidecarEdgesSpec(ctx context.Context, vendorSvc *corev1.Service) {
-	tlsSvc, _ := vendorTLS(ctx)
+	tlsSvc, ca := vendorTLS(ctx)
 	httpsURL := fmt.Sprintf("https://%s:8443", tlsSvc.Spec.ClusterIP)
 
 	// A dependency whose CA the pod does not trust.
@@ -121,6 +125,25 @@ func sidecarEdgesSpec(ctx context.Context, vendorSvc *corev1.Service) {
 	var seen []Attempt
 	Expect(call(ctx, "GET", svcURL(tlsSvc)+"/attempts", nil, &seen)).To(Succeed())
 	Expect(seen).To(BeEmpty(), "the handshake failed, so the dependency received nothing")
+
+	// Issue 29: a team names its private CA in a ConfigMap (as
+	// trust-manager writes one); the injected sidecar trusts it.
+	Expect(k8s.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "vendor-ca", Namespace: appNamespace},
+		Data: map[string]string{"ca.crt": string(ca.caPEM)}})).To(Succeed())
+	trusted := startWgetApp(ctx, "wgetapp-trusted", httpsURL, map[string]string{webhooks.CAConfigMapAnnotation: "vendor-ca"})
+	Expect(call(ctx, "POST", sendURL(svcURL(trusted), wgetApp)+"?user=tls&session=s-9", nil, &r)).To(Succeed())
+	Expect(r.Status).To(Equal(201), "the private CA named by the pod: %+v", r)
+	Expect(call(ctx, "GET", svcURL(tlsSvc)+"/attempts", nil, &seen)).To(Succeed())
+	Expect(seen).To(HaveLen(1), "one request over TLS to the dependency: %+v", seen)
+
+	// The untrusted pod's letter is its own: the pod reads it on its
+	// loopback; another namespace's pod cannot even connect to the port.
+	pod := readyPod(ctx, "wgetapp-untrusted")
+	expectLetter(ctx, pod, "SMS-2FA-tls-s-9", "ERR_PERMANENT_FAILURE", 1)
+	Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenant-b"}})).To(Succeed())
+	probe := deployNetprobe(ctx, "tenant-b")
+	d := dialFrom(ctx, probe, net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(proxy.DefaultAdminPort)))
+	Expect(d.Connected).To(BeFalse(), "another namespace's pod reached the sidecar's letters")
 
 	// A cut body: the dependency itself, read directly, breaks; through the
 	// sidecar, wget sees the same.
