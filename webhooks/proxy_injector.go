@@ -44,6 +44,15 @@ const (
 	CAVolume = "retryguard-proxy-ca"
 )
 
+// InjectedLabel marks a pod the injector gave the sidecar, so that the
+// chart's sidecar PodMonitor selects it (a monitor selects by label, never
+// by annotation) and scrapes its ProxyMetricsPortName.
+const (
+	InjectedLabel        = "retryguard.io/proxy"
+	InjectedLabelValue   = "injected"
+	ProxyMetricsPortName = "rg-metrics"
+)
+
 // A pod's own CAs, which the sidecar verifies its upstreams against beside
 // the system's roots: a ConfigMap key, as trust-manager's Bundle writes
 // one (docs/proxy.md).
@@ -155,6 +164,10 @@ func (in *Injector) Default(_ context.Context, pod *corev1.Pod) error {
 	}
 	pod.Spec.InitContainers = append([]corev1.Container{side}, pod.Spec.InitContainers...)
 	pod.Spec.Volumes = append(pod.Spec.Volumes, volumes...)
+	if pod.Labels == nil {
+		pod.Labels = map[string]string{}
+	}
+	pod.Labels[InjectedLabel] = InjectedLabelValue
 	return nil
 }
 
@@ -323,7 +336,7 @@ func (in *Injector) container(ca *caRef) corev1.Container {
 			{Name: "GOMEMLIMIT", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{
 				ContainerName: ProxyContainer, Resource: "limits.memory"}}},
 		},
-		Ports: []corev1.ContainerPort{{Name: "rg-metrics", ContainerPort: proxy.DefaultMetricsPort}},
+		Ports: []corev1.ContainerPort{{Name: ProxyMetricsPortName, ContainerPort: proxy.DefaultMetricsPort}},
 		// The application starts once the proxy listens (a sidecar's
 		// startup probe holds the next containers back).
 		StartupProbe:   probe(60),

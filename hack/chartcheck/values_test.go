@@ -11,6 +11,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/retryguard/retryguard/webhooks"
 )
 
 func podSpec(byKind map[string][]object) object {
@@ -171,6 +173,14 @@ func TestChartPodMonitor(t *testing.T) {
 	if fmt.Sprint(pm["namespaceSelector"]) != "map[any:true]" || fmt.Sprint(pm["selector"]) != "map[matchLabels:map[retryguard.io/metrics:true]]" ||
 		fmt.Sprint(pm["podMetricsEndpoints"]) != "[map[interval:30s path:/metrics port:metrics]]" {
 		t.Errorf("PodMonitor %v", pm)
+	}
+	// The second scrapes every injected sidecar by the injector's label and
+	// the sidecar's metrics port, the webhooks package's one home of both.
+	proxies := mustTemplate(t, "metrics.podMonitor.enabled=true")["PodMonitor"][1]["spec"].(object)
+	if fmt.Sprint(proxies["selector"]) != fmt.Sprintf("map[matchLabels:map[%s:%s]]", webhooks.InjectedLabel, webhooks.InjectedLabelValue) ||
+		!strings.Contains(fmt.Sprint(proxies["podMetricsEndpoints"]), "port:"+webhooks.ProxyMetricsPortName) ||
+		fmt.Sprint(proxies["namespaceSelector"]) != "map[any:true]" {
+		t.Errorf("the sidecars' PodMonitor %v", proxies)
 	}
 	pm = mustTemplate(t, "metrics.podMonitor.enabled=true", "metrics.podMonitor.namespaces={shop,sms}",
 		"metrics.podMonitor.port=http")["PodMonitor"][0]["spec"].(object)
