@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -372,12 +373,17 @@ func (bc *benchCluster) uncachedRoot(b *testing.B) *v1.RetryPolicy {
 	return root
 }
 
+// floodPace is the pause between two timed reviews of another namespace
+// under a flood.
+const floodPace = 50 * time.Millisecond
+
 // flood times v's review of reviewed while flooders goroutines send the
 // review of flooded in a loop.
 func flood(b *testing.B, v *webhooks.RetryPolicyValidator, flooded, reviewed *v1.RetryPolicy, flooders int) {
 	ctx := context.Background()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	var floodReviews, floodRefused atomic.Int64 // the flood's own: it is one, and beyond its share it waits or is refused
 	for range flooders {
 		wg.Go(func() {
 			for {
@@ -386,9 +392,23 @@ func flood(b *testing.B, v *webhooks.RetryPolicyValidator, flooded, reviewed *v1
 					return
 				default:
 				}
-				_, _ = v.ValidateUpdate(ctx, flooded, flooded)
+				floodReviews.Add(1)
+				if _, err := v.ValidateUpdate(ctx, flooded, flooded); err != nil {
+					floodRefused.Add(1)
+				}
 			}
 		})
+	}
+	// A review of another namespace is far quicker than the flood's: it is
+	// timed once every flooder has sent one, and paced, so that the timed
+	// reviews sample the flood through many of its own.
+	pace := time.Duration(0)
+	if reviewed != flooded && flooders > 0 {
+		pace = floodPace
+		for floodReviews.Load() < int64(flooders) {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(webhooks.ReviewQueueWait)
 	}
 	lat := make([]time.Duration, 0, b.N)
 	refused := 0 // out of turns or of webhooks.ReviewBudget: refused, failing closed
@@ -398,6 +418,11 @@ func flood(b *testing.B, v *webhooks.RetryPolicyValidator, flooded, reviewed *v1
 			refused++
 		}
 		lat = append(lat, time.Since(start))
+		if pace > 0 {
+			b.StopTimer()
+			time.Sleep(pace)
+			b.StartTimer()
+		}
 	}
 	close(stop)
 	wg.Wait()
@@ -405,4 +430,8 @@ func flood(b *testing.B, v *webhooks.RetryPolicyValidator, flooded, reviewed *v1
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 	b.ReportMetric(float64(refused), "refused")
+	if flooders > 0 {
+		b.ReportMetric(float64(floodReviews.Load()), "flood-reviews")
+		b.ReportMetric(float64(floodRefused.Load()), "flood-refused")
+	}
 }
