@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -294,8 +295,12 @@ const floodChildren = 10_000
 // validator (children read in place, at most webhooks.MaxConcurrentReviews
 // at once) and through the old path (a validator built from its fields: a
 // list per descendant, no bound) for comparison. It reports p50 and p99 of
-// the legitimate review and how many of them were refused. Run it with
-// -benchtime=20x.
+// the legitimate review and how many of them were refused. Then, through
+// the manager's validator, it times a review of another namespace while
+// the flooders send reviews of a root in their own namespace whose walk no
+// memo keeps (flood=uncached): each holds its turn for the whole walk of
+// 10,000 children, and the other namespace's reviews must all be admitted.
+// Run it with -benchtime=20x.
 func BenchmarkAdmissionUnderFlood(b *testing.B) {
 	bc := startBenchCluster(b, false)
 	ctx := context.Background()
@@ -317,17 +322,68 @@ func BenchmarkAdmissionUnderFlood(b *testing.B) {
 	}{{"indexed", indexed}, {"listed", listed}} {
 		for _, flooders := range []int{0, 96} {
 			b.Run(fmt.Sprintf("path=%s/children=%d/flooders=%d", path.name, floodChildren, flooders), func(b *testing.B) {
-				flood(b, path.v, root, flooders)
+				flood(b, path.v, root, root, flooders)
 			})
 		}
 	}
+	var wide *v1.RetryPolicy // created by the first sub-benchmark that needs it
+	other := fixtures.Policy(otherNamespace, "api", "api", 1)
+	for _, flooders := range []int{0, 96} {
+		b.Run(fmt.Sprintf("path=indexed/flood=uncached/children=%d/flooders=%d/reviewed=%s", floodChildren, flooders, otherNamespace),
+			func(b *testing.B) {
+				if wide == nil {
+					wide = bc.uncachedRoot(b)
+				}
+				flood(b, indexed, wide, other, flooders)
+			})
+	}
 }
 
-// flood times v's review of root while flooders goroutines send it in a loop.
-func flood(b *testing.B, v *webhooks.RetryPolicyValidator, root *v1.RetryPolicy, flooders int) {
+// The namespaces of the flood from one namespace: the flooders' root in
+// floodNamespace, its children in floodChildNamespace, which the root
+// consents to by Selector, and the timed review in otherNamespace.
+const (
+	floodNamespace      = "bench-flood"
+	floodChildNamespace = "bench-flood-children"
+	otherNamespace      = "bench-other"
+)
+
+// uncachedRoot creates a root in floodNamespace with floodChildren children
+// in floodChildNamespace. Its consent is decided by that namespace's labels,
+// so that no memo keeps its walk: every review of it walks every child.
+func (bc *benchCluster) uncachedRoot(b *testing.B) *v1.RetryPolicy {
+	b.Helper()
+	ctx := context.Background()
+	for ns, labels := range map[string]map[string]string{floodNamespace: nil, floodChildNamespace: benchFleetLabel, otherNamespace: nil} {
+		if err := bc.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	root := fixtures.Policy(floodNamespace, "wide", "root", 1, fixtures.Allowing(v1.NamespacesFromSelector, benchFleetLabel))
+	if err := bc.client.Create(ctx, root); err != nil {
+		b.Fatal(err)
+	}
+	bc.create(b, 0, floodChildren, func(i int) *v1.RetryPolicy {
+		return fixtures.Policy(floodChildNamespace, fmt.Sprintf("child-%d", i), "child", 1, fixtures.ParentIn(floodNamespace, "wide"))
+	})
+	// As crossNamespaces: the namespace metadata informer starts before timing.
+	if _, _, err := (policyindex.CacheLookup{Reader: bc.mgr.GetCache()}).NamespaceLabels(ctx, floodChildNamespace); err != nil {
+		b.Fatal(err)
+	}
+	return root
+}
+
+// floodPace is the pause between two timed reviews of another namespace
+// under a flood.
+const floodPace = 50 * time.Millisecond
+
+// flood times v's review of reviewed while flooders goroutines send the
+// review of flooded in a loop.
+func flood(b *testing.B, v *webhooks.RetryPolicyValidator, flooded, reviewed *v1.RetryPolicy, flooders int) {
 	ctx := context.Background()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	var floodReviews, floodRefused atomic.Int64 // the flood's own: it is one, and beyond its share it waits or is refused
 	for range flooders {
 		wg.Go(func() {
 			for {
@@ -336,18 +392,37 @@ func flood(b *testing.B, v *webhooks.RetryPolicyValidator, root *v1.RetryPolicy,
 					return
 				default:
 				}
-				_, _ = v.ValidateUpdate(ctx, root, root)
+				floodReviews.Add(1)
+				if _, err := v.ValidateUpdate(ctx, flooded, flooded); err != nil {
+					floodRefused.Add(1)
+				}
 			}
 		})
+	}
+	// A review of another namespace is far quicker than the flood's: it is
+	// timed once every flooder has sent one, and paced, so that the timed
+	// reviews sample the flood through many of its own.
+	pace := time.Duration(0)
+	if reviewed != flooded && flooders > 0 {
+		pace = floodPace
+		for floodReviews.Load() < int64(flooders) {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(webhooks.ReviewQueueWait)
 	}
 	lat := make([]time.Duration, 0, b.N)
 	refused := 0 // out of turns or of webhooks.ReviewBudget: refused, failing closed
 	for b.Loop() {
 		start := time.Now()
-		if _, err := v.ValidateUpdate(ctx, root, root); err != nil {
+		if _, err := v.ValidateUpdate(ctx, reviewed, reviewed); err != nil {
 			refused++
 		}
 		lat = append(lat, time.Since(start))
+		if pace > 0 {
+			b.StopTimer()
+			time.Sleep(pace)
+			b.StartTimer()
+		}
 	}
 	close(stop)
 	wg.Wait()
@@ -355,4 +430,8 @@ func flood(b *testing.B, v *webhooks.RetryPolicyValidator, root *v1.RetryPolicy,
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 	b.ReportMetric(float64(refused), "refused")
+	if flooders > 0 {
+		b.ReportMetric(float64(floodReviews.Load()), "flood-reviews")
+		b.ReportMetric(float64(floodRefused.Load()), "flood-refused")
+	}
 }

@@ -29,19 +29,20 @@ type RetryPolicyValidator struct {
 	Limits policygraph.Limits
 
 	lookup policygraph.Lookup // nil: policyindex.CacheLookup{Reader: Reader}
-	turns  gate
+	turns  *gate
 }
 
 // NewRetryPolicyValidator is the manager's validator: it reads children in
 // place from c's RetryPolicy informer (policyindex.NewIndexedLookup) and
-// judges at most MaxConcurrentReviews reviews at once. The manager calls
+// judges at most MaxConcurrentReviews reviews at once, at most
+// MaxConcurrentReviewsPerNamespace of one namespace's. The manager calls
 // it before c starts; a started cache serves it too.
 func NewRetryPolicyValidator(ctx context.Context, c cache.Cache, limits policygraph.Limits) (*RetryPolicyValidator, error) {
 	lk, err := policyindex.NewIndexedLookup(ctx, c)
 	if err != nil {
 		return nil, err
 	}
-	return &RetryPolicyValidator{Reader: c, Limits: limits, lookup: lk, turns: make(gate, MaxConcurrentReviews)}, nil
+	return &RetryPolicyValidator{Reader: c, Limits: limits, lookup: lk, turns: newGate(MaxConcurrentReviews, MaxConcurrentReviewsPerNamespace)}, nil
 }
 
 var _ admission.Validator[*v1.RetryPolicy] = &RetryPolicyValidator{}
@@ -72,12 +73,12 @@ const ReviewBudget = 3 * time.Second
 func (v *RetryPolicyValidator) validate(ctx context.Context, p *v1.RetryPolicy) (admission.Warnings, error) {
 	ctx, cancel := context.WithTimeout(ctx, ReviewBudget)
 	defer cancel()
-	leave := v.turns.enter(ctx, ReviewQueueWait)
+	leave := v.turns.enter(ctx, p.Namespace, ReviewQueueWait)
 	if leave == nil {
 		if ctx.Err() != nil {
 			return nil, errOutOfTime()
 		}
-		return nil, errBusy()
+		return nil, errBusy(p.Namespace)
 	}
 	defer leave()
 	lk := v.lookup

@@ -52,6 +52,15 @@ func TestKustomizeBuilds(t *testing.T) {
 			t.Errorf("config/without-cert-manager renders no %s %s", kind, name)
 		}
 	}
+	// The component's policy, that lets the manager change only the caBundle
+	// of its webhook configurations, comes with the rotation alone.
+	if byName(without["ValidatingAdmissionPolicy"], "retryguard-webhook-ca-only") == nil ||
+		byName(without["ValidatingAdmissionPolicyBinding"], "retryguard-webhook-ca-only") == nil {
+		t.Error("config/without-cert-manager renders no retryguard-webhook-ca-only policy and binding")
+	}
+	if byName(withCM["ValidatingAdmissionPolicy"], "retryguard-webhook-ca-only") != nil {
+		t.Error("config/default renders the webhook-ca-only policy, though the manager does not write its webhook configurations there")
+	}
 	if ns := byName(without["ServiceAccount"], "retryguard-controller-manager")["metadata"].(object)["namespace"]; ns != "retryguard-system" {
 		t.Errorf("the ServiceAccount is in %v, config/vap admits retryguard-system", ns)
 	}
