@@ -12,6 +12,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/retryguard/retryguard/runtime/codes"
 )
 
 // caOnly is what the refusal of the webhook-ca-only policy says.
@@ -151,8 +153,8 @@ func TestChartAdmissionPolicyLetsTheManagerChangeOnlyTheCABundle(t *testing.T) {
 
 func refusedBy(t *testing.T, what string, err error) {
 	t.Helper()
-	if err == nil || !strings.Contains(err.Error(), caOnly) {
-		t.Errorf("%s: %v, want the refusal that says it %s", what, err, caOnly)
+	if err == nil || !strings.Contains(err.Error(), caOnly) || !strings.Contains(err.Error(), codes.WebhookConfigurationReserved.String()) {
+		t.Errorf("%s: %v, want the refusal %s that says it %s", what, err, codes.WebhookConfigurationReserved, caOnly)
 	}
 }
 

@@ -49,6 +49,11 @@ const (
 	// managed-by label, or a retrypolicy-* name) by anyone but the operator,
 	// refused by the ValidatingAdmissionPolicy in config/vap and the chart.
 	PublishedConfigMapReserved Code = "ERR_PUBLISHED_CONFIGMAP_RESERVED"
+	// WebhookConfigurationReserved: a write by the manager to its own
+	// webhook configuration that changes anything but a caBundle, refused by
+	// the ValidatingAdmissionPolicy in config/components/cert-rotation and
+	// the chart.
+	WebhookConfigurationReserved Code = "ERR_WEBHOOK_CONFIGURATION_RESERVED"
 	// LayerAmplification: the attempt product along a parentRef chain is above the limit.
 	LayerAmplification Code = "ERR_LAYER_AMPLIFICATION"
 	// ParentNotPermitted: a parentRef names a policy in another namespace
