@@ -44,6 +44,12 @@ const (
 	MaxTableBytes = 256 << 10
 )
 
+// MemoryLimit is the injected sidecar's memory limit, in bytes: the
+// injector sets it on the container and GOMEMLIMIT from it, and
+// BenchmarkSidecarUnderAThousandConnections holds the binary's peak RSS
+// below it.
+const MemoryLimit = 128 << 20
+
 // The sidecar's own ports; no route may listen on either.
 const (
 	// DefaultAdminPort is where the sidecar serves /deadletters, /policies,
