@@ -41,6 +41,10 @@ pass, 1 when any fails, 4 when the cluster cannot be reached.`,
 		}
 		opts.Namespace, opts.Now = ns, time.Now
 		res := check.Run(cmd.Context(), c, opts)
+		if res.Unreachable != "" && !output.IsMachine(*format) {
+			return exitf(exitUnreadable, "check: %s\nhint: is the kubeconfig's context the cluster you mean (kubectl config current-context), and is its API server up?",
+				res.Unreachable)
+		}
 		if output.IsMachine(*format) {
 			if err := writeOutput(cmd, *format, res); err != nil {
 				return err
@@ -51,8 +55,15 @@ pass, 1 when any fails, 4 when the cluster cannot be reached.`,
 				if !ch.Passed {
 					mark = "FAIL"
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s %-22s %s\n", mark, ch.Name, ch.Message)
+				line := fmt.Sprintf("%s %-22s %s", mark, ch.Name, ch.Message)
+				if ch.Hint != "" {
+					line += " (hint: " + ch.Hint + ")"
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), line)
 			}
+		}
+		if res.Unreachable != "" {
+			return exitWith(exitUnreadable)
 		}
 		if !res.Passed {
 			return exitWith(exitRefused)

@@ -10,6 +10,8 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -64,6 +66,29 @@ type Options struct {
 	Now func() time.Time
 }
 
+// Hints say, for each check that fails, what to look at and run; each
+// points into docs/kubectl-plugin.md's check section (as linkerd check links
+// one per check).
+var Hints = map[string]string{
+	NameCRDs: "install the CRDs (helm install or upgrade the chart; kubectl apply -k config/crd); " +
+		checkDoc,
+	NameWebhook: "install the chart, or kubectl apply -k config/default; the webhooks are named " +
+		strings.Join(webhookNames, " and ") + "; " + checkDoc,
+	NameAnswers: "the manager's pods and its webhook Service: kubectl -n <manager namespace> get pods,endpoints; " +
+		"a refusal naming ERR_ADMISSION_BUSY means the webhook is overloaded; " + checkDoc,
+	NameCertificate: "renew the webhook's certificate (cert-manager, or the manager's own rotation restarts it); " + checkDoc,
+	NamePolicy:      "enable the chart's validatingAdmissionPolicy (the default), or kubectl apply -k config/vap; " + checkDoc,
+	NameLeader:      "no manager leads: kubectl -n <manager namespace> get pods,lease; its logs say why; " + checkDoc,
+}
+
+// checkDoc is the check section of the plugin's docs.
+const checkDoc = "docs/kubectl-plugin.md#check-is-the-installation-working"
+
+// ErrUnreachable is matched by a run that stopped because the API server
+// could not be reached (no answer, refused, TLS): no check can say anything
+// of the installation then.
+var ErrUnreachable = errors.New("the cluster's API server cannot be reached")
+
 // The names the installation's objects have under any release name or
 // prefix: the webhooks' own names, the CRDs', and the policy's suffix.
 var (
@@ -103,13 +128,35 @@ func Run(ctx context.Context, c client.Client, opts Options) output.CheckResult 
 		{NameCertificate, r.certificate}, {NamePolicy, r.admissionPolicy}, {NameLeader, r.leader},
 	} {
 		msg, err := step.fn(ctx)
+		if unreachable(err) {
+			// Every later check would fail for the same reason and name a
+			// missing object that may well be there.
+			res.Passed, res.Unreachable = false, fmt.Sprintf("%v: %v", ErrUnreachable, err)
+			return res
+		}
 		ch := output.Check{Name: step.name, Passed: err == nil, Message: msg}
 		if err != nil {
-			ch.Message, res.Passed = err.Error(), false
+			ch.Message, ch.Hint, res.Passed = err.Error(), Hints[step.name], false
 		}
 		res.Checks = append(res.Checks, ch)
 	}
 	return res
+}
+
+// unreachable reports whether err is no answer from the API server: not an
+// API status (a refusal, a 404, a 403 is the server's answer), nor the
+// check's own finding.
+func unreachable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		return false
+	}
+	var ue *url.Error
+	var ne net.Error
+	return errors.As(err, &ue) || errors.As(err, &ne)
 }
 
 func (r *run) crds(ctx context.Context) (string, error) {

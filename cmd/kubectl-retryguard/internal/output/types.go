@@ -191,8 +191,11 @@ type ExplainedBudget struct {
 // CheckResult is `check -o json|yaml`: every check in the order run.
 type CheckResult struct {
 	TypeMeta `json:",inline"`
-	Passed   bool    `json:"passed"`
-	Checks   []Check `json:"checks"`
+	Passed   bool `json:"passed"`
+	// Unreachable says why the cluster could not be reached; the checks
+	// then stop, and none is listed.
+	Unreachable string  `json:"unreachable,omitempty"`
+	Checks      []Check `json:"checks"`
 }
 
 // Check is one check: its name, whether it passed, and what it found.
@@ -200,6 +203,8 @@ type Check struct {
 	Name    string `json:"name"`
 	Passed  bool   `json:"passed"`
 	Message string `json:"message"`
+	// Hint is what to look at and run, for a check that failed.
+	Hint string `json:"hint,omitempty"`
 }
 
 // Version is `version -o json|yaml`.
