@@ -87,6 +87,11 @@ func TestLintExitCodesAndFiles(t *testing.T) {
 		"apiVersion: policy.retryguard.io/v1alpha1\nkind: RetryBudget\nmetadata: {name: b, namespace: x}\nspec: {retryPercent: 25}\n",
 	)
 	orphan := writeFile(t, dir, "orphan.yaml", policyYAML("connector", 3, "job"))
+	// Both read as kubectl reads files: refused, at their line in the file.
+	ns := "apiVersion: v1\nkind: Namespace\nmetadata: {name: default}\n"
+	inline := ns + "--- {apiVersion: policy.retryguard.io/v1alpha1, kind: RetryPolicy, metadata: {name: x}, spec: {maxAttempts: 9}}\n"
+	duplicate := docs(ns, policyYAML("connector", 5, "", "  maxAttempts: 1"))
+	dupLine := strings.Count(duplicate[:strings.LastIndex(duplicate, "maxAttempts")], "\n") + 1
 
 	for name, tc := range map[string]struct {
 		stdin string
@@ -121,6 +126,14 @@ func TestLintExitCodesAndFiles(t *testing.T) {
 		},
 		"unknown fields are refused as with --validate=strict": {
 			args: []string{"lint", "-f", unknownField}, code: 1, want: []string{"RetryPolicy default/connector: refused", `unknown field "maxRetries"`},
+		},
+		"a document on its --- line is refused, not skipped": {
+			stdin: inline, args: []string{"lint", "-f", "-"}, code: 1,
+			want: []string{"-:4: ", "refused", "invalid Yaml document separator", "1 refused"},
+		},
+		"a duplicated field is refused at its line in the file": {
+			stdin: duplicate, args: []string{"lint", "-f", "-"}, code: 1,
+			want: []string{"-:6: ", "refused", fmt.Sprintf(`line %d: key "maxAttempts" already set`, dupLine)},
 		},
 		"a missing parent is a warning, not a refusal": {
 			args: []string{"lint", "-f", orphan}, code: 0, want: []string{`Warning: layer.parentRef: RetryPolicy "job" does not exist yet`},

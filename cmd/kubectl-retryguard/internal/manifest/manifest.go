@@ -1,21 +1,26 @@
 // Package manifest reads Kubernetes manifests from files and directories the
 // way `kubectl apply -f` does: directories are walked in lexical order, files
-// hold one or more YAML (or JSON) documents separated by "---" lines, and
-// documents keep their order.
+// hold one or more YAML (or JSON) documents separated by "---" lines (split by
+// apimachinery's YAML reader, as kubectl splits them), and documents keep
+// their order.
 package manifest
 
 import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 )
 
@@ -104,46 +109,72 @@ func expand(p string) ([]string, error) {
 	return files, err
 }
 
-// Split cuts one file's content into its documents.
+// Split cuts one file's content into its documents with apimachinery's YAML
+// reader, the one `kubectl apply -f` reads files with: a line that starts
+// with "---" ends a document, and anything after the dashes but blanks or a
+// comment is an error. That error is the last document, at its line: kubectl
+// reads no further.
 func Split(source string, raw []byte) []Document {
+	lines := bytes.Split(raw, []byte("\n"))
+	next := 0 // index in lines of the first line not yet accounted for
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(raw)))
 	var docs []Document
-	var cur bytes.Buffer
-	start, line := 1, 0
-	flush := func() {
-		if d, ok := parse(source, start, cur.Bytes()); ok {
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return docs
+		}
+		if err != nil {
+			for next < len(lines) && !badSeparator(lines[next]) {
+				next++
+			}
+			return append(docs, Document{Source: source, Line: next + 1, Err: fmt.Errorf("not YAML: %w", err)})
+		}
+		// The reader leaves out the separators before the document and
+		// returns every other line, each ended by one "\n".
+		for next < len(lines) && bytes.HasPrefix(lines[next], separator) {
+			next++
+		}
+		if d, ok := parse(source, next+1, doc); ok {
 			docs = append(docs, expandList(d)...)
 		}
-		cur.Reset()
+		next += bytes.Count(doc, []byte("\n"))
 	}
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	sc.Buffer(make([]byte, 0, 64*1024), len(raw)+1)
-	for sc.Scan() {
-		line++
-		text := sc.Text()
-		if isSeparator(text) {
-			flush()
-			start = line + 1
-			continue
-		}
-		cur.WriteString(text)
-		cur.WriteByte('\n')
-	}
-	flush()
-	return docs
 }
 
-// isSeparator reports whether a line ends one YAML document and starts the next.
-func isSeparator(line string) bool {
-	line = strings.TrimRight(line, " \t\r")
-	return line == "---" || strings.HasPrefix(line, "--- ")
+// separator starts every line that ends a document, for the YAML reader.
+var separator = []byte("---")
+
+// badSeparator reports whether the YAML reader refuses the line: dashes
+// followed by more than blanks or a comment.
+func badSeparator(line []byte) bool {
+	rest, ok := bytes.CutPrefix(line, separator)
+	rest = bytes.TrimSpace(rest)
+	return ok && len(rest) > 0 && rest[0] != '#'
+}
+
+// yamlLine matches the line numbers in the YAML library's errors: "yaml:
+// line 3: ..." and, one a line, "  line 3: ...".
+var yamlLine = regexp.MustCompile(`(?m)^(yaml: |\s+)line (\d+):`)
+
+// inFile renumbers the lines of a document's YAML error from the file's
+// line first, where the document starts, so the error points into the file.
+func inFile(err error, first int) error {
+	return errors.New(yamlLine.ReplaceAllStringFunc(err.Error(), func(m string) string {
+		sub := yamlLine.FindStringSubmatch(m)
+		n, _ := strconv.Atoi(sub[2])
+		return fmt.Sprintf("%sline %d:", sub[1], n+first-1)
+	}))
 }
 
 // parse converts one document to JSON; ok is false for an empty document.
 func parse(source string, line int, raw []byte) (Document, bool) {
 	d := Document{Source: source, Line: line}
-	js, err := yaml.YAMLToJSON(raw)
+	// Strict: a duplicated field is refused, as with kubectl's default
+	// --validate=strict, not silently replaced by the later one.
+	js, err := yaml.YAMLToJSONStrict(raw)
 	if err != nil {
-		d.Err = fmt.Errorf("not YAML: %w", err)
+		d.Err = fmt.Errorf("not YAML: %w", inFile(err, line))
 		return d, true
 	}
 	if t := bytes.TrimSpace(js); len(t) == 0 || bytes.Equal(t, []byte("null")) {
