@@ -117,6 +117,12 @@ func BenchmarkDoSuccess(b *testing.B) {
 			_ = exec.Run(func() error { return nil })
 		}
 	})
+	// Do (ours) against failsafe-go's success path (the peer), interleaved.
+	b.Run("failsafe-paired", func(b *testing.B) {
+		ex, name := readPolicy()
+		exec := failsafe.With[any](retrypolicy.NewBuilder[any]().WithMaxAttempts(3).WithBackoff(100*time.Millisecond, 3*time.Second).Build()).WithContext(ctx)
+		paired(b, 256, func() { _ = exec.Run(func() error { return nil }) }, func() { _ = ex.Do(ctx, name, nil, ok) })
+	})
 	b.Run("cenkalti-backoff", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
