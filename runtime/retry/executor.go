@@ -322,10 +322,15 @@ func (r *run) id() uint64 {
 	return r.operationID
 }
 
+// emit sends an event when the executor has a sink; small enough to inline,
+// so that the success path without one pays a test, not a call.
 func (r *run) emit(from, to State, attempt int, code codes.Code) {
-	if r.e.events == nil {
-		return
+	if r.e.events != nil {
+		r.send(from, to, attempt, code)
 	}
+}
+
+func (r *run) send(from, to State, attempt int, code codes.Code) {
 	ev := Event{OperationID: r.id(), Policy: r.c.name, From: from, To: to, Attempt: attempt, At: r.e.clock.Now(), Key: r.key, Code: code}
 	if p := r.c.payload; p != nil {
 		ev.Namespace, ev.Topic = p.Policy.Namespace, p.Policy.EventsTopic
