@@ -134,6 +134,17 @@ bench: envtest ## Run the benchmarks recorded in docs/benchmarks.md.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test -run '^$$' -bench . -benchmem ./...
 	for m in $(RUNTIME_MODULES); do KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) -C $$m test -run '^$$' -bench . -benchmem ./...; done
 
+# The paired benchmarks (ours and a peer interleaved in one run, on one CPU),
+# three runs each; benchcheck holds each median to its goal, past it by no
+# more than half the runs' spread (docs/benchmarks.md).
+BENCH_CHECK_OUT ?= bin/bench-check.txt
+.PHONY: bench-check
+bench-check: ## Run the paired benchmarks three times; fail when a median is past its goal by more than the runs' noise.
+	@mkdir -p $(dir $(BENCH_CHECK_OUT))
+	$(GO) -C runtime/benchmarks test -run '^$$' -bench '^Benchmark(DoSuccess|Budget)$$/-paired$$' -benchmem -cpu 1 -count 3 -benchtime 300ms . \
+		> $(BENCH_CHECK_OUT) || { cat $(BENCH_CHECK_OUT); exit 1; }
+	$(GO) -C runtime/benchmarks run ./internal/benchcheck < $(BENCH_CHECK_OUT)
+
 .PHONY: dev-cluster
 dev-cluster: manifests envtest ## Run a local control plane in the foreground; kubeconfig in bin/dev/kubeconfig.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) run ./hack/dev-cluster

@@ -117,6 +117,12 @@ func BenchmarkDoSuccess(b *testing.B) {
 			_ = exec.Run(func() error { return nil })
 		}
 	})
+	// Do (ours) against failsafe-go's success path (the peer), interleaved.
+	b.Run("failsafe-paired", func(b *testing.B) {
+		ex, name := readPolicy()
+		exec := failsafe.With[any](retrypolicy.NewBuilder[any]().WithMaxAttempts(3).WithBackoff(100*time.Millisecond, 3*time.Second).Build()).WithContext(ctx)
+		paired(b, 256, func() { _ = exec.Run(func() error { return nil }) }, func() { _ = ex.Do(ctx, name, nil, ok) })
+	})
 	b.Run("cenkalti-backoff", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -219,10 +225,23 @@ func BenchmarkRoundTripperOverhead(b *testing.B) {
 	})
 }
 
-// BenchmarkBudget measures the budget's operations under contention; run
-// with -cpu=1,2. x/time/rate's Allow is the peer: one limiter decision.
+// BenchmarkBudget measures the budget's operations against x/time/rate's
+// Allow, one limiter decision (the peer). The -paired benchmarks run on one
+// goroutine, interleaved with the peer (see paired); the others run
+// RunParallel, for contention under -cpu 2.
 func BenchmarkBudget(b *testing.B) {
 	cfg := budget.Config{RetryPercent: 10, Window: time.Minute, MaxTokens: 10, Partitions: 1}
+	// warm is a budget whose window holds a million primaries: the ratio
+	// allows 100,000 retries, and the tokens decide most of them.
+	warm := func() *budget.Budget {
+		bud := budget.New(cfg, clock.Real{})
+		now := time.Now()
+		for range 1_000_000 {
+			bud.PrimaryAt(now)
+		}
+		return bud
+	}
+	newLimiter := func() *rate.Limiter { return rate.NewLimiter(rate.Limit(1e9), 1000) }
 	b.Run("success-path", func(b *testing.B) { // what every successful operation pays
 		bud := budget.New(cfg, clock.Real{})
 		b.ReportAllocs()
@@ -234,11 +253,9 @@ func BenchmarkBudget(b *testing.B) {
 		})
 	})
 	b.Run("try-retry", func(b *testing.B) { // what a failure that wants a retry pays
-		bud := budget.New(cfg, clock.Real{})
-		for range 1_000_000 {
-			bud.Primary()
-		}
+		bud := warm()
 		b.ReportAllocs()
+		b.ResetTimer()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				bud.TryRetry()
@@ -247,12 +264,24 @@ func BenchmarkBudget(b *testing.B) {
 		})
 	})
 	b.Run("x-time-rate-allow", func(b *testing.B) {
-		lim := rate.NewLimiter(rate.Limit(1e9), 1000)
+		lim := newLimiter()
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				lim.Allow()
 			}
 		})
+	})
+	// Primary and Success, each reading its own clock, against Allow.
+	b.Run("success-path-paired", func(b *testing.B) {
+		bud, lim := budget.New(cfg, clock.Real{}), newLimiter()
+		paired(b, 256, func() { lim.Allow() }, func() { bud.Primary(); bud.Success() })
+	})
+	// TryRetry and Success against Allow: a decision under the budget's
+	// mutex, on its own clock reading, against one under the limiter's.
+	b.Run("try-retry-paired", func(b *testing.B) {
+		bud, lim := warm(), newLimiter()
+		b.ResetTimer()
+		paired(b, 256, func() { lim.Allow() }, func() { bud.TryRetry(); bud.Success() })
 	})
 }

@@ -288,6 +288,11 @@ type bucket struct {
 // use atomics only; TryRetry takes a mutex, and only failures reach it.
 type Budget struct {
 	clock clock.Clock
+	// base is a reading of the real clock taken by New (zero on any other
+	// clock), and baseNanos its UnixNano: Primary counts from base on the
+	// monotonic clock alone, one clock read where time.Now takes two.
+	base      time.Time
+	baseNanos int64
 	// delay is how long a growing share waits: the delivery bound.
 	delay time.Duration
 	// unshared says this pod's payloads arrive later than the delivery
@@ -297,7 +302,10 @@ type Budget struct {
 	tokens   atomic.Int64           // milli-tokens
 	// high is the latest bucket epoch seen: a clock that steps backwards is
 	// held at it, so it can never reopen old buckets or mint allowances.
-	high      atomic.Int64
+	high atomic.Int64
+	// The success path writes the ring; the pad keeps those writes off the
+	// line that holds the fields above, which every operation reads.
+	_         [64]byte
 	primaries [bucketsPerWindow + 1]bucket
 
 	mu sync.Mutex
@@ -323,6 +331,13 @@ type Budget struct {
 	// credit is the start credit's primaries and creditEpoch the bucket it
 	// was granted in (-1: none); it counts while that bucket is in the window.
 	credit, creditEpoch int64
+	// olderEpoch is the bucket epoch (-1: none) for which olderPrimaries
+	// and olderRetries hold the window's counts outside its own bucket:
+	// the primaries of the 9 buckets before it, the retries of the 10. Those
+	// buckets are closed, so TryRetry sums them once a bucket, not on every
+	// call. A primary that a racing goroutine adds to a closed bucket after
+	// the sum is left out of it, which only ever lowers the allowance.
+	olderEpoch, olderPrimaries, olderRetries int64
 }
 
 // Option configures a Budget.
@@ -343,6 +358,10 @@ func New(c Config, clk clock.Clock, opts ...Option) *Budget {
 	for _, o := range opts {
 		o(b)
 	}
+	if _, real := clk.(clock.Real); real {
+		b.base = time.Now()
+		b.baseNanos = b.base.UnixNano()
+	}
 	b.reset(c.clone(), clk.Now())
 	return b
 }
@@ -359,7 +378,7 @@ func (b *Budget) reset(c Config, now time.Time) {
 	}
 	b.config, b.pending = c, nil
 	b.second, b.secondRetries, b.rate = now.Unix(), 0, 0
-	b.filled, b.credit, b.creditEpoch = false, 0, -1
+	b.filled, b.credit, b.creditEpoch, b.olderEpoch = false, 0, -1, -1
 	b.offer(now)
 }
 
@@ -439,7 +458,7 @@ func (b *Budget) apply(p *params, now time.Time) *params {
 			b.retryEpochs[i] = -1
 		}
 		b.high.Store(0)
-		b.creditEpoch = -1
+		b.creditEpoch, b.olderEpoch = -1, -1
 	}
 	b.rate = min(b.rate, p.maxRate)
 	b.credit = min(b.credit, p.credit)
@@ -454,27 +473,43 @@ func (b *Budget) apply(p *params, now time.Time) *params {
 }
 
 // epoch returns the bucket epoch of now, never below one already seen.
-func (b *Budget) epoch(p *params, now time.Time) int64 {
-	e := now.UnixNano() / p.width
+func (b *Budget) epoch(p *params, now time.Time) int64 { return b.epochOf(p, now.UnixNano()) }
+
+// epochOf is epoch for a reading in Unix nanoseconds. A reading within the
+// latest bucket (or behind it) is judged by one multiplication; only a
+// new bucket pays the division.
+func (b *Budget) epochOf(p *params, ns int64) int64 {
 	for {
 		h := b.high.Load()
-		if e <= h {
-			return h
+		if ns < (h+1)*p.width {
+			return h // ns/width <= h
 		}
-		if b.high.CompareAndSwap(h, e) {
+		if e := ns / p.width; b.high.CompareAndSwap(h, e) {
 			return e
 		}
 	}
 }
 
 // Primary counts a first attempt toward the ratio's denominator.
-func (b *Budget) Primary() { b.PrimaryAt(b.clock.Now()) }
+func (b *Budget) Primary() {
+	if b.baseNanos != 0 {
+		// The real clock, read as New's reading plus the monotonic time
+		// since: a wall-clock step changes no bucket it picks, and the
+		// bucket is never below the latest one seen (see epoch).
+		b.primaryAt(b.baseNanos + int64(time.Since(b.base)))
+		return
+	}
+	b.PrimaryAt(b.clock.Now())
+}
 
 // PrimaryAt is Primary for a caller that has just read the budget's clock,
 // saving a second reading on the hot path.
-func (b *Budget) PrimaryAt(now time.Time) {
+func (b *Budget) PrimaryAt(now time.Time) { b.primaryAt(now.UnixNano()) }
+
+// primaryAt is PrimaryAt for a reading in Unix nanoseconds.
+func (b *Budget) primaryAt(ns int64) {
 	p := b.params.Load()
-	e := b.epoch(p, now)
+	e := b.epochOf(p, ns)
 	bk := &b.primaries[e%int64(len(b.primaries))]
 	if old := bk.epoch.Load(); old != e {
 		// The slot holds an old bucket: the first to notice resets it. A
@@ -537,18 +572,24 @@ func (b *Budget) TryRetry() Denial {
 	}
 	e := b.epoch(p, now)
 	n := int64(len(b.primaries))
-	var primaries, retries int64
-	for i := range n {
-		ep := e - i
-		if ep < 0 {
-			break // a clock near 1970: no older buckets
+	if b.olderEpoch != e {
+		b.olderEpoch, b.olderPrimaries, b.olderRetries = e, 0, 0
+		for i := int64(1); i < n && e-i >= 0; i++ { // a clock near 1970: no older buckets
+			ep := e - i
+			if i < bucketsPerWindow && b.primaries[ep%n].epoch.Load() == ep {
+				b.olderPrimaries += b.primaries[ep%n].primaries.Load() // buckets wholly inside the window
+			}
+			if b.retryEpochs[ep%n] == ep {
+				b.olderRetries += b.retries[ep%n] // and the one the far edge cuts, to err on the safe side
+			}
 		}
-		if i < bucketsPerWindow && b.primaries[ep%n].epoch.Load() == ep {
-			primaries += b.primaries[ep%n].primaries.Load() // buckets wholly inside the window
-		}
-		if b.retryEpochs[ep%n] == ep {
-			retries += b.retries[ep%n] // and the one the far edge cuts, to err on the safe side
-		}
+	}
+	primaries, retries := b.olderPrimaries, b.olderRetries
+	if bk := &b.primaries[e%n]; bk.epoch.Load() == e {
+		primaries += bk.primaries.Load()
+	}
+	if b.retryEpochs[e%n] == e {
+		retries += b.retries[e%n]
 	}
 	// The floor is for a caller whose window holds fewer real primaries
 	// than the start credit; past it the ratio rules (INV-RTY-04).

@@ -25,6 +25,9 @@ import (
 )
 
 // Source serves the current policies by name; the watchers implement it.
+// A Source that also has OnChange(func(name string)), as every
+// watch.Watcher does, must run its handlers after every change it applies:
+// the executor then asks it for a policy again only after a change.
 type Source interface {
 	Policy(name string) (*policyconfig.Payload, bool)
 }
@@ -67,6 +70,11 @@ type Executor struct {
 	compiled     atomic.Pointer[map[string]*compiled]
 	compileMu    sync.Mutex
 	operationIDs atomic.Uint64
+	// changes counts the Source's changes when it reports them (nil when it
+	// does not): a compiled policy checked against the Source at the
+	// current count is current, with no lookup. The Source's handler holds
+	// the counter alone, never the executor.
+	changes *atomic.Uint64
 
 	// realBase is a wall-and-monotonic reading taken by New when the clock
 	// is the real one (zero otherwise); see now.
@@ -119,20 +127,27 @@ func New(src Source, opts ...Option) *Executor {
 	if _, real := e.clock.(clock.Real); real {
 		e.realBase = time.Now()
 	}
+	if s, ok := src.(interface{ OnChange(func(string)) }); ok {
+		changes := new(atomic.Uint64)
+		s.OnChange(func(string) { changes.Add(1) })
+		e.changes = changes
+	}
 	return e
 }
 
-// now reads the executor's clock where an operation starts. On the real
-// clock it reads the monotonic clock only, offset from the reading New took:
-// one clock read instead of time.Now's two (about 15 of the success path's
-// ~115 ns here). Everything Do computes from it is a duration between
-// monotonic readings (deadlines, the caller's context deadline, budget
-// windows), so a wall-clock step after start changes nothing it decides.
-func (e *Executor) now() time.Time {
+// now reads the executor's clock where an operation starts, and returns
+// the reading with its offset from New's (0 off the real clock). On the
+// real clock it reads the monotonic clock only, offset from the reading New
+// took: one clock read instead of time.Now's two. Everything Do computes
+// from it is a duration between monotonic readings (deadlines, the caller's
+// context deadline, budget windows), so a wall-clock step after start
+// changes nothing it decides.
+func (e *Executor) now() (time.Time, time.Duration) {
 	if !e.realBase.IsZero() {
-		return e.realBase.Add(time.Since(e.realBase))
+		d := time.Since(e.realBase)
+		return e.realBase.Add(d), d
 	}
-	return e.clock.Now()
+	return e.clock.Now(), 0
 }
 
 // Budget returns the retry budget the named policy draws on, as the
@@ -160,6 +175,9 @@ type compiled struct {
 	retryAfterMaxDelay time.Duration
 	metrics            *policyMetrics
 	tokens             prometheus.Gauge // the budget's tokens, when metrics are on
+	// checked is the Source's change count when the payload was last found
+	// to be the Source's (see Executor.changes).
+	checked atomic.Uint64
 }
 
 // failClosed is the policy of a name the Source does not know: one attempt.
@@ -168,13 +186,27 @@ func (e *Executor) failClosed(name string) *compiled {
 }
 
 func (e *Executor) policy(name string) *compiled {
-	p, ok := e.source.Policy(name)
-	if m := e.compiled.Load(); m != nil {
-		if c, hit := (*m)[name]; hit && ((ok && c.payload == p) || (!ok && c.payload == nil)) {
+	// The count is read before the Source: a change after this reading
+	// counts past it, so c is checked again on the next call.
+	var changes uint64
+	if e.changes != nil {
+		changes = e.changes.Load()
+	}
+	m := e.compiled.Load()
+	var c *compiled
+	if m != nil {
+		c = (*m)[name]
+		if c != nil && e.changes != nil && c.checked.Load() == changes {
 			return c
 		}
 	}
-	c := e.compile(name, p, ok)
+	p, ok := e.source.Policy(name)
+	if c != nil && ((ok && c.payload == p) || (!ok && c.payload == nil)) {
+		c.checked.Store(changes)
+		return c
+	}
+	c = e.compile(name, p, ok)
+	c.checked.Store(changes)
 	e.compileMu.Lock()
 	defer e.compileMu.Unlock()
 	next := make(map[string]*compiled, 1)
@@ -270,8 +302,8 @@ type run struct {
 	c           *compiled
 	operationID uint64
 	key         string
-	start       time.Time // when the operation started, for its duration
-	deadline    time.Time // zero when the policy sets none
+	start       time.Time     // when the operation started, for its duration
+	startOffset time.Duration // start's offset from the executor's realBase (see elapsed)
 	m           machine
 	records     []AttemptRecord
 	// applied: an attempt so far may have been applied (mayHaveApplied);
@@ -290,10 +322,15 @@ func (r *run) id() uint64 {
 	return r.operationID
 }
 
+// emit sends an event when the executor has a sink; small enough to inline,
+// so that the success path without one pays a test, not a call.
 func (r *run) emit(from, to State, attempt int, code codes.Code) {
-	if r.e.events == nil {
-		return
+	if r.e.events != nil {
+		r.send(from, to, attempt, code)
 	}
+}
+
+func (r *run) send(from, to State, attempt int, code codes.Code) {
 	ev := Event{OperationID: r.id(), Policy: r.c.name, From: from, To: to, Attempt: attempt, At: r.e.clock.Now(), Key: r.key, Code: code}
 	if p := r.c.payload; p != nil {
 		ev.Namespace, ev.Topic = p.Policy.Namespace, p.Policy.EventsTopic
@@ -317,11 +354,8 @@ func (r *run) to(next State, attempt int, code codes.Code) {
 
 func (r *run) execute(ctx context.Context, op Operation) error {
 	c, e := r.c, r.e
-	now := e.now() // one clock reading serves the first attempt
-	r.start = now
-	if c.deadline > 0 {
-		r.deadline = now.Add(c.deadline)
-	}
+	now, offset := e.now() // one clock reading serves the first attempt
+	r.start, r.startOffset = now, offset
 	r.m.state = Submitted
 	r.emit("", Submitted, 0, "")
 	var prevDelay time.Duration
@@ -347,7 +381,7 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 				c.budget.Success() // only a primary success deposits
 			}
 			if c.metrics != nil { // the clock is read only for the metric
-				if took := e.now().Sub(r.start); n == 1 {
+				if took := r.elapsed(); n == 1 {
 					c.metrics.succeededFirst(took)
 				} else {
 					c.metrics.took(Dispatched, took)
@@ -438,8 +472,8 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 // that returned it (its body is read after RoundTrip returns).
 func (r *run) attempt(ctx context.Context, op Operation, a Attempt, now time.Time) error {
 	var limit time.Duration
-	if !r.deadline.IsZero() {
-		limit = r.deadline.Sub(now)
+	if left, ok := r.left(now); ok {
+		limit = left
 		if t := r.c.perAttemptTimeout; t > 0 && t < limit {
 			limit = t
 		}
@@ -460,12 +494,32 @@ func (r *run) attempt(ctx context.Context, op Operation, a Attempt, now time.Tim
 	return op(ctx, a)
 }
 
+// elapsed is the time since the operation started, for its duration: on
+// the real clock one monotonic reading less the start's offset, with no
+// time.Time arithmetic (what a metered success pays over a plain one).
+func (r *run) elapsed() time.Duration {
+	if e := r.e; !e.realBase.IsZero() {
+		return time.Since(e.realBase) - r.startOffset
+	}
+	return r.e.clock.Now().Sub(r.start)
+}
+
+// left is the policy's deadline left at now, false when it sets none. The
+// deadline is the start plus the policy's, kept as that duration so that
+// the success path adds no time.Time.
+func (r *run) left(now time.Time) (time.Duration, bool) {
+	if r.c.deadline <= 0 {
+		return 0, false
+	}
+	return r.c.deadline - now.Sub(r.start), true
+}
+
 // remaining is the deadline left at now: the sooner of the policy's and
 // the caller's, both read on the executor's clock.
 func (r *run) remaining(ctx context.Context, now time.Time) time.Duration {
 	left := time.Duration(math.MaxInt64)
-	if !r.deadline.IsZero() {
-		left = r.deadline.Sub(now)
+	if l, ok := r.left(now); ok {
+		left = l
 	}
 	if d, ok := ctx.Deadline(); ok {
 		left = min(left, d.Sub(now))
@@ -498,7 +552,7 @@ func (r *run) letterContext(ctx context.Context) (context.Context, context.Cance
 func (r *run) finish(ctx context.Context, d Decision, last error) error {
 	r.to(d.Next, len(r.records), d.Code)
 	if r.c.metrics != nil {
-		r.c.metrics.took(d.Next, r.e.now().Sub(r.start))
+		r.c.metrics.took(d.Next, r.elapsed())
 	}
 	e := &Error{Code: d.Code, State: d.Next, Policy: r.c.name, Key: r.key, Attempts: len(r.records), Detail: d.Detail, Err: last}
 	if n := len(r.records); n > 0 {

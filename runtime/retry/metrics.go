@@ -1,6 +1,7 @@
 package retry
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,8 +19,8 @@ import (
 //
 // The per-policy operation, attempt and transition series are atomics of the
 // policy's own, read when Prometheus collects: an operation whose first
-// attempt succeeds (the common case) costs a clock read and two atomic adds,
-// its duration's bucket and sum, which stand for its seven series (SUBMITTED,
+// attempt succeeds (the common case) costs a clock read and one atomic add,
+// its duration's count and sum in one word, which stand for its seven series (SUBMITTED,
 // ATTEMPTING and DISPATCHED transitions, the DISPATCHED operation, the success
 // attempt, its attempts-per-operation observation of 1 and its duration).
 type Metrics struct {
@@ -98,7 +99,8 @@ type policyMetrics struct {
 	// firstTry holds the operations whose first attempt succeeded, by their
 	// duration: each is one more in six series and in the DISPATCHED
 	// duration's, added when they are collected, so that such an operation
-	// costs one clock read and the two atomic adds of its duration.
+	// costs one clock read and the one atomic add of its duration (see
+	// durations.observeFast).
 	firstTry    durations
 	transitions [len(stateNames)]atomic.Uint64
 	attempts    [len(classNames)]atomic.Uint64
@@ -118,6 +120,78 @@ type policyMetrics struct {
 type durations struct {
 	counts [len(durationBounds) + 1]atomic.Uint64
 	sum    atomic.Uint64
+	fast   packed
+}
+
+// packed holds durations within the first bound in one word, so that each
+// costs one atomic add: their count above packedShift, their nanoseconds
+// below. An add that brings the count to packedFlush or more moves the word
+// into counts[0] and sum. packedFlush durations of at most 5 ms each use
+// 2^34 ns of the 2^42 the word's sum holds (2^12 of the count's 2^22), so
+// the adders that come while the word is moved cannot overflow it.
+type packed struct {
+	word atomic.Uint64
+	// moving counts the moves between taking the word and adding it to the
+	// histogram, moved the moves done: a reader retries while one is under
+	// way, or when one ended meanwhile (see snapshot).
+	moving atomic.Int64
+	moved  atomic.Uint64
+}
+
+const (
+	packedShift = 42
+	packedMask  = 1<<packedShift - 1
+	packedFlush = 1 << 12
+)
+
+// observeFast is observe on durationBounds, in one atomic add when d is
+// within the first bound.
+func (h *durations) observeFast(d time.Duration) {
+	if d < 0 || d > durationBounds[0] {
+		h.observe(durationBounds[:], d)
+		return
+	}
+	if w := h.fast.word.Add(1<<packedShift | uint64(d)); w>>packedShift >= packedFlush {
+		h.move()
+	}
+}
+
+// move adds the packed word to counts[0] and sum and empties it.
+func (h *durations) move() {
+	h.fast.moving.Add(1)
+	for {
+		w := h.fast.word.Load()
+		if w>>packedShift < packedFlush {
+			break // another adder moved it
+		}
+		if h.fast.word.CompareAndSwap(w, 0) {
+			h.counts[0].Add(w >> packedShift)
+			h.sum.Add(w & packedMask)
+			break
+		}
+	}
+	h.fast.moved.Add(1)
+	h.fast.moving.Add(-1)
+}
+
+// snapshot returns h's counts and sum with the packed word added, read
+// while no move is under way, so that successive snapshots never go down.
+func (h *durations) snapshot() (counts [len(durationBounds) + 1]uint64, sum uint64) {
+	for {
+		moved := h.fast.moved.Load()
+		if h.fast.moving.Load() == 0 {
+			w := h.fast.word.Load()
+			for i := range h.counts {
+				counts[i] = h.counts[i].Load()
+			}
+			sum = h.sum.Load()
+			if h.fast.moving.Load() == 0 && h.fast.moved.Load() == moved {
+				counts[0] += w >> packedShift
+				return counts, sum + w&packedMask
+			}
+		}
+		runtime.Gosched()
+	}
 }
 
 // observe counts d. A linear scan: the first bound holds a fast operation.
@@ -132,33 +206,37 @@ func (h *durations) observe(bounds []time.Duration, d time.Duration) {
 
 // count is how many durations h holds.
 func (h *durations) count() uint64 {
+	counts, _ := h.snapshot()
 	var n uint64
-	for i := range h.counts {
-		n += h.counts[i].Load()
+	for _, c := range counts {
+		n += c
 	}
 	return n
 }
 
 // plus returns a copy of h with o's first n+1 counts and sum added.
 func (h *durations) plus(o *durations, n int) *durations {
+	hc, hs := h.snapshot()
+	oc, osum := o.snapshot()
 	sum := new(durations)
 	for i := range n + 1 {
-		sum.counts[i].Store(h.counts[i].Load() + o.counts[i].Load())
+		sum.counts[i].Store(hc[i] + oc[i])
 	}
-	sum.sum.Store(h.sum.Load() + o.sum.Load())
+	sum.sum.Store(hs + osum)
 	return sum
 }
 
 // metric reads h as a cumulative Prometheus histogram in seconds.
 func (h *durations) metric(desc *prometheus.Desc, bounds []time.Duration, labels ...string) prometheus.Metric {
+	counts, sum := h.snapshot()
 	buckets := make(map[float64]uint64, len(bounds))
 	var count uint64
 	for i, b := range bounds {
-		count += h.counts[i].Load()
+		count += counts[i]
 		buckets[b.Seconds()] = count
 	}
-	count += h.counts[len(bounds)].Load()
-	return prometheus.MustNewConstHistogram(desc, count, time.Duration(h.sum.Load()).Seconds(), buckets, labels...)
+	count += counts[len(bounds)]
+	return prometheus.MustNewConstHistogram(desc, count, time.Duration(sum).Seconds(), buckets, labels...)
 }
 
 // stateNames and classNames are the fixed label sets of the per-policy
@@ -316,9 +394,7 @@ func (m *Metrics) conflict(budget string) {
 }
 
 // succeededFirst records an operation whose first attempt succeeded in d.
-func (pm *policyMetrics) succeededFirst(d time.Duration) {
-	pm.firstTry.observe(durationBounds[:], d)
-}
+func (pm *policyMetrics) succeededFirst(d time.Duration) { pm.firstTry.observeFast(d) }
 
 // started records SUBMITTED and the first ATTEMPTING of an operation whose
 // first attempt failed (succeededFirst covers them otherwise).

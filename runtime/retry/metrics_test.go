@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -158,5 +159,66 @@ func TestMetricsMeasureOperationAndBackoffSeconds(t *testing.T) {
 	waits, n, sum := hist("retryguard_backoff_seconds", nil)
 	if n != 3 || waits[0.1] != 0 || waits[0.2] != 2 || waits[0.4] != 3 || math.Abs(sum-(0.8-3*ns)) > 1e-6 {
 		t.Errorf("backoff: count %d, sum %v, buckets %v; want 0.2, 0.2 and 0.4 s", n, sum, waits)
+	}
+}
+
+// A first-try success within the first bound costs one atomic add to a
+// packed word, moved into the histogram every packedFlush: while
+// operations finish on several goroutines, every reading of the histogram
+// is at least the one before, and once they are done it holds each
+// duration exactly, in its bucket and in the sum (-race).
+func TestThePackedDurationsNeverGoDownAndLoseNothing(t *testing.T) {
+	var h durations
+	const goroutines, each = 4, 3 * packedFlush
+	durationOf := func(g, i int) time.Duration {
+		if i%97 == 0 {
+			return durationBounds[1] // past the first bound: the plain path
+		}
+		return time.Duration(g*each+i) % (durationBounds[0] + 1)
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range each {
+				h.observeFast(durationOf(g, i))
+			}
+		})
+	}
+	go func() { wg.Wait(); close(done) }()
+	var last [len(durationBounds) + 1]uint64
+	var lastSum uint64
+	for finished := false; !finished; {
+		select {
+		case <-done:
+			finished = true
+		default:
+		}
+		counts, sum := h.snapshot()
+		for i := range counts {
+			if counts[i] < last[i] {
+				t.Fatalf("bucket %d went down: %d -> %d", i, last[i], counts[i])
+			}
+		}
+		if sum < lastSum {
+			t.Fatalf("the sum went down: %d -> %d", lastSum, sum)
+		}
+		last, lastSum = counts, sum
+	}
+	var want [len(durationBounds) + 1]uint64
+	var wantSum uint64
+	for g := range goroutines {
+		for i := range each {
+			d := durationOf(g, i)
+			if d <= durationBounds[0] {
+				want[0]++
+			} else {
+				want[1]++
+			}
+			wantSum += uint64(d)
+		}
+	}
+	if counts, sum := h.snapshot(); counts != want || sum != wantSum {
+		t.Fatalf("after %d durations: counts %v, sum %d; want %v, %d", goroutines*each, counts, sum, want, wantSum)
 	}
 }

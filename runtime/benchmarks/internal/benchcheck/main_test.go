@@ -1,0 +1,42 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+const out = `goos: linux
+BenchmarkDoSuccess/failsafe-paired  6063  388346 ns/op  -410 delta-ns/op  80.00 ours-ns/op  440.6 peer-ns/op  0.1959 ratio  118 B/op  0 allocs/op
+BenchmarkDoSuccess/failsafe-paired  6063  388346 ns/op  -410 delta-ns/op  80.00 ours-ns/op  440.6 peer-ns/op  0.2100 ratio  118 B/op  0 allocs/op
+BenchmarkDoSuccess/failsafe-paired  6063  388346 ns/op  -410 delta-ns/op  80.00 ours-ns/op  440.6 peer-ns/op  0.1900 ratio  118 B/op  0 allocs/op
+BenchmarkBudget/try-retry-paired-2  3510  176838 ns/op  -5.0 delta-ns/op  82.23 ours-ns/op  87.27 peer-ns/op  1.0300 ratio
+BenchmarkBudget/try-retry-paired-2  3510  176838 ns/op  -5.0 delta-ns/op  82.23 ours-ns/op  87.27 peer-ns/op  1.0400 ratio
+BenchmarkBudget/try-retry-paired-2  3510  176838 ns/op  -5.0 delta-ns/op  82.23 ours-ns/op  87.27 peer-ns/op  1.0200 ratio
+PASS
+`
+
+// A median within its goal passes; one past it by more than half the
+// runs' spread fails; a goal with no figure fails.
+func TestTheMedianIsJudgedAgainstTheGoalPlusTheNoise(t *testing.T) {
+	figures, err := parse(strings.NewReader(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w strings.Builder
+	if n := check(figures, &w); n != 3 {
+		t.Fatalf("%d goals failed, want 3 (try-retry past its goal, metrics and success-path without figures):\n%s", n, w.String())
+	}
+	for _, line := range []string{
+		"ok   BenchmarkDoSuccess/failsafe-paired ratio: median 0.196 ± 0.01 over 3 runs",
+		"FAIL BenchmarkBudget/try-retry-paired ratio: median 1.03 ± 0.01 over 3 runs",
+		"FAIL BenchmarkDoSuccess/metrics-paired delta-ns/op: no figure",
+	} {
+		if !strings.Contains(w.String(), line) {
+			t.Errorf("the report has no line %q:\n%s", line, w.String())
+		}
+	}
+	// A median past the goal by less than the noise is within the run's noise.
+	if _, _, ok := verdict(goal{max: 0.20}, []float64{0.19, 0.205, 0.23}); !ok {
+		t.Error("a median of 0.205 with a noise of 0.02 failed a goal of 0.20")
+	}
+}
