@@ -72,7 +72,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		lag: desc(prometheus.Opts{Name: "retryguard_recovery_lag_seconds",
 			Help: "Time since the fault's end while retries stay at 2 a second or more; 0 otherwise."}, "policy"),
 		denied: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "retryguard_retries_denied_total",
-			Help: "Retries not made, by reason (budget, deadline, deadline_at_start, retry_after, retry_after_unparseable, permanent, " +
+			Help: "Retries not made, by reason (budget, deadline, deadline_at_start, retry_after, retry_after_unparseable, permanent, tls, " +
 				"ambiguous, not_replay_safe, unrepeatable, exhausted, not_enforced, cancelled)."}, []string{"policy", "reason"}),
 		tokens: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "retryguard_budget_tokens",
 			Help: "Tokens in each retry budget, sampled when a policy using it is compiled and on every retry decision."}, []string{"budget"}),
