@@ -164,6 +164,20 @@ func TestChartServiceMonitorVerifiesAndAuthorizes(t *testing.T) {
 	}
 }
 
+// The sidecar's image is pinned by digest when one is set, as the manager's is.
+func TestChartProxyImageDigest(t *testing.T) {
+	digest := "sha256:" + strings.Repeat("ab", 32)
+	for _, a := range args(mustTemplate(t, "proxy.image.digest="+digest)) {
+		if strings.HasPrefix(a.(string), "--proxy-image=") {
+			if a != "--proxy-image=retryguard/proxy@"+digest {
+				t.Fatalf("%s, want the image by digest", a)
+			}
+			return
+		}
+	}
+	t.Fatal("no --proxy-image argument")
+}
+
 // The PodMonitor scrapes the labelled application pods' named port.
 func TestChartPodMonitor(t *testing.T) {
 	if len(mustTemplate(t)["PodMonitor"]) != 0 {

@@ -69,7 +69,11 @@ system:serviceaccount:{{ .Release.Namespace }}:{{ include "retryguard.serviceAcc
 {{ include "retryguard.fullname" . }}-proxy-injector
 {{- end -}}
 
-{{/* The retryguard-proxy sidecar's image, its tag defaulting to the chart's appVersion. */}}
+{{/* The retryguard-proxy sidecar's image: by digest when one is set, else its tag, defaulting to the chart's appVersion. */}}
 {{- define "retryguard.proxyImage" -}}
+{{- if .Values.proxy.image.digest -}}
+{{ .Values.proxy.image.repository }}@{{ .Values.proxy.image.digest }}
+{{- else -}}
 {{ .Values.proxy.image.repository }}:{{ .Values.proxy.image.tag | default .Chart.AppVersion }}
+{{- end -}}
 {{- end -}}
