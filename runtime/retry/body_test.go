@@ -24,13 +24,16 @@ func TestACutBodyIsAReadError(t *testing.T) {
 		deadline bool
 	}{{"HTTP/1.1", false, false}, {"HTTP/2", true, false}, {"at the deadline", false, true}} {
 		t.Run(tc.name, func(t *testing.T) {
+			// At the deadline the dependency never ends its body (it stalls
+			// until the test ends), so only the deadline can end the read.
+			stall := make(chan struct{})
 			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				w.WriteHeader(http.StatusOK)
 				_, _ = w.Write([]byte(strings.Repeat("x", 24576)))
 				_ = http.NewResponseController(w).Flush()
 				if tc.deadline {
-					<-r.Context().Done()
-					return
+					<-stall
+					panic(http.ErrAbortHandler)
 				}
 				if r.ProtoMajor == 2 {
 					panic(http.ErrAbortHandler)
@@ -43,6 +46,7 @@ func TestACutBodyIsAReadError(t *testing.T) {
 			srv.Config.ErrorLog = quiet
 			srv.StartTLS()
 			defer srv.Close()
+			defer close(stall)
 			p := fixtures.SMS()
 			p.Policy.ConnectionPool = nil
 			if tc.deadline {

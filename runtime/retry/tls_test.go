@@ -143,7 +143,8 @@ func TestATLSHandshakeFailureIsNeverMaybeApplied(t *testing.T) {
 func postThrough(t *testing.T, ex *retry.Executor, base http.RoundTripper, p *policyconfig.Payload, url string) *retry.Error {
 	t.Helper()
 	rt := &retry.RoundTripper{Executor: ex, Policy: p.Policy.Name, Base: base}
-	req, err := http.NewRequestWithContext(retry.WithVars(context.Background(), vars), http.MethodPost, url+"/v1/messages", strings.NewReader(`{"to":"+15550100"}`))
+	ctx := retry.WithVars(context.Background(), vars)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/messages", strings.NewReader(`{"to":"+15550100"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
