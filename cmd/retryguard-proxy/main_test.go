@@ -24,7 +24,7 @@ import (
 	"github.com/retryguard/retryguard/runtime/retry"
 )
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -62,7 +61,7 @@ func BenchmarkSidecarUnderAThousandConnections(b *testing.B) {
 	if err := os.WriteFile(filepath.Join(policies, policyconfig.DataKey), data, 0o644); err != nil {
 		b.Fatal(err)
 	}
-	port, admin, metrics := freePortB(b), freePortB(b), freePortB(b)
+	port, admin, metrics := freePort(b), freePort(b), freePort(b)
 	routes := filepath.Join(dir, "routes.json")
 	table := fmt.Sprintf(`{"routes":[{"port":%d,"pathPrefix":"/v1/","policy":"sms-2fa-dispatch","upstream":%q}]}`, port, upstream.URL)
 	if err := os.WriteFile(routes, []byte(table), 0o644); err != nil {
@@ -130,16 +129,6 @@ func BenchmarkSidecarUnderAThousandConnections(b *testing.B) {
 	if hwm >= proxy.MemoryLimit {
 		b.Errorf("peak RSS %d bytes, at or above the injected limit %d", hwm, proxy.MemoryLimit)
 	}
-}
-
-func freePortB(b *testing.B) int {
-	b.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func waitReady(b *testing.B, url string) {
