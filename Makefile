@@ -143,6 +143,8 @@ bench-check: ## Run the paired benchmarks three times; fail when a median is pas
 	@mkdir -p $(dir $(BENCH_CHECK_OUT))
 	$(GO) -C runtime/benchmarks test -run '^$$' -bench '^Benchmark(DoSuccess|Budget)$$/-paired$$' -benchmem -cpu 1 -count 3 -benchtime 300ms . \
 		> $(BENCH_CHECK_OUT) || { cat $(BENCH_CHECK_OUT); exit 1; }
+	$(GO) -C runtime/grpc test -run '^$$' -bench '^BenchmarkUnaryPaired$$' -count 3 -benchtime 2s . \
+		>> $(BENCH_CHECK_OUT) || { cat $(BENCH_CHECK_OUT); exit 1; }
 	$(GO) -C runtime/benchmarks run ./internal/benchcheck < $(BENCH_CHECK_OUT)
 
 .PHONY: dev-cluster

@@ -81,17 +81,21 @@ func (c *call) Value(key any) any {
 func (*Interceptor) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
 
 // HandleRPC implements stats.Handler: it records each attempt's phases in
-// the call record the interceptor put in the call's context.
+// the call record the interceptor put in the call's context. Only the four
+// events the evidence reads look the record up; payloads, End and picks,
+// which grpc-go reports on every call, cost a type switch.
 func (*Interceptor) HandleRPC(ctx context.Context, s stats.RPCStats) {
-	c, _ := ctx.Value(callKey{}).(*call)
-	if c == nil || !s.IsClient() {
-		return
-	}
 	switch s := s.(type) {
 	case *stats.Begin:
-		c.begins.Add(1)
+		c := recordOf(ctx, s.Client)
+		if c == nil {
+			return
+		}
 		if !s.IsTransparentRetryAttempt {
 			c.attempts.Add(1)
+		}
+		if c.begins.Add(1) == 1 {
+			return // the first attempt: nothing to forget
 		}
 		c.header.Store(false)
 		c.trailer.Store(false)
@@ -99,10 +103,18 @@ func (*Interceptor) HandleRPC(ctx context.Context, s stats.RPCStats) {
 		c.pushback = nil
 		c.mu.Unlock()
 	case *stats.OutHeader:
-		c.opened.Store(true)
+		if c := recordOf(ctx, s.Client); c != nil {
+			c.opened.Store(true)
+		}
 	case *stats.InHeader:
-		c.header.Store(true)
+		if c := recordOf(ctx, s.Client); c != nil {
+			c.header.Store(true)
+		}
 	case *stats.InTrailer:
+		c := recordOf(ctx, s.Client)
+		if c == nil {
+			return
+		}
 		if v := s.Trailer[pushbackHeader]; v != nil { // metadata keys are lower case
 			c.mu.Lock()
 			c.pushback = v
@@ -110,6 +122,16 @@ func (*Interceptor) HandleRPC(ctx context.Context, s stats.RPCStats) {
 		}
 		c.trailer.Store(true)
 	}
+}
+
+// recordOf is the call record in a client event's context, nil for a
+// server's event or a call the interceptor did not make.
+func recordOf(ctx context.Context, client bool) *call {
+	if !client {
+		return nil
+	}
+	c, _ := ctx.Value(callKey{}).(*call)
+	return c
 }
 
 // TagConn implements stats.Handler.

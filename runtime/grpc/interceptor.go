@@ -106,7 +106,10 @@ func (i *Interceptor) unary(ctx context.Context, watched bool, method string, re
 	}
 	op := &operation{i: i, watched: watched, method: method, req: req, reply: reply, cc: cc, invoker: invoker, opts: opts}
 	err := i.executor.Do(ctx, i.policy, vars, op.attempt)
-	var re *retry.Error
+	if err == nil {
+		return nil
+	}
+	var re *retry.Error // escapes to the heap: declared past the success path
 	if errors.As(err, &re) && re.Code == codes.PermanentFailure && re.Last.Class == retry.Permanent && op.answered != nil {
 		return op.answered // the dependency's own answer, as the caller would have had it
 	}
@@ -126,8 +129,15 @@ type operation struct {
 	opts    []grpc.CallOption
 
 	md       metadata.MD // the caller's metadata and the key, built once per call
+	key      [1]string   // the key's value in md
 	applied  bool        // an earlier attempt may have been applied
 	answered error       // the server's own status of the last attempt
+
+	// first is the first attempt's record, allocated with the operation:
+	// most calls make one attempt. Each later attempt gets a record of its
+	// own, since the transport may still report to an earlier one.
+	first     call
+	firstUsed bool
 }
 
 // attempt is the retry.Operation of one call.
@@ -145,11 +155,17 @@ func (o *operation) attempt(ctx context.Context, a retry.Attempt) error {
 			if o.md == nil {
 				o.md = metadata.MD{}
 			}
-			o.md.Set(hk.key, a.Key)
+			o.key[0] = a.Key
+			o.md[hk.key] = o.key[:] // as md.Set, in the operation's own array
 		}
 		ctx = metadata.NewOutgoingContext(ctx, o.md)
 	}
-	c := &call{Context: ctx, watched: o.watched}
+	c := &o.first
+	if o.firstUsed {
+		c = new(call)
+	}
+	o.firstUsed = true
+	c.Context, c.watched = ctx, o.watched
 	err := o.invoker(c, o.method, o.req, o.reply, o.cc, o.opts...)
 	hidden := c.hiddenRetries()
 	if hidden > 0 {

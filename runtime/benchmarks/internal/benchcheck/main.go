@@ -29,6 +29,7 @@ var goals = []goal{
 	{"BenchmarkDoSuccess/metrics-paired", "delta-ns/op", 25, "Do with metrics minus plain Do, ns"},
 	{"BenchmarkBudget/success-path-paired", "ratio", 0.50, "Primary and Success over rate.Allow"},
 	{"BenchmarkBudget/try-retry-paired", "ratio", 1.00, "TryRetry and Success over rate.Allow"},
+	{"BenchmarkUnaryPaired", "cpu-ratio", 1.10, "the gRPC interceptor's unary call over a bare one, CPU (runtime/grpc)"},
 }
 
 // procs is the -cpu suffix go test adds to a name when GOMAXPROCS is not 1.

@@ -12,6 +12,9 @@ BenchmarkDoSuccess/failsafe-paired  6063  388346 ns/op  -410 delta-ns/op  80.00 
 BenchmarkBudget/try-retry-paired-2  3510  176838 ns/op  -5.0 delta-ns/op  82.23 ours-ns/op  87.27 peer-ns/op  1.0300 ratio
 BenchmarkBudget/try-retry-paired-2  3510  176838 ns/op  -5.0 delta-ns/op  82.23 ours-ns/op  87.27 peer-ns/op  1.0400 ratio
 BenchmarkBudget/try-retry-paired-2  3510  176838 ns/op  -5.0 delta-ns/op  82.23 ours-ns/op  87.27 peer-ns/op  1.0200 ratio
+BenchmarkUnaryPaired-2  4846  461876 ns/op  97745 bare-ns/call  1.080 cpu-ratio
+BenchmarkUnaryPaired-2  4846  461876 ns/op  97745 bare-ns/call  1.090 cpu-ratio
+BenchmarkUnaryPaired-2  4846  461876 ns/op  97745 bare-ns/call  1.120 cpu-ratio
 PASS
 `
 
