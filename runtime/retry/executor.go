@@ -67,7 +67,11 @@ type Executor struct {
 	// compiled maps policy names to compiled policies. It is copied on
 	// write (rare: a new name or payload) so that the hot path reads a
 	// plain map, cheaper than sync.Map's interface-keyed lookup.
-	compiled     atomic.Pointer[map[string]*compiled]
+	compiled atomic.Pointer[map[string]*compiled]
+	// only is the one compiled policy while the map holds one (nil
+	// otherwise): most processes enforce one policy, found by comparing
+	// its name instead of hashing it.
+	only         atomic.Pointer[compiled]
 	compileMu    sync.Mutex
 	operationIDs atomic.Uint64
 	// changes counts the Source's changes when it reports them (nil when it
@@ -192,13 +196,14 @@ func (e *Executor) policy(name string) *compiled {
 	if e.changes != nil {
 		changes = e.changes.Load()
 	}
-	m := e.compiled.Load()
 	var c *compiled
-	if m != nil {
+	if o := e.only.Load(); o != nil && o.name == name {
+		c = o
+	} else if m := e.compiled.Load(); m != nil {
 		c = (*m)[name]
-		if c != nil && e.changes != nil && c.checked.Load() == changes {
-			return c
-		}
+	}
+	if c != nil && e.changes != nil && c.checked.Load() == changes {
+		return c
 	}
 	p, ok := e.source.Policy(name)
 	if c != nil && ((ok && c.payload == p) || (!ok && c.payload == nil)) {
@@ -217,6 +222,11 @@ func (e *Executor) policy(name string) *compiled {
 	}
 	next[name] = c
 	e.compiled.Store(&next)
+	if len(next) == 1 {
+		e.only.Store(c)
+	} else {
+		e.only.Store(nil)
+	}
 	return c
 }
 
