@@ -506,6 +506,11 @@ func (b *Budget) Primary() {
 // saving a second reading on the hot path.
 func (b *Budget) PrimaryAt(now time.Time) { b.primaryAt(now.UnixNano()) }
 
+// PrimaryAtUnixNano is PrimaryAt for a reading in Unix nanoseconds, for a
+// caller that keeps its readings as offsets from one time.Time (the
+// executor): no time.Time arithmetic on the hot path.
+func (b *Budget) PrimaryAtUnixNano(ns int64) { b.primaryAt(ns) }
+
 // primaryAt is PrimaryAt for a reading in Unix nanoseconds.
 func (b *Budget) primaryAt(ns int64) {
 	p := b.params.Load()

@@ -81,8 +81,10 @@ type Executor struct {
 	changes *atomic.Uint64
 
 	// realBase is a wall-and-monotonic reading taken by New when the clock
-	// is the real one (zero otherwise); see now.
-	realBase time.Time
+	// is the real one (zero otherwise), realBaseUnix its Unix nanoseconds;
+	// see execute.
+	realBase     time.Time
+	realBaseUnix int64
 }
 
 // Option configures an Executor.
@@ -130,6 +132,7 @@ func New(src Source, opts ...Option) *Executor {
 	}
 	if _, real := e.clock.(clock.Real); real {
 		e.realBase = time.Now()
+		e.realBaseUnix = e.realBase.UnixNano()
 	}
 	if s, ok := src.(interface{ OnChange(func(string)) }); ok {
 		changes := new(atomic.Uint64)
@@ -137,21 +140,6 @@ func New(src Source, opts ...Option) *Executor {
 		e.changes = changes
 	}
 	return e
-}
-
-// now reads the executor's clock where an operation starts, and returns
-// the reading with its offset from New's (0 off the real clock). On the
-// real clock it reads the monotonic clock only, offset from the reading New
-// took: one clock read instead of time.Now's two. Everything Do computes
-// from it is a duration between monotonic readings (deadlines, the caller's
-// context deadline, budget windows), so a wall-clock step after start
-// changes nothing it decides.
-func (e *Executor) now() (time.Time, time.Duration) {
-	if !e.realBase.IsZero() {
-		d := time.Since(e.realBase)
-		return e.realBase.Add(d), d
-	}
-	return e.clock.Now(), 0
 }
 
 // Budget returns the retry budget the named policy draws on, as the
@@ -312,7 +300,7 @@ type run struct {
 	c           *compiled
 	operationID uint64
 	key         string
-	start       time.Time     // when the operation started, for its duration
+	start       time.Time     // when the operation started; on the real clock, made once an attempt fails
 	startOffset time.Duration // start's offset from the executor's realBase (see elapsed)
 	m           machine
 	records     []AttemptRecord
@@ -364,8 +352,21 @@ func (r *run) to(next State, attempt int, code codes.Code) {
 
 func (r *run) execute(ctx context.Context, op Operation) error {
 	c, e := r.c, r.e
-	now, offset := e.now() // one clock reading serves the first attempt
-	r.start, r.startOffset = now, offset
+	// One clock reading serves the first attempt. On the real clock it is
+	// the monotonic clock only, kept as its offset from New's reading: one
+	// read instead of time.Now's two, and no time.Time arithmetic until an
+	// attempt fails (r.start is made then). Everything Do computes from it
+	// is a duration between monotonic readings (deadlines, the caller's
+	// context deadline, budget windows), so a wall-clock step after start
+	// changes nothing it decides.
+	var now time.Time
+	onReal := !e.realBase.IsZero()
+	if onReal {
+		r.startOffset = time.Since(e.realBase)
+	} else {
+		now = e.clock.Now()
+		r.start = now
+	}
 	r.m.state = Submitted
 	r.emit("", Submitted, 0, "")
 	var prevDelay time.Duration
@@ -382,10 +383,17 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 			c.metrics.retried(now)
 		}
 		r.to(Attempting, n, "")
-		if n == 1 && c.budget != nil {
+		var elapsed time.Duration // since the start, when the attempt starts
+		switch {
+		case n > 1:
+			elapsed = now.Sub(r.start)
+		case c.budget == nil:
+		case onReal:
+			c.budget.PrimaryAtUnixNano(e.realBaseUnix + int64(r.startOffset))
+		default:
 			c.budget.PrimaryAt(now)
 		}
-		err = r.attempt(ctx, op, Attempt{Number: n, Policy: c.name, Key: r.key, Header: c.header}, now)
+		err = r.attempt(ctx, op, Attempt{Number: n, Policy: c.name, Key: r.key, Header: c.header}, elapsed)
 		if err == nil {
 			if n == 1 && c.budget != nil {
 				c.budget.Success() // only a primary success deposits
@@ -404,6 +412,9 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 		}
 		if n == 1 {
 			c.metrics.started()
+			if onReal {
+				r.start = e.realBase.Add(r.startOffset)
+			}
 		}
 		now = e.clock.Now()
 		ev := classify(clientResent(err, r.call == nil, r.key != ""), c.retryOnStatus, c.retryOnError, now)
@@ -480,16 +491,16 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 // used as it is: no timer, no allocation. The RoundTripper's attempts make
 // their own context from the limit, since a response outlives the attempt
 // that returned it (its body is read after RoundTrip returns).
-func (r *run) attempt(ctx context.Context, op Operation, a Attempt, now time.Time) error {
+func (r *run) attempt(ctx context.Context, op Operation, a Attempt, elapsed time.Duration) error {
 	var limit time.Duration
-	if left, ok := r.left(now); ok {
+	if left, ok := r.leftAfter(elapsed); ok {
 		limit = left
 		if t := r.c.perAttemptTimeout; t > 0 && t < limit {
 			limit = t
 		}
 	}
 	if limit > 0 {
-		if d, ok := ctx.Deadline(); ok && d.Sub(now) <= limit {
+		if d, ok := ctx.Deadline(); ok && r.sinceStart(d)-elapsed <= limit {
 			limit = 0 // the caller's deadline comes first
 		}
 	}
@@ -517,11 +528,24 @@ func (r *run) elapsed() time.Duration {
 // left is the policy's deadline left at now, false when it sets none. The
 // deadline is the start plus the policy's, kept as that duration so that
 // the success path adds no time.Time.
-func (r *run) left(now time.Time) (time.Duration, bool) {
+func (r *run) left(now time.Time) (time.Duration, bool) { return r.leftAfter(now.Sub(r.start)) }
+
+// leftAfter is left at elapsed after the start.
+func (r *run) leftAfter(elapsed time.Duration) (time.Duration, bool) {
 	if r.c.deadline <= 0 {
 		return 0, false
 	}
-	return r.c.deadline - now.Sub(r.start), true
+	return r.c.deadline - elapsed, true
+}
+
+// sinceStart is how long after the operation's start t is (negative
+// before it), with no r.start on the real clock: t less New's reading less
+// the start's offset from it.
+func (r *run) sinceStart(t time.Time) time.Duration {
+	if e := r.e; !e.realBase.IsZero() {
+		return t.Sub(e.realBase) - r.startOffset
+	}
+	return t.Sub(r.start)
 }
 
 // remaining is the deadline left at now: the sooner of the policy's and
