@@ -23,6 +23,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/retryguard/retryguard/api/celrules"
 	"github.com/retryguard/retryguard/api/policygraph"
 	"github.com/retryguard/retryguard/api/policygraph/policyindex"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
@@ -124,7 +125,7 @@ func (r *RetryPolicyReconciler) resyncPeriod() time.Duration {
 // observe gathers everything the verdict depends on.
 func (r *RetryPolicyReconciler) observe(ctx context.Context, p *v1.RetryPolicy) (policyFacts, *v1.RetryBudget, error) {
 	spec := field.NewPath("spec")
-	facts := policyFacts{SpecErrors: v1.ValidateRetryPolicySpec(&p.Spec, spec)}
+	facts := policyFacts{SpecErrors: celrules.PolicySpecErrors(ctx, p)}
 	var budget *v1.RetryBudget
 	if ref := p.Spec.BudgetRef; ref != nil {
 		facts.BudgetRef = ref.Name

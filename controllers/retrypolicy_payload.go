@@ -71,6 +71,16 @@ func BuildPayload(p *v1.RetryPolicy, budget *v1.RetryBudget, leafAttempts int64,
 	if s.BudgetRef != nil {
 		pol.Budget = s.BudgetRef.Name
 	}
+	if h := s.Hedging; h != nil {
+		pol.Hedging = &policyconfig.Hedging{MaxHedges: h.MaxHedges}
+		// Both as written: one that escaped CEL with both is refused by Parse, never half-read.
+		if h.Delay != nil {
+			pol.Hedging.Delay = dur(h.Delay.Duration())
+		}
+		if l := h.Latency; l != nil {
+			pol.Hedging.Percentile, pol.Hedging.Floor, pol.Hedging.Cap = l.Percentile, dur(l.Floor.Duration()), dur(l.Cap.Duration())
+		}
+	}
 	if cp := s.ConnectionPool; cp != nil {
 		pol.ConnectionPool = &policyconfig.ConnectionPool{Name: cp.Name, MaxConnections: cp.MaxConnections}
 	}

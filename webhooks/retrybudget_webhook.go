@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/retryguard/retryguard/api/celrules"
 	"github.com/retryguard/retryguard/api/policygraph"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 )
@@ -39,7 +40,7 @@ func (v *RetryBudgetValidator) ValidateDelete(context.Context, *v1.RetryBudget) 
 
 func (v *RetryBudgetValidator) validate(b *v1.RetryBudget) (admission.Warnings, error) {
 	spec := field.NewPath("spec")
-	errs := v1.ValidateRetryBudgetSpec(&b.Spec, spec)
+	errs := celrules.BudgetSpecErrors(context.Background(), b)
 	verdict := policygraph.ValidateRetryBudget(b, v.Limits, spec)
 	errs = v1.SortErrors(append(errs, verdict.Errors...))
 	if len(errs) > 0 {

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/retryguard/retryguard/api/celrules"
 	"github.com/retryguard/retryguard/api/policygraph"
 	"github.com/retryguard/retryguard/api/policygraph/policyindex"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
@@ -86,7 +87,7 @@ func (v *RetryPolicyValidator) validate(ctx context.Context, p *v1.RetryPolicy) 
 		lk = policyindex.CacheLookup{Reader: v.Reader}
 	}
 	spec := field.NewPath("spec")
-	errs := v1.ValidateRetryPolicySpec(&p.Spec, spec)
+	errs := celrules.PolicySpecErrors(ctx, p)
 	verdict, err := policygraph.ValidateRetryPolicy(ctx, lk, p, v.Limits, spec, policygraph.AnsweringRequester())
 	if ctx.Err() != nil {
 		return nil, errOutOfTime() // whatever the walk returned: a verdict cut short is no verdict

@@ -18,6 +18,7 @@ import (
 	"github.com/retryguard/retryguard/api/policygraph"
 	"github.com/retryguard/retryguard/api/policygraph/policyindex"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
 	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/webhooks"
 )
@@ -53,6 +54,24 @@ func TestRetryPolicyValidatorRerunsSingleObjectRules(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%v lacks %s", err, want)
 		}
+	}
+}
+
+// The webhook refuses hedging as the CRD's CEL does (a keyless POST may not
+// hedge), and counts a hedge in the layer product across namespaces.
+func TestRetryPolicyValidatorRefusesHedges(t *testing.T) {
+	keyless := policyIn("ns", "connector", "connector", 2, fixtures.Hedge(50*time.Millisecond, 1))
+	keyless.Spec.Idempotency = nil
+	keyless.Spec.RetryOn = &v1.RetryOn{StatusCodes: []int32{}, Errors: []v1.TransportError{v1.ConnectionRefused}}
+	_, err := validator().ValidateCreate(context.Background(), keyless)
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.hedging") || !strings.Contains(err.Error(), "ERR_HEDGE_WITHOUT_IDEMPOTENCY") {
+		t.Fatalf("a hedging keyless POST: want spec.hedging ERR_HEDGE_WITHOUT_IDEMPOTENCY, got %v", err)
+	}
+	job := policyIn("jobs", "job", "job", 3, fixtures.Allowing(v1.NamespacesFromAll, nil))
+	child := policyIn("ns", "connector", "connector", 2, fixtures.ParentIn("jobs", "job"), fixtures.Hedge(50*time.Millisecond, 1))
+	_, err = validator(job).ValidateCreate(context.Background(), child)
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "ERR_LAYER_AMPLIFICATION") || !strings.Contains(err.Error(), "connector(2) = 6 > 3") {
+		t.Fatalf("a hedge over the layer product: want ERR_LAYER_AMPLIFICATION, got %v", err)
 	}
 }
 

@@ -120,8 +120,19 @@ func (l Layer) Calls() int64 {
 
 // LayerOf is p's layer as a chain holds it, hidden attempts included.
 func LayerOf(p *v1.RetryPolicy) Layer {
-	return Layer{Namespace: p.Namespace, Policy: p.Name, Layer: p.Spec.Layer.Name, Attempts: p.Spec.MaxAttempts,
+	return Layer{Namespace: p.Namespace, Policy: p.Name, Layer: p.Spec.Layer.Name, Attempts: AttemptsOf(&p.Spec),
 		Hidden: ptr.Deref(p.Spec.Layer.HiddenAttempts, v1.DefaultHiddenAttempts)}
+}
+
+// AttemptsOf is the most calls one operation of a layer sends: maxAttempts,
+// which counts hedges as attempts. A policy stored with more hedges than
+// maxAttempts holds (one that escaped CEL) is charged 1 + maxHedges, so that
+// hedges always count in the layer product.
+func AttemptsOf(s *v1.RetryPolicySpec) int32 {
+	if h := s.Hedging; h != nil && h.MaxHedges >= s.MaxAttempts {
+		return 1 + h.MaxHedges
+	}
+	return s.MaxAttempts
 }
 
 // Chain is a path of layers, the outermost caller first.

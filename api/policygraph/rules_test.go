@@ -103,6 +103,23 @@ func TestValidateRetryPolicy(t *testing.T) {
 			incoming: pol("connector", "connector", 3, parent("job"), fixtures.Hidden(1)),
 			limits:   &limit9, leaf: 9,
 		},
+		"limit 9: a connector of 2 attempts that hedges, under a job of 3 in another namespace, makes 6 and is accepted": {
+			stored:   []v1.RetryPolicy{polIn("jobs", "job", "job", 3, fixtures.Allowing(v1.NamespacesFromAll, nil))},
+			incoming: pol("connector", "connector", 2, fixtures.ParentIn("jobs", "job"), fixtures.Hedge(50*time.Millisecond, 1)),
+			limits:   &limit9, leaf: 6,
+		},
+		"limit 3: a hedge takes job 3 × connector 1 over the limit, across namespaces": {
+			stored:   []v1.RetryPolicy{polIn("jobs", "job", "job", 3, fixtures.Allowing(v1.NamespacesFromAll, nil))},
+			incoming: pol("connector", "connector", 1, fixtures.ParentIn("jobs", "job"), fixtures.Hedge(50*time.Millisecond, 1)),
+			want:     []string{"spec.maxAttempts ERR_LAYER_AMPLIFICATION"},
+			message:  "connector(2) = 6 > 3",
+		},
+		"limit 3: a stored child's hedges count against its parent's update": {
+			stored:   []v1.RetryPolicy{pol("connector", "connector", 1, parent("job"), fixtures.Hedge(50*time.Millisecond, 1))},
+			incoming: pol("job", "job", 3),
+			want:     []string{"spec.maxAttempts ERR_LAYER_AMPLIFICATION"},
+			message:  "job(3) × connector(2) = 6 > 3",
+		},
 		"a hidden layer in a stored child is charged to the child, not to its parent's update": {
 			stored:   []v1.RetryPolicy{pol("connector", "connector", 1, parent("job"), fixtures.Hidden(3))},
 			incoming: pol("job", "job", 3),

@@ -26,7 +26,7 @@ import (
 // admissionCodes are the codes a CRD rule may carry.
 var admissionCodes = []codes.Code{
 	codes.RetryLimitExceeded, codes.JitterRequired, codes.BackoffInvalid, codes.NonRetryableStatus,
-	codes.BudgetRequired, codes.AmbiguousWithoutIdempotency, codes.UnstableIdempotencyKey,
+	codes.BudgetRequired, codes.AmbiguousWithoutIdempotency, codes.HedgeWithoutIdempotency, codes.UnstableIdempotencyKey,
 	codes.InvalidHeader, codes.InvalidKeyTemplate, codes.DeadlineInfeasible,
 	codes.UntestedCompensationBlocked, codes.OutOfRange, codes.InvalidDuration, codes.InvalidSelector,
 }

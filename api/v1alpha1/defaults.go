@@ -59,6 +59,14 @@ func (s *RetryPolicySpec) WithDefaults() RetryPolicySpec {
 	if out.Criticality == nil {
 		out.Criticality = ptr.To(DefaultCriticality)
 	}
+	if l := hedgeLatency(&out); l != nil {
+		if l.Floor == nil {
+			l.Floor = mustDuration(DefaultHedgeFloor)
+		}
+		if l.Cap == nil {
+			l.Cap = mustDuration(DefaultHedgeCap)
+		}
+	}
 	return out
 }
 
@@ -79,4 +87,11 @@ func (s *RetryBudgetSpec) WithDefaults() RetryBudgetSpec {
 		out.Partitions = ptr.To(DefaultBudgetPartitions)
 	}
 	return out
+}
+
+func hedgeLatency(s *RetryPolicySpec) *HedgeLatency {
+	if s.Hedging == nil {
+		return nil
+	}
+	return s.Hedging.Latency
 }

@@ -20,6 +20,8 @@ const (
 	DefaultMinRemaining      = "500ms"
 	DefaultIdempotencyHeader = "Idempotency-Key"
 	DefaultCriticality       = CriticalityStandard
+	DefaultHedgeFloor        = "10ms"
+	DefaultHedgeCap          = "500ms"
 )
 
 // DefaultRetryAfterMaxDelay is the longest Retry-After honoured when
@@ -330,6 +332,54 @@ type Events struct {
 	Topic *string `json:"topic,omitempty"`
 }
 
+// Hedging sends a replay-safe operation again while its attempt is still
+// pending, to cut the latency tail. A hedge is an attempt: it asks the
+// budget as a retry does (a refused hedge is not sent), carries the
+// operation's idempotency key, and counts against maxAttempts and in the
+// layer product. The first acceptable answer wins; the others are cancelled.
+// Exactly one of delay and latency is set.
+// +kubebuilder:validation:XValidation:rule="has(self.delay) != has(self.latency)",message="ERR_OUT_OF_RANGE: hedging needs exactly one of delay and latency"
+type Hedging struct {
+	// delay is how long an attempt may be pending before a hedge is sent,
+	// for example 50ms. It must be positive and below deadline.
+	// +optional
+	Delay *Duration `json:"delay,omitempty"`
+
+	// latency derives the delay from the policy's own observed latency: the
+	// percentile of recent answers, bounded by floor and cap.
+	// +optional
+	Latency *HedgeLatency `json:"latency,omitempty"`
+
+	// maxHedges is the most hedges one operation sends, from 1 to 2. The
+	// attempt and its hedges count together against maxAttempts:
+	// 1 + maxHedges must not exceed it.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 2",message="ERR_OUT_OF_RANGE: hedging.maxHedges must be between 1 and 2"
+	MaxHedges int32 `json:"maxHedges"`
+}
+
+// HedgeLatency is a hedge delay taken from observed latency. Until enough
+// answers are observed, the delay is cap.
+// +kubebuilder:validation:XValidation:rule="!has(self.floor) || !has(self.cap) || !self.floor.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.cap.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.cap) >= duration(self.floor)",message="ERR_OUT_OF_RANGE: hedging.latency.cap must be at least floor",fieldPath=".cap"
+type HedgeLatency struct {
+	// percentile of the observed latency a hedge waits for, from 50 to 99
+	// (95 hedges the slowest 5% of attempts).
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self >= 50 && self <= 99",message="ERR_OUT_OF_RANGE: hedging.latency.percentile must be between 50 and 99"
+	Percentile int32 `json:"percentile"`
+
+	// floor is the shortest delay, whatever the observed latency.
+	// +optional
+	// +default="10ms"
+	Floor *Duration `json:"floor,omitempty"`
+
+	// cap is the longest delay, and the delay until latency is observed.
+	// It must be below deadline.
+	// +optional
+	// +default="500ms"
+	Cap *Duration `json:"cap,omitempty"`
+}
+
 // RetryPolicySpec is how one layer of one caller retries one dependency.
 //
 // Its rules sit here, on the spec, even those about one backoff field or
@@ -341,8 +391,14 @@ type Events struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.backoff) || !has(self.backoff.base) || !has(self.backoff.cap) || !self.backoff.base.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.backoff.cap.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.backoff.cap) >= duration(self.backoff.base)",message="ERR_BACKOFF_INVALID: backoff.cap must be at least backoff.base",fieldPath=".backoff.cap"
 // +kubebuilder:validation:XValidation:rule="!has(self.backoff) || !has(self.backoff.jitter) || self.backoff.jitter != 'None'",message="ERR_JITTER_REQUIRED: backoff.jitter None makes every caller retry in lockstep; use Full, Equal or Decorrelated",fieldPath=".backoff.jitter"
 // +kubebuilder:validation:XValidation:rule="self.maxAttempts <= 1 || has(self.budgetRef)",message="ERR_BUDGET_REQUIRED: a policy with maxAttempts above 1 must name a RetryBudget in budgetRef; retries without a budget caused INC-2901",fieldPath=".budgetRef"
+// +kubebuilder:validation:XValidation:rule="!has(self.hedging) || self.maxAttempts > 1 || has(self.budgetRef)",message="ERR_BUDGET_REQUIRED: a hedging policy must name a RetryBudget in budgetRef; every hedge draws from it as a retry does",fieldPath=".budgetRef"
 // +kubebuilder:validation:XValidation:rule="!self.deadline.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.deadline) > duration('0s')",message="ERR_DEADLINE_INFEASIBLE: deadline must be positive",fieldPath=".deadline"
 // +kubebuilder:validation:XValidation:rule="self.maxAttempts <= 1 || !has(self.minRemaining) || !self.deadline.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.minRemaining.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.deadline) > duration(self.minRemaining)",message="ERR_DEADLINE_INFEASIBLE: deadline must exceed minRemaining, or no retry could ever start",fieldPath=".deadline"
+// +kubebuilder:validation:XValidation:rule="!has(self.hedging) || (has(self.idempotency) && has(self.idempotency.keyTemplate)) || (has(self.target.operation) && self.target.operation.matches('^(GET|HEAD|PUT|DELETE|OPTIONS|TRACE)( |$)'))",message="ERR_HEDGE_WITHOUT_IDEMPOTENCY: only a replay-safe operation may hedge: a hedge duplicates an attempt that may be applied; set idempotency.keyTemplate or use an idempotent method (GET, HEAD, PUT, DELETE, OPTIONS, TRACE) in target.operation",fieldPath=".hedging"
+// +kubebuilder:validation:XValidation:rule="!has(self.hedging) || !has(self.hedging.delay) || !self.hedging.delay.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.hedging.delay) > duration('0s')",message="ERR_OUT_OF_RANGE: hedging.delay must be positive",fieldPath=".hedging.delay"
+// +kubebuilder:validation:XValidation:rule="!has(self.hedging) || !has(self.hedging.delay) || !self.deadline.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.hedging.delay.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.hedging.delay) < duration(self.deadline)",message="ERR_DEADLINE_INFEASIBLE: hedging.delay must be below deadline, or no hedge could ever start",fieldPath=".hedging.delay"
+// +kubebuilder:validation:XValidation:rule="!has(self.hedging) || !has(self.hedging.latency) || !has(self.hedging.latency.cap) || !self.deadline.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.hedging.latency.cap.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.hedging.latency.cap) < duration(self.deadline)",message="ERR_DEADLINE_INFEASIBLE: hedging.latency.cap must be below deadline, or a hedge could wait past it",fieldPath=".hedging.latency.cap"
+// +kubebuilder:validation:XValidation:rule="!has(self.hedging) || self.hedging.maxHedges < self.maxAttempts",message="ERR_RETRY_LIMIT_EXCEEDED: an attempt and its hedges count together against maxAttempts: 1 + hedging.maxHedges must not exceed maxAttempts",fieldPath=".hedging.maxHedges"
 // +kubebuilder:validation:XValidation:rule="self.maxAttempts <= 1 || (has(self.idempotency) && has(self.idempotency.keyTemplate)) || (has(self.target.operation) && self.target.operation.matches('^(GET|HEAD|PUT|DELETE|OPTIONS|TRACE)( |$)')) || (has(self.retryOn) && has(self.retryOn.statusCodes) && size(self.retryOn.statusCodes) == 0 && (!has(self.retryOn.errors) || self.retryOn.errors.all(e, e in ['ConnectionRefused', 'DNSFailure'])))",message="ERR_AMBIGUOUS_WITHOUT_IDEMPOTENCY: a policy with maxAttempts above 1 must be safe to replay; set idempotency.keyTemplate, use an idempotent method (GET, HEAD, PUT, DELETE, OPTIONS, TRACE) in target.operation, or retry only failures that prove the request never left (retryOn.statusCodes empty, retryOn.errors only ConnectionRefused and DNSFailure)",fieldPath=".maxAttempts"
 // +kubebuilder:validation:XValidation:rule="self.maxAttempts >= 1 && self.maxAttempts <= 3",message="ERR_RETRY_LIMIT_EXCEEDED: maxAttempts counts total attempts (the first call included) and must be between 1 and 3",fieldPath=".maxAttempts"
 // +kubebuilder:validation:XValidation:rule="!has(self.perAttemptTimeout) || !self.deadline.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.perAttemptTimeout.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.perAttemptTimeout) <= duration(self.deadline)",message="ERR_DEADLINE_INFEASIBLE: perAttemptTimeout must not exceed deadline",fieldPath=".perAttemptTimeout"
@@ -407,6 +463,12 @@ type RetryPolicySpec struct {
 	// draws from. Required when maxAttempts is above 1.
 	// +optional
 	BudgetRef *LocalObjectReference `json:"budgetRef,omitempty"`
+
+	// hedging sends a replay-safe operation again while its attempt is
+	// pending; each hedge is an attempt, paid for from budgetRef. Absent, no
+	// operation hedges.
+	// +optional
+	Hedging *Hedging `json:"hedging,omitempty"`
 
 	// connectionPool isolates this caller's connections.
 	// +optional

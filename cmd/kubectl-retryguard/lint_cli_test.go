@@ -92,6 +92,12 @@ func TestLintExitCodesAndFiles(t *testing.T) {
 	inline := ns + "--- {apiVersion: policy.retryguard.io/v1alpha1, kind: RetryPolicy, metadata: {name: x}, spec: {maxAttempts: 9}}\n"
 	duplicate := docs(ns, policyYAML("connector", 5, "", "  maxAttempts: 1"))
 	dupLine := strings.Count(duplicate[:strings.LastIndex(duplicate, "maxAttempts")], "\n") + 1
+	// A hedge is an attempt: under a job of 3, a connector that hedges once (2 attempts) makes 6.
+	hedgedChain := writeFile(t, dir, "hedged.yaml", docs(policyYAML("job", 3, ""),
+		policyYAML("connector", 2, "job", "  hedging: {delay: 50ms, maxHedges: 1}")))
+	keylessHedge := writeFile(t, dir, "keyless-hedge.yaml", strings.Replace(
+		policyYAML("connector", 2, "", "  retryOn: {statusCodes: [], errors: [ConnectionRefused]}", "  hedging: {delay: 50ms, maxHedges: 1}"),
+		`  idempotency: {keyTemplate: "msg-{message_id}"}`+"\n", "", 1))
 
 	for name, tc := range map[string]struct {
 		stdin string
@@ -107,6 +113,15 @@ func TestLintExitCodesAndFiles(t *testing.T) {
 			want: []string{"333.yaml:16: RetryPolicy default/job: refused", "ERR_LAYER_AMPLIFICATION",
 				"workflow(3) × job(3) = 9 > 3", `RetryPolicy "job" does not exist yet`,
 				"3 documents: 2 created, 0 updated, 1 refused"},
+		},
+		"a hedge takes the layer product over the limit": {
+			args: []string{"lint", "-f", hedgedChain}, code: 1,
+			want: []string{"RetryPolicy default/connector: refused", "ERR_LAYER_AMPLIFICATION", "job(3) × connector(2) = 6 > 3"},
+		},
+		"a hedging keyless POST is refused": {
+			args: []string{"lint", "-f", keylessHedge}, code: 1,
+			want: []string{"RetryPolicy default/connector: refused", "spec.hedging", "ERR_HEDGE_WITHOUT_IDEMPOTENCY"},
+			not:  []string{"ERR_AMBIGUOUS_WITHOUT_IDEMPOTENCY"},
 		},
 		"a later object replaces an earlier one": {
 			args: []string{"lint", "-f", replaced}, code: 0,

@@ -23,6 +23,10 @@ const (
 	// AmbiguousWithoutIdempotency: retrying an ambiguous failure of a
 	// non-idempotent operation without an idempotency key.
 	AmbiguousWithoutIdempotency Code = "ERR_AMBIGUOUS_WITHOUT_IDEMPOTENCY"
+	// HedgeWithoutIdempotency: hedging an operation that is not safe to
+	// replay (no idempotency key template and no idempotent method): a hedge
+	// duplicates an attempt that may already be applied.
+	HedgeWithoutIdempotency Code = "ERR_HEDGE_WITHOUT_IDEMPOTENCY"
 	// UnstableIdempotencyKey: a key template that is constant or changes per attempt.
 	UnstableIdempotencyKey Code = "ERR_UNSTABLE_IDEMPOTENCY_KEY"
 	// InvalidHeader: an idempotency header that is not an HTTP field name.

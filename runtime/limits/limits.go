@@ -41,6 +41,12 @@ const (
 	// MaxHiddenLayers bounds status.hiddenLayers: hiddenAttempts and the
 	// mesh routes the controller found.
 	MaxHiddenLayers = 16
+	// MaxHedges bounds hedging.maxHedges: an attempt and its hedges count
+	// together against maxAttempts, so no more than MaxAttemptsCeiling − 1.
+	MaxHedges = MaxAttemptsCeiling - 1
+	// MinHedgePercentile and MaxHedgePercentile bound hedging.latency.percentile.
+	MinHedgePercentile = int32(50)
+	MaxHedgePercentile = int32(99)
 	// MaxConnectionsPerPool bounds connectionPool.maxConnections.
 	MaxConnectionsPerPool = int32(1000)
 )

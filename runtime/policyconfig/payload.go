@@ -90,6 +90,7 @@ type Policy struct {
 	IdempotencyHeader  string            `json:"idempotencyHeader"`
 	KeyTemplate        string            `json:"keyTemplate,omitempty"`
 	Budget             string            `json:"budgetRef,omitempty"`
+	Hedging            *Hedging          `json:"hedging,omitempty"`
 	ConnectionPool     *ConnectionPool   `json:"connectionPool,omitempty"`
 	Criticality        string            `json:"criticality"`
 	Fallback           []FallbackChannel `json:"fallback,omitempty"`
@@ -102,6 +103,19 @@ type Backoff struct {
 	Base       Duration `json:"base"`
 	Cap        Duration `json:"cap"`
 	Multiplier int32    `json:"multiplier"`
+}
+
+// Hedging is spec.hedging, defaults applied: after Delay (or, when
+// Percentile is set, that percentile of the policy's observed latency,
+// within Floor and Cap) an attempt still pending is hedged, at most
+// MaxHedges times. Each hedge is an attempt: it counts against MaxAttempts
+// and asks the budget.
+type Hedging struct {
+	Delay      Duration `json:"delay,omitempty"`
+	Percentile int32    `json:"percentile,omitempty"`
+	Floor      Duration `json:"floor,omitempty"`
+	Cap        Duration `json:"cap,omitempty"`
+	MaxHedges  int32    `json:"maxHedges"`
 }
 
 // ConnectionPool names the isolated pool the caller must use.

@@ -68,7 +68,9 @@ func (p *Payload) Validate() error {
 		// refused (even one that escaped CEL) must still reach its pods.
 		return nil
 	}
-	for _, check := range []func(*Policy) error{validateAttempts, validateBackoff, validateDeadlines, validateRetryOn, validateIsolation, validateFallback} {
+	for _, check := range []func(*Policy) error{
+		validateAttempts, validateBackoff, validateDeadlines, validateRetryOn, validateHedging, validateIsolation, validateFallback,
+	} {
 		if err := check(pol); err != nil {
 			return err
 		}
@@ -181,6 +183,40 @@ func validateDeadlines(pol *Policy) error {
 		)
 	case pol.PerAttemptTimeout > pol.Deadline:
 		return bad("policy.perAttemptTimeout", "%s exceeds deadline %s", pol.PerAttemptTimeout.D(), pol.Deadline.D())
+	}
+	return nil
+}
+
+// validateHedging refuses what admission refuses: a hedge of an operation
+// that is not safe to replay, more hedges than maxAttempts holds, a delay
+// that is not positive or not below the deadline.
+func validateHedging(pol *Policy) error {
+	h := pol.Hedging
+	if h == nil {
+		return nil
+	}
+	switch {
+	case h.MaxHedges < 1 || h.MaxHedges > limits.MaxHedges:
+		return bad("policy.hedging.maxHedges", "%d is outside 1–%d", h.MaxHedges, limits.MaxHedges)
+	case h.MaxHedges >= pol.MaxAttempts:
+		return bad("policy.hedging.maxHedges", "%d hedges and the attempt are above maxAttempts %d; they count together",
+			h.MaxHedges, pol.MaxAttempts)
+	case !httprules.IsReplaySafe(pol.Operation, pol.KeyTemplate != ""):
+		return bad("policy.hedging", "%q has no key template and no idempotent method; a hedge would duplicate an attempt that may be applied", pol.Operation)
+	case (h.Delay != 0) == (h.Percentile != 0):
+		return bad("policy.hedging", "needs exactly one of delay and percentile")
+	case h.Delay < 0 || h.Floor < 0 || h.Cap < 0:
+		return bad("policy.hedging", "durations must not be negative")
+	case h.Delay != 0 && h.Delay >= pol.Deadline:
+		return bad("policy.hedging.delay", "%s is not below deadline %s", h.Delay.D(), pol.Deadline.D())
+	case h.Delay == 0 && (h.Percentile < limits.MinHedgePercentile || h.Percentile > limits.MaxHedgePercentile):
+		return bad("policy.hedging.percentile", "%d is outside %d–%d", h.Percentile, limits.MinHedgePercentile, limits.MaxHedgePercentile)
+	case h.Delay == 0 && (h.Floor <= 0 || h.Cap < h.Floor):
+		return bad("policy.hedging.cap", "floor %s and cap %s: the floor must be positive and the cap at least the floor", h.Floor.D(), h.Cap.D())
+	case h.Delay == 0 && h.Cap >= pol.Deadline:
+		return bad("policy.hedging.cap", "%s is not below deadline %s", h.Cap.D(), pol.Deadline.D())
+	case h.Delay != 0 && (h.Floor != 0 || h.Cap != 0):
+		return bad("policy.hedging", "floor and cap go with percentile only")
 	}
 	return nil
 }

@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	"sigs.k8s.io/yaml"
 
+	"github.com/retryguard/retryguard/api/celrules"
 	"github.com/retryguard/retryguard/api/policygraph"
 	"github.com/retryguard/retryguard/api/policygraph/policyindex"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
@@ -216,7 +217,7 @@ func (l *Linter) admitPolicy(ctx context.Context, r Result) (Result, error) {
 			p.Spec = p.Spec.WithDefaults()
 			p.Status = v1.RetryPolicyStatus{}
 			admitted = p
-			return v1.ValidateRetryPolicySpec(&p.Spec, field.NewPath("spec"))
+			return celrules.PolicySpecErrors(ctx, p)
 		})
 	if err != nil || admitted == nil {
 		return r, err
@@ -254,7 +255,7 @@ func (l *Linter) admitBudget(ctx context.Context, r Result) (Result, error) {
 		func(b *v1.RetryBudget) field.ErrorList {
 			b.Spec = b.Spec.WithDefaults()
 			b.Status = v1.RetryBudgetStatus{}
-			return v1.ValidateRetryBudgetSpec(&b.Spec, field.NewPath("spec"))
+			return celrules.BudgetSpecErrors(ctx, b)
 		})
 }
 
