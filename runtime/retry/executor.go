@@ -165,6 +165,7 @@ type compiled struct {
 	perAttemptTimeout  time.Duration
 	minRemaining       time.Duration
 	retryAfterMaxDelay time.Duration
+	hedge              *hedging // nil unless the policy hedges (hedge.go)
 	metrics            *policyMetrics
 	tokens             prometheus.Gauge // the budget's tokens, when metrics are on
 	// checked is the Source's change count when the payload was last found
@@ -242,6 +243,7 @@ func (e *Executor) compile(name string, p *policyconfig.Payload, ok bool) *compi
 	c.strategy = backoff.Strategy{Jitter: backoff.Jitter(pol.Backoff.Jitter), Base: pol.Backoff.Base.D(),
 		Cap: pol.Backoff.Cap.D(), Multiplier: pol.Backoff.Multiplier, Rand: e.rand}
 	c.replaySafe = c.key != nil || httprules.IsIdempotentOperation(pol.Operation)
+	c.hedge = compileHedging(pol, c.replaySafe)
 	c.perAttemptTimeout, c.minRemaining, c.retryAfterMaxDelay = pol.PerAttemptTimeout.D(), pol.MinRemaining.D(), pol.RetryAfterMaxDelay.D()
 	if b := p.Budget; b != nil {
 		var err error
@@ -393,7 +395,11 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 		default:
 			c.budget.PrimaryAt(now)
 		}
-		err = r.attempt(ctx, op, Attempt{Number: n, Policy: c.name, Key: r.key, Header: c.header}, elapsed)
+		if c.hedge != nil && r.call == nil {
+			err, n = r.hedged(ctx, op, Attempt{Number: n, Policy: c.name, Key: r.key, Header: c.header}, elapsed)
+		} else {
+			err = r.attempt(ctx, op, Attempt{Number: n, Policy: c.name, Key: r.key, Header: c.header}, elapsed)
+		}
 		if err == nil {
 			if n == 1 && c.budget != nil {
 				c.budget.Success() // only a primary success deposits

@@ -1,0 +1,214 @@
+package retry
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/retryguard/retryguard/runtime/backoff"
+	"github.com/retryguard/retryguard/runtime/budget"
+	"github.com/retryguard/retryguard/runtime/policyconfig"
+)
+
+// hedging is a policy's spec.hedging, compiled: an attempt still pending
+// after wait() is hedged, at most max times. A hedge is an attempt: it counts
+// against maxAttempts, asks the budget as a retry does (a refused hedge is not
+// sent) and carries the operation's key.
+type hedging struct {
+	delay      time.Duration // fixed; 0 when taken from observed latency
+	percentile int
+	floor, cap time.Duration
+	max        int
+	observed   *latencies
+}
+
+// compileHedging returns nil when the policy does not hedge, or when it
+// could not hedge safely (Parse refuses such a payload; the check here keeps
+// a payload built in Go from hedging an unsafe operation all the same).
+func compileHedging(pol *policyconfig.Policy, replaySafe bool) *hedging {
+	h := pol.Hedging
+	if h == nil || !replaySafe || h.MaxHedges < 1 {
+		return nil
+	}
+	out := &hedging{delay: h.Delay.D(), percentile: int(h.Percentile), floor: h.Floor.D(), cap: h.Cap.D(), max: int(h.MaxHedges)}
+	if out.delay <= 0 {
+		out.observed = &latencies{}
+	}
+	return out
+}
+
+// wait is how long an attempt may be pending before it is hedged: the fixed
+// delay, or the percentile of recent answers within [floor, cap]; cap until
+// enough answers are seen.
+func (h *hedging) wait() time.Duration {
+	if h.delay > 0 {
+		return h.delay
+	}
+	d, ok := h.observed.percentile(h.percentile)
+	if !ok {
+		return h.cap
+	}
+	return min(max(d, h.floor), h.cap)
+}
+
+// latencies is a window of the most recent answered attempts' durations.
+type latencies struct {
+	mu   sync.Mutex
+	ring [256]time.Duration
+	n    int // answers seen, up to len(ring) counted
+	next int
+}
+
+// minObserved is how many answers a percentile needs before it is trusted.
+const minObserved = 32
+
+func (l *latencies) observe(d time.Duration) {
+	l.mu.Lock()
+	l.ring[l.next] = d
+	l.next = (l.next + 1) % len(l.ring)
+	l.n = min(l.n+1, len(l.ring))
+	l.mu.Unlock()
+}
+
+func (l *latencies) percentile(p int) (time.Duration, bool) {
+	l.mu.Lock()
+	if l.n < minObserved {
+		l.mu.Unlock()
+		return 0, false
+	}
+	s := slices.Clone(l.ring[:l.n])
+	l.mu.Unlock()
+	slices.Sort(s)
+	return s[min(len(s)-1, len(s)*p/100)], true
+}
+
+// hedgeResult is one attempt's end, as a hedged attempt collects it.
+type hedgeResult struct {
+	number int
+	err    error
+	took   time.Duration
+}
+
+// hedged runs attempt a and, while it is pending, its hedges. The first
+// success wins and the others are cancelled (an Operation's ctx ends; it
+// drains what it read). When every attempt sent fails, it returns the
+// failure of the last one sent, for the retry loop to decide on, and records
+// the others as attempts. last is the number of the last attempt sent.
+// Nothing is sent once the deadline, less its reserve, cannot hold an
+// attempt, or once the budget refuses.
+func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.Duration) (err error, last int) {
+	c, e, h := r.c, r.e, r.c.hedge
+	hedges := min(h.max, c.maxAttempts-a.Number)
+	if hedges <= 0 {
+		return r.attempt(ctx, op, a, elapsed), a.Number
+	}
+	if !e.realBase.IsZero() && r.start.IsZero() {
+		// The retry loop makes r.start when a first attempt fails; a hedged
+		// round may end past the first attempt's number, so it is made here.
+		r.start = e.realBase.Add(r.startOffset)
+	}
+	now := e.clock.Now()
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	results := make(chan hedgeResult, hedges+1)
+	// The attempts run on a copy of the run, which they only read: r itself
+	// must not escape, or every Do would allocate it, hedging or not.
+	cp := new(run)
+	*cp = *r
+	launch := func(n int, at time.Time, elapsed time.Duration) {
+		b := a
+		b.Number = n
+		go func() {
+			err := cp.attempt(actx, op, b, elapsed)
+			results <- hedgeResult{number: n, err: err, took: e.clock.Now().Sub(at)}
+		}()
+	}
+	fire := make(chan struct{}, 1)
+	arm := func() {
+		go func() {
+			if e.clock.Sleep(actx, h.wait()) == nil {
+				fire <- struct{}{}
+			}
+		}()
+	}
+	launch(a.Number, now, elapsed)
+	arm()
+	last, inFlight := a.Number, 1
+	var failed []hedgeResult
+	stopped := false // no more hedges: the budget refused, or the deadline cannot hold one
+	for inFlight > 0 {
+		select {
+		case res := <-results:
+			inFlight--
+			if res.err == nil {
+				cancel() // the losers end; their results are dropped
+				if h.observed != nil {
+					h.observed.observe(res.took)
+				}
+				r.recordHedges(failed, e.clock.Now())
+				if a.Number == 1 && res.number > 1 {
+					c.metrics.started() // not a first-attempt success, as the retry loop counts one
+				}
+				return nil, res.number
+			}
+			failed = append(failed, res)
+		case <-fire:
+			if stopped || last-a.Number >= hedges {
+				continue
+			}
+			at := e.clock.Now()
+			if !backoff.CanStart(r.remaining(ctx, at), c.perAttemptTimeout, c.minRemaining) || !r.hedgeGranted() {
+				stopped = true
+				continue
+			}
+			last++
+			c.metrics.retried(at)
+			r.emit(Attempting, Attempting, last, "")
+			launch(last, at, r.sinceStart(at))
+			inFlight++
+			if last-a.Number < hedges {
+				arm()
+			}
+		}
+	}
+	// Every attempt sent failed: the last sent goes to the retry loop, the
+	// others are recorded here, each as an attempt.
+	i := slices.IndexFunc(failed, func(f hedgeResult) bool { return f.number == last })
+	err = failed[i].err
+	r.recordHedges(slices.Delete(failed, i, i+1), e.clock.Now())
+	if a.Number == 1 && last > 1 {
+		c.metrics.started() // the retry loop counts it for a first attempt that failed alone
+	}
+	return err, last
+}
+
+// hedgeGranted asks the budget for a hedge as the retry loop asks it for a
+// retry: without a budget, never.
+func (r *run) hedgeGranted() bool {
+	c := r.c
+	if c.budget == nil {
+		return false
+	}
+	d := c.budget.TryRetry()
+	if c.tokens != nil {
+		c.tokens.Set(c.budget.Tokens())
+	}
+	return d == budget.Allowed
+}
+
+// recordHedges records attempts that failed beside the one the retry loop
+// decides on: their evidence, in the attempts of a dead letter, and whether
+// they may have been applied, which keeps a later stop UNKNOWN_OUTCOME.
+func (r *run) recordHedges(failed []hedgeResult, now time.Time) {
+	c := r.c
+	for _, f := range failed {
+		ev := classify(clientResent(f.err, r.call == nil, r.key != ""), c.retryOnStatus, c.retryOnError, now)
+		c.metrics.attempt(ev.Class)
+		if f.number == 1 {
+			c.metrics.primaryFailed(ev.Class, now)
+		}
+		r.applied = r.applied || mayHaveApplied(ev)
+		r.records = append(r.records, AttemptRecord{Attempt: f.number, Evidence: ev, BudgetConsumed: f.number > 1, Error: f.err.Error()})
+	}
+}

@@ -1,0 +1,193 @@
+package retry
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/retryguard/retryguard/runtime/clock"
+	"github.com/retryguard/retryguard/runtime/policyconfig"
+)
+
+// hedgePolicy is the SMS policy hedging once after delay, with a budget of
+// its own (budgets are shared in a process, by name).
+func hedgePolicy(t *testing.T, delay string) *policyconfig.Payload {
+	p := smsPolicy()
+	p.Budget.Name, p.Policy.Budget = "hedge-"+t.Name(), "hedge-"+t.Name()
+	p.Policy.MaxAttempts = 2
+	p.Policy.Hedging = &policyconfig.Hedging{Delay: d(delay), MaxHedges: 1}
+	p.Policy.MinRemaining = d("10ms")
+	return p
+}
+
+// get is an Operation that GETs url, reads the answer to its end and
+// closes it, as an Operation must when its context is cancelled.
+func get(client *http.Client, url string) Operation {
+	return func(ctx context.Context, a Attempt) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		req.Header.Set(a.Header, a.Key)
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			return Status(resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+		return nil
+	}
+}
+
+// A slow first answer is hedged after the delay: the hedge carries the
+// operation's key, its answer wins, and the slow attempt is cancelled.
+func TestHedgeWinsAndCancelsTheSlowAttempt(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"), goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"))
+	var (
+		requests  atomic.Int32
+		cancelled = make(chan struct{}, 1)
+		mu        sync.Mutex
+		keys      []string
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		keys = append(keys, r.Header.Get("Idempotency-Key"))
+		mu.Unlock()
+		if requests.Add(1) == 1 {
+			select { // the first answer would take 5 s
+			case <-r.Context().Done():
+				cancelled <- struct{}{}
+			case <-time.After(5 * time.Second):
+			}
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	client := srv.Client()
+	defer client.CloseIdleConnections()
+	p := hedgePolicy(t, "20ms")
+	letters := &memoryLetters{}
+	ex := New(staticSource{p.Policy.Name: p}, WithClock(clock.Real{}), WithDeadLetters(letters))
+	start := time.Now()
+	if err := ex.Do(context.Background(), p.Policy.Name, smsVars, get(client, srv.URL)); err != nil {
+		t.Fatalf("the hedge should have won: %v", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("took %s: the slow answer was waited for", took)
+	}
+	select {
+	case <-cancelled:
+	case <-time.After(3 * time.Second):
+		t.Fatal("the slow attempt was not cancelled")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(keys) != 2 || keys[0] == "" || keys[0] != keys[1] {
+		t.Fatalf("the attempt and its hedge carry keys %q, want one key twice", keys)
+	}
+}
+
+// A hedge the budget refuses is not sent: the operation waits for its one
+// attempt.
+func TestHedgeRefusedByTheBudgetIsNotSent(t *testing.T) {
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		time.Sleep(150 * time.Millisecond)
+	}))
+	defer srv.Close()
+	p := hedgePolicy(t, "20ms")
+	zero := int32(0)
+	p.Budget.MaxRetriesPerSecond = &zero                      // no retry, so no hedge
+	ex := New(staticSource{p.Policy.Name: p}, WithClock(clock.Real{}))
+	if err := ex.Do(context.Background(), p.Policy.Name, smsVars, get(srv.Client(), srv.URL)); err != nil {
+		t.Fatal(err)
+	}
+	if n := requests.Load(); n != 1 {
+		t.Fatalf("%d requests, want 1: a refused hedge must not be sent", n)
+	}
+}
+
+// A hedge is an attempt: when the attempt and its hedge both fail with an
+// answer that may have been applied and maxAttempts is spent, the outcome is
+// unknown, and the dead letter records both attempts.
+func TestFailedHedgesAreRecordedAsAttempts(t *testing.T) {
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if requests.Add(1) == 1 {
+			time.Sleep(100 * time.Millisecond)
+		}
+		w.WriteHeader(http.StatusGatewayTimeout) // a gateway cannot say whether it was applied
+	}))
+	defer srv.Close()
+	p := hedgePolicy(t, "20ms")
+	letters := &memoryLetters{}
+	ex := New(staticSource{p.Policy.Name: p}, WithClock(clock.Real{}), WithDeadLetters(letters))
+	err := ex.Do(context.Background(), p.Policy.Name, smsVars, get(srv.Client(), srv.URL))
+	e, ok := err.(*Error)
+	if !ok || e.State != UnknownOutcome || e.Attempts != 2 {
+		t.Fatalf("got %v, want UNKNOWN_OUTCOME after 2 attempts", err)
+	}
+	all := letters.all()
+	if len(all) != 1 || len(all[0].Attempts) != 2 {
+		t.Fatalf("dead letters %+v, want one with 2 attempts", all)
+	}
+	if n := requests.Load(); n != 2 {
+		t.Fatalf("%d requests, want 2 (maxAttempts): a hedge counts against it", n)
+	}
+}
+
+// The overload: when half the answers are slow, hedges stay within
+// the budget's allowance (retryPercent of the primaries, plus the bucket a
+// pod starts with), where unbudgeted hedging would add one request in two.
+func TestHedgesStayWithinTheBudgetUnderHalfSlowAnswers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("sends 400 operations to a loopback server")
+	}
+	var requests atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if requests.Add(1)%2 == 0 {
+			time.Sleep(60 * time.Millisecond)
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	p := hedgePolicy(t, "5ms")
+	p.Budget.MaxTokens, p.Budget.RetryPercent, p.Budget.MinRetriesPerSecond = 10, 10, 0
+	ex := New(staticSource{p.Policy.Name: p}, WithClock(clock.Real{}))
+	client := srv.Client()
+	const ops, workers = 400, 16
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range workers {
+		wg.Go(func() {
+			for next.Add(1) <= ops {
+				if err := ex.Do(context.Background(), p.Policy.Name, smsVars, get(client, srv.URL)); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	hedges := requests.Load() - ops
+	allowance := int64(ops*p.Budget.RetryPercent/100) + int64(p.Budget.MaxTokens)
+	t.Logf("%d operations, %d hedges sent (allowance %d)", ops, hedges, allowance)
+	if hedges > allowance {
+		t.Fatalf("%d hedges for %d primaries, above the budget's allowance of %d", hedges, ops, allowance)
+	}
+	if hedges == 0 {
+		t.Fatal("no hedge was sent: the test no longer hedges")
+	}
+}
