@@ -123,6 +123,8 @@ func TestCRDBoundsAreTheLimits(t *testing.T) {
 		{"maxAttempts", bound(t, spec, codes.RetryLimitExceeded, "self.maxAttempts"), n(limits.MaxAttemptsCeiling)},
 		{"backoff.multiplier", bound(t, at(t, spec, "backoff.multiplier"), codes.OutOfRange, "self"), n(limits.MaxBackoffMultiplier)},
 		{"layer.hiddenAttempts", bound(t, at(t, spec, "layer.hiddenAttempts"), codes.OutOfRange, "self"), n(limits.MaxHiddenAttempts)},
+		{"hedging.maxHedges", bound(t, at(t, spec, "hedging.maxHedges"), codes.OutOfRange, "self"), n(limits.MaxHedges)},
+		{"hedging.latency.percentile", bound(t, at(t, spec, "hedging.latency.percentile"), codes.OutOfRange, "self"), n(limits.MaxHedgePercentile)},
 		{"connectionPool.maxConnections", bound(t, at(t, spec, "connectionPool.maxConnections"), codes.OutOfRange, "self"), n(limits.MaxConnectionsPerPool)},
 		{"retryPercent", bound(t, at(t, budget, "retryPercent"), codes.OutOfRange, "self"), n(limits.MaxBudgetRetryPercent)},
 		{"maxTokens", bound(t, at(t, budget, "maxTokens"), codes.OutOfRange, "self"), n(limits.MaxBudgetTokens)},
