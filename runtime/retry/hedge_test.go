@@ -110,7 +110,7 @@ func TestHedgeRefusedByTheBudgetIsNotSent(t *testing.T) {
 	defer srv.Close()
 	p := hedgePolicy(t, "20ms")
 	zero := int32(0)
-	p.Budget.MaxRetriesPerSecond = &zero                      // no retry, so no hedge
+	p.Budget.MaxRetriesPerSecond = &zero // no retry, so no hedge
 	ex := New(staticSource{p.Policy.Name: p}, WithClock(clock.Real{}))
 	if err := ex.Do(context.Background(), p.Policy.Name, smsVars, get(srv.Client(), srv.URL)); err != nil {
 		t.Fatal(err)
