@@ -142,7 +142,13 @@ func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.
 		case res := <-results:
 			inFlight--
 			if res.err == nil {
-				cancel() // the losers end; their results are dropped
+				// The losers are cancelled, and waited for: no Operation of
+				// this call runs after Do returns, and each has drained and
+				// closed what it read. Their results are dropped.
+				cancel()
+				for ; inFlight > 0; inFlight-- {
+					<-results
+				}
 				if h.observed != nil {
 					h.observed.observe(res.took)
 				}

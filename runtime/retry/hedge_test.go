@@ -81,11 +81,20 @@ func TestHedgeWinsAndCancelsTheSlowAttempt(t *testing.T) {
 	letters := &memoryLetters{}
 	ex := New(staticSource{p.Policy.Name: p}, WithClock(clock.Real{}), WithDeadLetters(letters))
 	start := time.Now()
-	if err := ex.Do(context.Background(), p.Policy.Name, smsVars, get(client, srv.URL)); err != nil {
+	var running atomic.Int32
+	op := func(ctx context.Context, a Attempt) error {
+		running.Add(1)
+		defer running.Add(-1)
+		return get(client, srv.URL)(ctx, a)
+	}
+	if err := ex.Do(context.Background(), p.Policy.Name, smsVars, op); err != nil {
 		t.Fatalf("the hedge should have won: %v", err)
 	}
 	if took := time.Since(start); took > 2*time.Second {
 		t.Fatalf("took %s: the slow answer was waited for", took)
+	}
+	if n := running.Load(); n != 0 {
+		t.Fatalf("%d attempts still run after Do returned: Do waits for the attempts it cancels", n)
 	}
 	select {
 	case <-cancelled:
