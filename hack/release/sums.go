@@ -27,17 +27,17 @@ import (
 // A sumPlan says which modules need which siblings' checksums.
 type sumPlan struct {
 	order     []string            // module directories, every sibling before the modules that need its hashes
-	needs     map[string][]string // directory -> module paths of the published siblings in its build, sorted
+	needs     map[string][]string // directory -> module paths of the published siblings it requires, sorted
 	published map[string]string   // module path -> directory
 	path      map[string]string   // directory -> module path
 }
 
 // planSums reads every go.mod in the tree at root. A module needs the
 // checksums of each published module its go.mod requires and does not replace
-// (a directory replacement has no checksum). Only those: a go.mod at go 1.17
-// or later lists every module that provides a package to its build, and the
-// go command reads no other module's go.mod (graph pruning), as go mod tidy
-// keeps no other line.
+// (a directory replacement has no checksum). No others: at go 1.17 or later a
+// go.mod lists every module that provides a package to its build, and the
+// pruned module graph needs no other sibling's checksum. make release-check's
+// go mod tidy -diff holds the lines to what go mod tidy writes.
 func planSums(root string, mods []modDir, published map[string]string) (*sumPlan, error) {
 	p := &sumPlan{needs: map[string][]string{}, published: published, path: map[string]string{}}
 	for _, m := range mods {
@@ -297,6 +297,22 @@ func siblingSums(file string, published map[string]string) ([]string, error) {
 	return lines, nil
 }
 
+// siblingFields are, by module directory, the fields of its go.sum's lines for
+// published siblings.
+func (p *sumPlan) siblingFields(root string) (map[string][][]string, error) {
+	fields := map[string][][]string{}
+	for _, dir := range p.order {
+		lines, err := siblingSums(filepath.Join(root, filepath.FromSlash(dir), "go.sum"), p.published)
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range lines {
+			fields[dir] = append(fields[dir], strings.Fields(l))
+		}
+	}
+	return fields, nil
+}
+
 // missingSums reports every module whose go.sum lacks a line for a published
 // sibling at version that its build needs: each is a "missing go.sum entry"
 // outside the workspace.
@@ -305,16 +321,15 @@ func missingSums(root, version string, mods []modDir, published map[string]strin
 	if err != nil {
 		return nil, err
 	}
+	have, err := p.siblingFields(root)
+	if err != nil {
+		return nil, err
+	}
 	var problems []string
 	for _, dir := range p.order {
 		file := path.Join(dir, "go.sum")
-		have, err := siblingSums(filepath.Join(root, filepath.FromSlash(file)), published)
-		if err != nil {
-			return nil, err
-		}
 		keys := map[string]bool{}
-		for _, l := range have {
-			f := strings.Fields(l)
+		for _, f := range have[dir] {
 			keys[f[0]+" "+f[1]] = true
 		}
 		for _, s := range p.needs[dir] {
@@ -355,15 +370,14 @@ func CheckSums(root, version string) ([]string, error) {
 			want[f[0]+" "+f[1]] = f[2]
 		}
 	}
+	have, err := p.siblingFields(root)
+	if err != nil {
+		return nil, err
+	}
 	var problems []string
 	for _, dir := range p.order {
 		file := path.Join(dir, "go.sum")
-		have, err := siblingSums(filepath.Join(root, filepath.FromSlash(file)), published)
-		if err != nil {
-			return nil, err
-		}
-		for _, l := range have {
-			f := strings.Fields(l)
+		for _, f := range have[dir] {
 			if h, ok := want[f[0]+" "+f[1]]; ok && h != f[2] {
 				problems = append(problems, fmt.Sprintf("%s: %s %s %s, but the tree hashes it %s: it changed since the stamp "+
 					"(hack/release %s writes it again)", file, f[0], f[1], f[2], h, version))
