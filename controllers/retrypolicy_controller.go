@@ -26,6 +26,7 @@ import (
 	"github.com/retryguard/retryguard/api/policygraph"
 	"github.com/retryguard/retryguard/api/policygraph/policyindex"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/internal/crdvalidation"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
@@ -124,7 +125,13 @@ func (r *RetryPolicyReconciler) resyncPeriod() time.Duration {
 // observe gathers everything the verdict depends on.
 func (r *RetryPolicyReconciler) observe(ctx context.Context, p *v1.RetryPolicy) (policyFacts, *v1.RetryBudget, error) {
 	spec := field.NewPath("spec")
-	facts := policyFacts{SpecErrors: v1.ValidateRetryPolicySpec(&p.Spec, spec)}
+	// The CRD's own rules, as the API server evaluates them, for a policy
+	// admission was bypassed for (an older CRD, validation ratcheting).
+	specErrs, err := crdvalidation.Validate(ctx, p)
+	if err != nil {
+		return policyFacts{}, nil, err
+	}
+	facts := policyFacts{SpecErrors: v1.SortErrors(append(specErrs, policygraph.SelectorErrors(p, spec)...))}
 	var budget *v1.RetryBudget
 	if ref := p.Spec.BudgetRef; ref != nil {
 		facts.BudgetRef = ref.Name
