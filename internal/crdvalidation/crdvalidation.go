@@ -212,6 +212,16 @@ func blockingErr(errs field.ErrorList) (bool, *field.Error) {
 // for a controller that must not act on an object admission was bypassed
 // for (an older CRD, validation ratcheting).
 func Validate(ctx context.Context, obj runtime.Object) (field.ErrorList, error) {
+	u, err := Unstructured(obj)
+	if err != nil {
+		return nil, err
+	}
+	return Admit(ctx, u, nil)
+}
+
+// Unstructured is a RetryPolicy or RetryBudget as a client sends it and
+// the API server reads it: its JSON, decoded as unstructured, with its kind.
+func Unstructured(obj runtime.Object) (*unstructured.Unstructured, error) {
 	var gvk schema.GroupVersionKind
 	switch obj.(type) {
 	case *v1.RetryPolicy:
@@ -221,7 +231,6 @@ func Validate(ctx context.Context, obj runtime.Object) (field.ErrorList, error) 
 	default:
 		return nil, fmt.Errorf("crdvalidation: %T is not a kind of %s", obj, v1.GroupVersion)
 	}
-	// As a client sends it: its JSON, read back as the API server reads it.
 	raw, err := json.Marshal(obj)
 	if err != nil {
 		return nil, err
@@ -231,5 +240,5 @@ func Validate(ctx context.Context, obj runtime.Object) (field.ErrorList, error) 
 		return nil, err
 	}
 	u.SetGroupVersionKind(gvk)
-	return Admit(ctx, u, nil)
+	return u, nil
 }

@@ -16,7 +16,6 @@ package lint
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -277,7 +276,7 @@ func admit[T client.Object](ctx context.Context, l *Linter, r Result, newObj fun
 	u.SetNamespace(obj.GetNamespace())
 	var oldU *unstructured.Unstructured
 	if exists {
-		if oldU, err = toUnstructured(old, gvk); err != nil {
+		if oldU, err = crdvalidation.Unstructured(old); err != nil {
 			return r, none, err
 		}
 	}
@@ -305,20 +304,6 @@ func admit[T client.Object](ctx context.Context, l *Linter, r Result, newObj fun
 	}
 	r, err = l.keep(ctx, r, stored, old, exists)
 	return r, stored, err
-}
-
-// toUnstructured is obj as the API server holds it: its JSON, with its kind.
-func toUnstructured(obj client.Object, gvk schema.GroupVersionKind) (*unstructured.Unstructured, error) {
-	raw, err := json.Marshal(obj)
-	if err != nil {
-		return nil, err
-	}
-	u := &unstructured.Unstructured{}
-	if err := utiljson.Unmarshal(raw, &u.Object); err != nil {
-		return nil, err
-	}
-	u.SetGroupVersionKind(gvk)
-	return u, nil
 }
 
 // admitNamespace keeps namespaces (and their labels) for the rules that
