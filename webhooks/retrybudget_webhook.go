@@ -38,8 +38,13 @@ func (v *RetryBudgetValidator) ValidateDelete(context.Context, *v1.RetryBudget) 
 }
 
 func (v *RetryBudgetValidator) validate(b *v1.RetryBudget) (admission.Warnings, error) {
+	// The single-object rules are the CRD's, which the API server checked
+	// before calling.
 	spec := field.NewPath("spec")
-	errs := v1.ValidateRetryBudgetSpec(&b.Spec, spec)
+	var errs field.ErrorList
+	if c := b.Spec.Consumers; c != nil {
+		errs = policygraph.LabelSelectorErrors(c.PodSelector, spec.Child("consumers", "podSelector"))
+	}
 	verdict := policygraph.ValidateRetryBudget(b, v.Limits, spec)
 	errs = v1.SortErrors(append(errs, verdict.Errors...))
 	if len(errs) > 0 {

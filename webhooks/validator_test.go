@@ -39,17 +39,24 @@ func validator(stored ...*v1.RetryPolicy) *webhooks.RetryPolicyValidator {
 	return &webhooks.RetryPolicyValidator{Reader: fakeReader(stored...), Limits: policygraph.DefaultLimits()}
 }
 
-// Where a CRD lacks its CEL (an older CRD, a hand-edited one), the webhook
-// alone still refuses single-object violations.
-func TestRetryPolicyValidatorRerunsSingleObjectRules(t *testing.T) {
-	p := policyIn("ns", "inc-2901", "connector", 5)
+// The single-object rules are the CRD's, which the API server checks before
+// it calls the webhook: the webhook does not restate them (a single
+// attempt with jitter None and no budget passes it), and keeps the one CEL
+// cannot state, a label selector that parses.
+func TestRetryPolicyValidatorJudgesWhatTheCRDCannot(t *testing.T) {
+	p := policyIn("ns", "lockstep", "connector", 1)
 	p.Spec.Backoff.Jitter = v1.JitterNone
 	p.Spec.BudgetRef = nil
+	if _, err := validator().ValidateCreate(context.Background(), p); err != nil {
+		t.Fatalf("the webhook restates a CRD rule: %v", err)
+	}
+	p.Spec.Layer.AllowedChildren = &v1.AllowedChildren{Namespaces: &v1.ChildNamespaces{From: ptr.To(v1.NamespacesFromSelector),
+		Selector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "team", Operator: "Near"}}}}}
 	_, err := validator().ValidateCreate(context.Background(), p)
 	if !apierrors.IsInvalid(err) {
 		t.Fatalf("want Invalid, got %v", err)
 	}
-	for _, want := range []string{"spec.maxAttempts", "ERR_RETRY_LIMIT_EXCEEDED", "ERR_JITTER_REQUIRED", "ERR_BUDGET_REQUIRED"} {
+	for _, want := range []string{"spec.layer.allowedChildren.namespaces.selector", "ERR_INVALID_SELECTOR", "not a valid label selector"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%v lacks %s", err, want)
 		}
@@ -92,11 +99,14 @@ func TestRetryBudgetValidator(t *testing.T) {
 	if _, err := v.ValidateCreate(context.Background(), budgetIn("ns", "ok", 10)); err != nil {
 		t.Fatal(err)
 	}
-	b := budgetIn("ns", "bad", 0)
+	// The ranges are the CRD's; the platform cap and the selector are the webhook's.
+	b := budgetIn("ns", "bad", 25)
 	b.Spec.Window = ptr.To(v1.DurationOf(time.Millisecond))
+	b.Spec.Consumers = &v1.BudgetConsumers{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "a b"}}}
 	_, err := v.ValidateCreate(context.Background(), b)
-	if err == nil || !strings.Contains(err.Error(), "spec.retryPercent") || !strings.Contains(err.Error(), "spec.window") {
-		t.Fatalf("want both range errors, got %v", err)
+	if err == nil || !strings.Contains(err.Error(), "spec.retryPercent") || !strings.Contains(err.Error(), "ERR_BUDGET_ABOVE_PLATFORM_CAP") ||
+		!strings.Contains(err.Error(), "spec.consumers.podSelector") || strings.Contains(err.Error(), "spec.window") {
+		t.Fatalf("want the cap and the selector, not the window's range, got %v", err)
 	}
 }
 
