@@ -109,7 +109,7 @@ consumer-check: ## Check that an application importing the runtime takes none of
 
 .PHONY: release-check
 release-check: ## Publish the modules at a test version to a file-based module proxy, then go install the plugin and go get the runtime from it, as docs/release.md says.
-	cd hack/release && $(GO) test -count=1 -timeout 40m ./...
+	cd hack/release && $(GO) test -count=1 -timeout 45m ./...
 
 .PHONY: drill-check
 drill-check: envtest ## Run the real-time recovery drill's tests, its --quick run included (about a minute).

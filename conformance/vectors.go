@@ -5,8 +5,8 @@
 // files (README.md says how). The vectors are the oracle, not the runtime:
 // each one is written from the rule it states (docs/runtime.md,
 // docs/configmap-format.md), and the admission ones are generated from the
-// admission fixtures that the API server's CEL and the Go validators are both
-// held to (api/v1alpha1/fixtures).
+// admission fixtures that the API server's CEL is held to
+// (api/v1alpha1/fixtures).
 package conformance
 
 import (

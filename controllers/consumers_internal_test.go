@@ -102,3 +102,22 @@ func TestEvaluateFleetBudget(t *testing.T) {
 		t.Errorf("an invalid selector: %+v", c)
 	}
 }
+
+// The platform cap has one judge and one wording: a budget above it (where
+// admission was bypassed) is not Ready with the webhook's own refusal.
+func TestBudgetAboveThePlatformCapSaysWhatAdmissionSays(t *testing.T) {
+	limits := policygraph.DefaultLimits()
+	b := fixtures.Budget("ns", "greedy", limits.MaxRetryPercent+1)
+	refusal := policygraph.ValidateRetryBudget(b, limits, nil).Errors
+	if len(refusal) != 1 {
+		t.Fatalf("admission: %v", refusal)
+	}
+	c := evaluateBudget(b, 0, limits)
+	if c.Reason != v1.ReasonAbovePlatformCap || c.Message != limits.AboveRetryPercentCap(b) || !strings.Contains(refusal[0].Detail, c.Message) {
+		t.Errorf("status %+v, admission %q", c, refusal[0].Detail)
+	}
+	b.Spec.RetryPercent = limits.MaxRetryPercent
+	if c := evaluateBudget(b, 0, limits); c.Reason == v1.ReasonAbovePlatformCap || limits.AboveRetryPercentCap(b) != "" {
+		t.Errorf("at the cap: %+v", c)
+	}
+}

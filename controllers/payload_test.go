@@ -1,17 +1,18 @@
 package controllers_test
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/controllers"
+	"github.com/retryguard/retryguard/internal/crdvalidation"
 	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
@@ -199,8 +200,8 @@ func TestFleetBudgetOutOfRangeIsRefusedByThePods(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			budget := testenv.Sample[v1.RetryBudget](t, "policy_v1alpha1_retrybudget.yaml")
 			edit(&budget.Spec)
-			if len(v1.ValidateRetryBudgetSpec(&budget.Spec, field.NewPath("spec"))) == 0 {
-				t.Fatal("admission accepts it")
+			if errs, err := crdvalidation.Validate(context.Background(), budget); err != nil || len(errs) == 0 {
+				t.Fatalf("admission accepts it (%v)", err)
 			}
 			raw, err := json.Marshal(controllers.BuildPayload(p, budget, 3, policyconfig.Enforcement{Mode: policyconfig.Enforced}))
 			if err != nil {

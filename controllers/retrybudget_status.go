@@ -22,8 +22,8 @@ func evaluateBudget(b *v1.RetryBudget, policyCount int32, limits policygraph.Lim
 		return metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionFalse, Reason: reason,
 			Message: fmt.Sprintf(format, args...), ObservedGeneration: b.Generation}
 	}
-	if b.Spec.RetryPercent > limits.MaxRetryPercent {
-		return notReady(v1.ReasonAbovePlatformCap, "retryPercent %d is above the platform cap of %d%%", b.Spec.RetryPercent, limits.MaxRetryPercent)
+	if msg := limits.AboveRetryPercentCap(b); msg != "" {
+		return notReady(v1.ReasonAbovePlatformCap, "%s", msg)
 	}
 	if _, err := consumerSelector(b); err != nil {
 		return notReady(

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -23,7 +24,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/retryguard/retryguard/api/celrules"
 	"github.com/retryguard/retryguard/api/policygraph"
 	"github.com/retryguard/retryguard/api/policygraph/policyindex"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
@@ -62,6 +62,8 @@ type RetryPolicyReconciler struct {
 	// VirtualServices detects Istio VirtualServices as hidden layers; nil
 	// detects none.
 	VirtualServices *VirtualServiceFinder
+
+	specs specVerdicts
 }
 
 // DefaultResyncPeriod is how often every policy is republished when nothing
@@ -83,6 +85,7 @@ func (r *RetryPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if err := r.Get(ctx, req.NamespacedName, &p); err != nil {
 		if apierrors.IsNotFound(err) {
 			policyMetrics.forget(req.NamespacedName.String())
+			r.specs.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -125,7 +128,14 @@ func (r *RetryPolicyReconciler) resyncPeriod() time.Duration {
 // observe gathers everything the verdict depends on.
 func (r *RetryPolicyReconciler) observe(ctx context.Context, p *v1.RetryPolicy) (policyFacts, *v1.RetryBudget, error) {
 	spec := field.NewPath("spec")
-	facts := policyFacts{SpecErrors: celrules.PolicySpecErrors(ctx, p)}
+	// The CRD's own rules, as the API server evaluates them, for a policy
+	// admission was bypassed for (an older CRD, validation ratcheting).
+	specErrs, err := r.specs.errors(ctx, p)
+	if err != nil {
+		return policyFacts{}, nil, err
+	}
+	// A new list: specErrs is remembered for later reconciles, and sorted in place here.
+	facts := policyFacts{SpecErrors: v1.SortErrors(slices.Concat(specErrs, policygraph.SelectorErrors(p, spec)))}
 	var budget *v1.RetryBudget
 	if ref := p.Spec.BudgetRef; ref != nil {
 		facts.BudgetRef = ref.Name

@@ -18,8 +18,9 @@ import (
 
 // policyFacts is what one reconcile observed about a policy.
 type policyFacts struct {
-	// SpecErrors are single-object violations (possible only where the CRD
-	// lacks its CEL).
+	// SpecErrors are single-object violations: the CRD's rules
+	// (crdvalidation) and a selector that does not parse, possible only
+	// where admission was bypassed.
 	SpecErrors field.ErrorList
 	// BudgetRef names the referenced budget; BudgetFound says whether it exists.
 	BudgetRef   string

@@ -7,7 +7,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"github.com/retryguard/retryguard/api/celrules"
 	"github.com/retryguard/retryguard/api/policygraph"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 )
@@ -39,8 +38,13 @@ func (v *RetryBudgetValidator) ValidateDelete(context.Context, *v1.RetryBudget) 
 }
 
 func (v *RetryBudgetValidator) validate(b *v1.RetryBudget) (admission.Warnings, error) {
+	// The single-object rules are the CRD's, which the API server checked
+	// before calling.
 	spec := field.NewPath("spec")
-	errs := celrules.BudgetSpecErrors(context.Background(), b)
+	var errs field.ErrorList
+	if c := b.Spec.Consumers; c != nil {
+		errs = policygraph.LabelSelectorErrors(c.PodSelector, spec.Child("consumers", "podSelector"))
+	}
 	verdict := policygraph.ValidateRetryBudget(b, v.Limits, spec)
 	errs = v1.SortErrors(append(errs, verdict.Errors...))
 	if len(errs) > 0 {

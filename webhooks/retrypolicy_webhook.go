@@ -10,7 +10,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"github.com/retryguard/retryguard/api/celrules"
 	"github.com/retryguard/retryguard/api/policygraph"
 	"github.com/retryguard/retryguard/api/policygraph/policyindex"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
@@ -86,8 +85,10 @@ func (v *RetryPolicyValidator) validate(ctx context.Context, p *v1.RetryPolicy) 
 	if lk == nil {
 		lk = policyindex.CacheLookup{Reader: v.Reader}
 	}
+	// The single-object rules are the CRD's, which the API server checked
+	// before calling: this review adds what one object cannot show.
 	spec := field.NewPath("spec")
-	errs := celrules.PolicySpecErrors(ctx, p)
+	errs := policygraph.SelectorErrors(p, spec)
 	verdict, err := policygraph.ValidateRetryPolicy(ctx, lk, p, v.Limits, spec, policygraph.AnsweringRequester())
 	if ctx.Err() != nil {
 		return nil, errOutOfTime() // whatever the walk returned: a verdict cut short is no verdict

@@ -40,36 +40,43 @@ func validator(stored ...*v1.RetryPolicy) *webhooks.RetryPolicyValidator {
 	return &webhooks.RetryPolicyValidator{Reader: fakeReader(stored...), Limits: policygraph.DefaultLimits()}
 }
 
-// Where a CRD lacks its CEL (an older CRD, a hand-edited one), the webhook
-// alone still refuses single-object violations.
-func TestRetryPolicyValidatorRerunsSingleObjectRules(t *testing.T) {
-	p := policyIn("ns", "inc-2901", "connector", 5)
+// The single-object rules are the CRD's, which the API server checks before
+// it calls the webhook: the webhook does not restate them (a single
+// attempt with jitter None and no budget passes it), and keeps the one CEL
+// cannot state, a label selector that parses.
+func TestRetryPolicyValidatorJudgesWhatTheCRDCannot(t *testing.T) {
+	p := policyIn("ns", "lockstep", "connector", 1)
 	p.Spec.Backoff.Jitter = v1.JitterNone
 	p.Spec.BudgetRef = nil
+	if _, err := validator().ValidateCreate(context.Background(), p); err != nil {
+		t.Fatalf("the webhook restates a CRD rule: %v", err)
+	}
+	p.Spec.Layer.AllowedChildren = &v1.AllowedChildren{Namespaces: &v1.ChildNamespaces{From: ptr.To(v1.NamespacesFromSelector),
+		Selector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "team", Operator: "Near"}}}}}
 	_, err := validator().ValidateCreate(context.Background(), p)
 	if !apierrors.IsInvalid(err) {
 		t.Fatalf("want Invalid, got %v", err)
 	}
-	for _, want := range []string{"spec.maxAttempts", "ERR_RETRY_LIMIT_EXCEEDED", "ERR_JITTER_REQUIRED", "ERR_BUDGET_REQUIRED"} {
+	for _, want := range []string{"spec.layer.allowedChildren.namespaces.selector", "ERR_INVALID_SELECTOR", "not a valid label selector"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%v lacks %s", err, want)
 		}
 	}
 }
 
-// The webhook refuses hedging as the CRD's CEL does (a keyless POST may not
-// hedge), and counts a hedge in the layer product across namespaces.
-func TestRetryPolicyValidatorRefusesHedges(t *testing.T) {
+// A hedge is an attempt, so the webhook counts it in the layer product
+// across namespaces; the hedging rules of one object are the CRD's, which
+// the webhook does not restate (a hedging keyless POST passes it).
+func TestRetryPolicyValidatorCountsHedges(t *testing.T) {
 	keyless := policyIn("ns", "connector", "connector", 2, fixtures.Hedge(50*time.Millisecond, 1))
 	keyless.Spec.Idempotency = nil
 	keyless.Spec.RetryOn = &v1.RetryOn{StatusCodes: []int32{}, Errors: []v1.TransportError{v1.ConnectionRefused}}
-	_, err := validator().ValidateCreate(context.Background(), keyless)
-	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.hedging") || !strings.Contains(err.Error(), "ERR_HEDGE_WITHOUT_IDEMPOTENCY") {
-		t.Fatalf("a hedging keyless POST: want spec.hedging ERR_HEDGE_WITHOUT_IDEMPOTENCY, got %v", err)
+	if _, err := validator().ValidateCreate(context.Background(), keyless); err != nil {
+		t.Fatalf("the webhook restates the CRD's hedging rule: %v", err)
 	}
 	job := policyIn("jobs", "job", "job", 3, fixtures.Allowing(v1.NamespacesFromAll, nil))
 	child := policyIn("ns", "connector", "connector", 2, fixtures.ParentIn("jobs", "job"), fixtures.Hedge(50*time.Millisecond, 1))
-	_, err = validator(job).ValidateCreate(context.Background(), child)
+	_, err := validator(job).ValidateCreate(context.Background(), child)
 	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "ERR_LAYER_AMPLIFICATION") || !strings.Contains(err.Error(), "connector(2) = 6 > 3") {
 		t.Fatalf("a hedge over the layer product: want ERR_LAYER_AMPLIFICATION, got %v", err)
 	}
@@ -111,11 +118,14 @@ func TestRetryBudgetValidator(t *testing.T) {
 	if _, err := v.ValidateCreate(context.Background(), budgetIn("ns", "ok", 10)); err != nil {
 		t.Fatal(err)
 	}
-	b := budgetIn("ns", "bad", 0)
+	// The ranges are the CRD's; the platform cap and the selector are the webhook's.
+	b := budgetIn("ns", "bad", 25)
 	b.Spec.Window = ptr.To(v1.DurationOf(time.Millisecond))
+	b.Spec.Consumers = &v1.BudgetConsumers{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "a b"}}}
 	_, err := v.ValidateCreate(context.Background(), b)
-	if err == nil || !strings.Contains(err.Error(), "spec.retryPercent") || !strings.Contains(err.Error(), "spec.window") {
-		t.Fatalf("want both range errors, got %v", err)
+	if err == nil || !strings.Contains(err.Error(), "spec.retryPercent") || !strings.Contains(err.Error(), "ERR_BUDGET_ABOVE_PLATFORM_CAP") ||
+		!strings.Contains(err.Error(), "spec.consumers.podSelector") || strings.Contains(err.Error(), "spec.window") {
+		t.Fatalf("want the cap and the selector, not the window's range, got %v", err)
 	}
 }
 

@@ -7,8 +7,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/runtime/codes"
 )
 
 // FromOf is the parent's layer.allowedChildren.namespaces.from, Same when unset.
@@ -82,4 +84,29 @@ func (c *consent) permits(ctx context.Context, parent *v1.RetryPolicy, childNS s
 		c.labels[childNS] = nsLabels
 	}
 	return ChildPermitted(parent, childNS, nsLabels), nil
+}
+
+// SelectorErrors checks p's layer.allowedChildren.namespaces.selector with
+// LabelSelectorErrors: a parent whose selector does not parse consents to
+// no child from another namespace (ChildPermitted).
+func SelectorErrors(p *v1.RetryPolicy, fldPath *field.Path) field.ErrorList {
+	ac := p.Spec.Layer.AllowedChildren
+	if ac == nil || ac.Namespaces == nil {
+		return nil
+	}
+	return LabelSelectorErrors(ac.Namespaces.Selector, fldPath.Child("layer", "allowedChildren", "namespaces", "selector"))
+}
+
+// LabelSelectorErrors is the one single-object rule the CRDs cannot state
+// in CEL: that a selector converts to a labels.Selector (an operator it
+// knows, values where the operator needs them, label syntax). Admission and
+// the controllers check it; every other single-object rule is the CRD's.
+func LabelSelectorErrors(sel *metav1.LabelSelector, fldPath *field.Path) field.ErrorList {
+	if sel == nil {
+		return nil
+	}
+	if _, err := metav1.LabelSelectorAsSelector(sel); err != nil {
+		return field.ErrorList{v1.Invalid(fldPath, nil, codes.InvalidSelector, "not a valid label selector: "+err.Error())}
+	}
+	return nil
 }

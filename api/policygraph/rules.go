@@ -231,13 +231,23 @@ func ClashingCriticality(p *v1.RetryPolicy) v1.Criticality {
 	return v1.CriticalityCritical
 }
 
+// AboveRetryPercentCap is the platform's cap on a budget, judged and
+// worded once, for admission (ERR_BUDGET_ABOVE_PLATFORM_CAP) and for the
+// budget's status (AbovePlatformCap, where admission was bypassed): the
+// reason b's retryPercent is above it, or "" when it is not.
+func (l Limits) AboveRetryPercentCap(b *v1.RetryBudget) string {
+	if b.Spec.RetryPercent <= l.MaxRetryPercent {
+		return ""
+	}
+	return fmt.Sprintf("retryPercent %d is above the platform cap of %d%% (--max-retry-percent); "+
+		"retries beyond it turn a dependency's bad minute into a storm", b.Spec.RetryPercent, l.MaxRetryPercent)
+}
+
 // ValidateRetryBudget applies the platform's cap to a budget.
 func ValidateRetryBudget(b *v1.RetryBudget, limits Limits, fldPath *field.Path) Verdict {
 	var v Verdict
-	if b.Spec.RetryPercent > limits.MaxRetryPercent {
-		v.Errors = append(v.Errors, v1.Invalid(fldPath.Child("retryPercent"), b.Spec.RetryPercent, codes.BudgetAbovePlatformCap,
-			fmt.Sprintf("retryPercent %d is above the platform cap of %d%% (--max-retry-percent); retries beyond it turn a dependency's bad minute into a storm",
-				b.Spec.RetryPercent, limits.MaxRetryPercent)))
+	if msg := limits.AboveRetryPercentCap(b); msg != "" {
+		v.Errors = append(v.Errors, v1.Invalid(fldPath.Child("retryPercent"), b.Spec.RetryPercent, codes.BudgetAbovePlatformCap, msg))
 	}
 	if f := b.Spec.MinRetriesPerSecond; f != nil && *f > 0 {
 		v.Warnings = append(v.Warnings, fmt.Sprintf(

@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/internal/crdvalidation"
 	"github.com/retryguard/retryguard/internal/testenv"
 )
 
@@ -78,7 +78,7 @@ func serverVerdict(obj client.Object) []string {
 	return out
 }
 
-var _ = Describe("RetryPolicy CEL and ValidateRetryPolicySpec agree", func() {
+var _ = Describe("RetryPolicy: the API server gives the admission table's verdicts", func() {
 	for _, tc := range policyCases {
 		It(tc.Name, func() {
 			p := policyFor(GinkgoTB(), tc)
@@ -89,12 +89,54 @@ var _ = Describe("RetryPolicy CEL and ValidateRetryPolicySpec agree", func() {
 	}
 })
 
-var _ = Describe("RetryBudget CEL and ValidateRetryBudgetSpec agree", func() {
+var _ = Describe("RetryBudget: the API server gives the admission table's verdicts", func() {
 	for _, tc := range budgetCases {
 		It(tc.Name, func() {
 			b := budgetFor(GinkgoTB(), tc)
 			b.Name = "parity"
 			Expect(serverVerdict(b)).To(Equal(sorted(tc.Want)))
+		})
+	}
+})
+
+// The offline evaluation (crdvalidation, which kubectl retryguard lint and
+// the controllers use) is the API server's own code: on every case of the
+// table it gives the server's causes word for word.
+var _ = Describe("Offline, the CRDs give the API server's answer", func() {
+	causes := func(obj client.Object) []string {
+		obj.SetNamespace("cel")
+		out := []string{}
+		var status apierrors.APIStatus
+		if err := k8s.Create(ctx, obj, client.DryRunAll); errors.As(err, &status) && status.Status().Details != nil {
+			for _, c := range status.Status().Details.Causes {
+				out = append(out, c.Field+": "+c.Message)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	offline := func(obj client.Object) []string {
+		errs, err := crdvalidation.Validate(ctx, obj)
+		Expect(err).NotTo(HaveOccurred())
+		out := []string{}
+		for _, e := range errs {
+			out = append(out, e.Field+": "+e.ErrorBody())
+		}
+		slices.Sort(out)
+		return out
+	}
+	for _, tc := range policyCases {
+		It("policy: "+tc.Name, func() {
+			p := policyFor(GinkgoTB(), tc)
+			p.Name = "offline"
+			Expect(offline(p.DeepCopy())).To(Equal(causes(p)))
+		})
+	}
+	for _, tc := range budgetCases {
+		It("budget: "+tc.Name, func() {
+			b := budgetFor(GinkgoTB(), tc)
+			b.Name = "offline"
+			Expect(offline(b.DeepCopy())).To(Equal(causes(b)))
 		})
 	}
 })
@@ -206,9 +248,9 @@ var _ = Describe("Samples", func() {
 })
 
 // Every default is valid: an object read back with every default the API
-// server applies passes every CEL rule (sent again, whole) and every Go
-// rule, for the minimal policy, for a retrying policy with no backoff, and
-// for the minimal budget.
+// server applies passes every CEL rule, sent again whole and evaluated
+// offline (crdvalidation), for the minimal policy, for a retrying policy
+// with no backoff, and for the minimal budget.
 var _ = Describe("Every default", func() {
 	minimal := func(name string, change func(*v1.RetryPolicySpec)) *v1.RetryPolicy {
 		p := &v1.RetryPolicy{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "cel"}, Spec: v1.RetryPolicySpec{
@@ -231,7 +273,7 @@ var _ = Describe("Every default", func() {
 			Expect(defaulted.Spec).To(Equal(p.Spec.WithDefaults()))
 			Expect(defaulted.Spec.Backoff).To(Equal(v1.Backoff{Jitter: v1.JitterFull, Base: dur("100ms"), Cap: dur("3s"),
 				Multiplier: ptr.To[int32](2)}))
-			Expect(v1.ValidateRetryPolicySpec(&defaulted.Spec, field.NewPath("spec"))).To(BeEmpty())
+			Expect(crdvalidation.Validate(ctx, defaulted)).To(BeEmpty())
 			again := &v1.RetryPolicy{ObjectMeta: metav1.ObjectMeta{Name: p.Name + "-again"}, Spec: defaulted.Spec}
 			Expect(serverVerdict(again)).To(BeEmpty())
 		})
@@ -239,7 +281,7 @@ var _ = Describe("Every default", func() {
 	It("of the minimal budget is valid", func() {
 		b := &v1.RetryBudget{ObjectMeta: metav1.ObjectMeta{Name: "defaults-minimal", Namespace: "cel"}, Spec: v1.RetryBudgetSpec{RetryPercent: 10}}
 		Expect(k8s.Create(ctx, b)).To(Succeed())
-		Expect(v1.ValidateRetryBudgetSpec(&b.Spec, field.NewPath("spec"))).To(BeEmpty())
+		Expect(crdvalidation.Validate(ctx, b)).To(BeEmpty())
 		Expect(serverVerdict(&v1.RetryBudget{ObjectMeta: metav1.ObjectMeta{Name: "defaults-minimal-again"}, Spec: b.Spec})).To(BeEmpty())
 	})
 })

@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"time"
+
 	"k8s.io/utils/ptr"
 )
 
@@ -89,9 +91,26 @@ func (s *RetryBudgetSpec) WithDefaults() RetryBudgetSpec {
 	return out
 }
 
+// hedgeLatency is the spec's hedging.latency, nil when either is absent.
 func hedgeLatency(s *RetryPolicySpec) *HedgeLatency {
 	if s.Hedging == nil {
 		return nil
 	}
 	return s.Hedging.Latency
+}
+
+// RetryAfterMaxDelay is the longest Retry-After a pod honours: the
+// maxDelay written, or when absent DefaultRetryAfterMaxDelay capped at
+// deadline − minRemaining (defaults applied, never negative). A short
+// deadline that never mentions retryAfter is therefore valid, and a
+// Retry-After the deadline could not hold fails fast instead of waiting.
+func (s *RetryPolicySpec) RetryAfterMaxDelay() time.Duration {
+	if s.RetryAfter != nil && s.RetryAfter.MaxDelay != nil {
+		return s.RetryAfter.MaxDelay.Duration()
+	}
+	minRemaining := mustDuration(DefaultMinRemaining).Duration()
+	if s.MinRemaining != nil {
+		minRemaining = s.MinRemaining.Duration()
+	}
+	return max(0, min(DefaultRetryAfterMaxDelay, s.Deadline.Duration()-minRemaining))
 }

@@ -2,10 +2,7 @@ package v1alpha1
 
 import (
 	"cmp"
-	"fmt"
 	"slices"
-	"strings"
-	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -37,32 +34,4 @@ func SortErrors(errs field.ErrorList) field.ErrorList {
 		)
 	})
 	return errs
-}
-
-// outOfRange is the detail of a value outside [lo, hi]. The bounds are passed
-// in from package limits, their one home, so that no message restates one
-// (internal/layout's TestValidationMessagesFormatTheLimits holds it).
-func outOfRange(name string, lo, hi any) string {
-	return name + " must be " + between(lo, hi)
-}
-
-// between says "between lo and hi", a duration in the short form a user
-// writes (1h, not 1h0m0s).
-func between(lo, hi any) string {
-	return "between " + formatBound(lo) + " and " + formatBound(hi)
-}
-
-func formatBound(v any) string {
-	d, ok := v.(time.Duration)
-	if !ok {
-		return fmt.Sprint(v)
-	}
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
 }

@@ -386,7 +386,7 @@ type HedgeLatency struct {
 // maxAttempts: the API server evaluates the rules of a spec's fields in map
 // order, which varies from request to request, but one object's own rules in
 // the order written. Written in field-path order, they make a refusal read
-// the same every time, and in the order ValidateRetryPolicySpec gives.
+// the same every time.
 // +kubebuilder:validation:XValidation:rule="!has(self.backoff) || !has(self.backoff.base) || !self.backoff.base.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.backoff.base) > duration('0s')",message="ERR_JITTER_REQUIRED: backoff.base 0s is an immediate retry; use a positive base such as 100ms",fieldPath=".backoff.base"
 // +kubebuilder:validation:XValidation:rule="!has(self.backoff) || !has(self.backoff.base) || !has(self.backoff.cap) || !self.backoff.base.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.backoff.cap.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.backoff.cap) >= duration(self.backoff.base)",message="ERR_BACKOFF_INVALID: backoff.cap must be at least backoff.base",fieldPath=".backoff.cap"
 // +kubebuilder:validation:XValidation:rule="!has(self.backoff) || !has(self.backoff.jitter) || self.backoff.jitter != 'None'",message="ERR_JITTER_REQUIRED: backoff.jitter None makes every caller retry in lockstep; use Full, Equal or Decorrelated",fieldPath=".backoff.jitter"

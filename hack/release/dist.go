@@ -4,11 +4,11 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"time"
@@ -31,7 +31,7 @@ var krewPlatform = regexp.MustCompile(`(?m)^([ \t]*uri:[ \t]*\S*/(kubectl-retryg
 // no VCS stamp, fixed archive times), and stamps version as the plugin's
 // own (main.releaseVersion), since a build from a checkout has no module
 // version in its build information. It returns the archives' paths.
-func Dist(root, version, dir string, keep func(goos, goarch string) bool) ([]string, error) {
+func Dist(ctx context.Context, root, version, dir string, keep func(goos, goarch string) bool) ([]string, error) {
 	if err := CheckVersion(version); err != nil {
 		return nil, err
 	}
@@ -51,7 +51,7 @@ func Dist(root, version, dir string, keep func(goos, goarch string) bool) ([]str
 		if buildErr != nil || !keep(goos, goarch) {
 			return m
 		}
-		sum, err := buildArchive(root, version, goos, goarch, filepath.Join(dir, name))
+		sum, err := buildArchive(ctx, root, version, goos, goarch, filepath.Join(dir, name))
 		if err != nil {
 			buildErr = err
 			return m
@@ -70,17 +70,15 @@ func Dist(root, version, dir string, keep func(goos, goarch string) bool) ([]str
 
 // buildArchive builds the plugin for goos/goarch into a tar.gz at path and
 // returns its sha256 in hex.
-func buildArchive(root, version, goos, goarch, path string) (string, error) {
+func buildArchive(ctx context.Context, root, version, goos, goarch, path string) (string, error) {
 	tmp, err := os.MkdirTemp("", "retryguard-dist-")
 	if err != nil {
 		return "", err
 	}
 	defer os.RemoveAll(tmp)
 	bin := filepath.Join(tmp, pluginBinary)
-	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false",
-		"-ldflags", "-s -w -X main.releaseVersion="+version, "-o", bin, pluginPackage)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GOOS="+goos, "GOARCH="+goarch, "CGO_ENABLED=0")
+	cmd := goCommand(ctx, root, append(os.Environ(), "GOOS="+goos, "GOARCH="+goarch, "CGO_ENABLED=0"),
+		"build", "-trimpath", "-buildvcs=false", "-ldflags", "-s -w -X main.releaseVersion="+version, "-o", bin, pluginPackage)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build %s for %s/%s: %w\n%s", pluginPackage, goos, goarch, err, out)
 	}

@@ -35,7 +35,7 @@ func TestDistBuildsTheArchivesTheKrewManifestNames(t *testing.T) {
 	}
 	out := t.TempDir()
 	host := func(goos, goarch string) bool { return goos == runtime.GOOS && goarch == runtime.GOARCH }
-	archives, err := Dist(tmp, version, out, host)
+	archives, err := Dist(commandContext(t), tmp, version, out, host)
 	if err != nil {
 		t.Fatal(err)
 	}

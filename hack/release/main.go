@@ -7,28 +7,39 @@
 //	go -C hack/release run . -tidy          go mod tidy every published module (make tidy)
 //
 // Stamping sets every requirement of a published module (Published) to the
-// version, the chart's version and appVersion, the krew manifest's version and
-// uris, and the kustomize image tag; the
-// image make image builds is tagged with the chart's appVersion. The tags are
-// vX.Y.Z for the root module and <dir>/vX.Y.Z for each nested published one.
+// version, and the go.sum lines of those requirements (sums.go), the chart's
+// version and appVersion, the krew manifest's version and uris, and the
+// kustomize image tag; the image make image builds is tagged with the chart's
+// appVersion. -check and -tag verify those go.sum lines against the tree
+// (CheckSums). The tags are vX.Y.Z for the root module and <dir>/vX.Y.Z for
+// each nested published one.
 //
 // Exit status: 0 done, 1 the tree is not ready (each problem printed), 2 usage.
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strings"
+	"syscall"
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	// The go commands it starts run in process groups of their own
+	// (goCommand), out of the terminal's reach: on SIGINT or SIGTERM they
+	// are killed with the context.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fl := flag.NewFlagSet("release", flag.ContinueOnError)
 	fl.SetOutput(stderr)
 	root := fl.String("root", "", "the repository root (default: the enclosing git work tree)")
@@ -61,14 +72,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 
 	if *tidy {
-		if err := Tidy(*root, stdout); err != nil {
+		if err := Tidy(ctx, *root, stdout); err != nil {
 			fmt.Fprintln(stderr, "release:", err)
 			return 1
 		}
 		return 0
 	}
 	if *dist != "" {
-		archives, err := Dist(*root, version, *dist, func(string, string) bool { return true })
+		archives, err := Dist(ctx, *root, version, *dist, func(string, string) bool { return true })
 		if err != nil {
 			fmt.Fprintln(stderr, "release:", err)
 			return 1
@@ -94,6 +105,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "release:", err)
 		return 1
 	}
+	stale, err := CheckSums(*root, version)
+	if err != nil {
+		fmt.Fprintln(stderr, "release:", err)
+		return 1
+	}
+	problems = append(problems, stale...)
 	if len(problems) > 0 {
 		for _, p := range problems {
 			fmt.Fprintln(stderr, p)
@@ -116,9 +133,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 // createTags tags HEAD with every module's tag, refusing a tree with
-// uncommitted changes: the tags must name the stamped commit.
+// uncommitted changes, untracked files that git does not ignore among them:
+// the tags must name the stamped commit, and the go.sum lines hash the files
+// a clone holds once the work tree is committed (cloneFiles).
 func createTags(root, version string, tags []string) error {
-	status, err := exec.Command("git", "-C", root, "status", "--porcelain", "--untracked-files=no").Output()
+	status, err := exec.Command("git", "-C", root, "status", "--porcelain").Output()
 	if err != nil {
 		return fmt.Errorf("git status: %w", err)
 	}

@@ -10,26 +10,22 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/mod/module"
-	"golang.org/x/mod/zip"
 )
 
-// CopyTree copies what a clone of the repository at src would hold (the files
-// git tracks plus the untracked ones it does not ignore, as they are in the
-// work tree) into dst, so that a stamped copy is what a tag would publish, not
-// the build output beside it.
+// CopyTree copies what a clone of the repository at src would hold
+// (cloneFiles, as they are in the work tree) into dst, so that a stamped copy
+// is what a tag would publish, not the build output beside it.
 func CopyTree(src, dst string) error {
-	out, err := exec.Command("git", "-C", src, "ls-files", "-z", "--cached", "--others", "--exclude-standard").Output()
+	names, err := cloneFiles(src)
 	if err != nil {
-		return fmt.Errorf("git ls-files in %s: %w", src, err)
+		return err
 	}
-	for _, name := range bytes.Split(out, []byte{0}) {
-		if len(name) == 0 {
-			continue
-		}
-		rel := filepath.FromSlash(string(name))
+	for _, name := range names {
+		rel := filepath.FromSlash(name)
 		info, err := os.Lstat(filepath.Join(src, rel))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // deleted in the work tree, not yet in the index
@@ -54,11 +50,48 @@ func CopyTree(src, dst string) error {
 	return nil
 }
 
+// cloneFiles lists, slash-separated, the files a clone of the tree at root
+// holds once the work tree is committed: those git tracks and the untracked
+// ones it does not ignore. A tree that is not a git work tree of its own is a
+// copy CopyTree made, which holds only such files: all of them are listed.
+func cloneFiles(root string) ([]string, error) {
+	top, err := exec.Command("git", "-C", root, "rev-parse", "--show-toplevel").Output()
+	if err == nil && sameDir(strings.TrimSpace(string(top)), root) {
+		out, err := exec.Command("git", "-C", root, "ls-files", "-z", "--cached", "--others", "--exclude-standard").Output()
+		if err != nil {
+			return nil, fmt.Errorf("git ls-files in %s: %w", root, err)
+		}
+		var names []string
+		for _, name := range bytes.Split(out, []byte{0}) {
+			if len(name) > 0 {
+				names = append(names, string(name))
+			}
+		}
+		return names, nil
+	}
+	var names []string
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, err := filepath.Rel(root, p)
+		names = append(names, filepath.ToSlash(rel))
+		return err
+	})
+	return names, err
+}
+
+// sameDir reports whether a and b name one directory.
+func sameDir(a, b string) bool {
+	ia, errA := os.Stat(a)
+	ib, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(ia, ib)
+}
+
 // BuildProxy writes a file-based module proxy (GOPROXY=file://dst, the layout
 // of `go help goproxy`) that serves every published module of the tree at root
 // at version: its .info, .mod and .zip, and a list naming the one version. The
-// zip is made as the Go command makes one from a tag (golang.org/x/mod/zip),
-// so nested modules and their files are left out of their parent's zip.
+// zip is the one the module proxy would serve from the tag (moduleZip).
 func BuildProxy(root, dst, version string) error {
 	_, published, err := tree(root, version)
 	if err != nil {
@@ -93,12 +126,12 @@ func BuildProxy(root, dst, version string) error {
 		if err != nil {
 			return err
 		}
-		err = zip.CreateFromDir(z, module.Version{Path: modPath, Version: version}, filepath.Join(root, filepath.FromSlash(dir)))
+		err = moduleZip(z, root, dir, module.Version{Path: modPath, Version: version})
 		if cerr := z.Close(); err == nil {
 			err = cerr
 		}
 		if err != nil {
-			return fmt.Errorf("zip %s@%s: %w", modPath, version, err)
+			return err
 		}
 	}
 	return nil

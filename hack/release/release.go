@@ -118,10 +118,10 @@ func publishedPaths(mods []modDir) (map[string]string, error) {
 }
 
 // Stamp sets the release version everywhere the repository states it: every
-// requirement of a published module (in every go.mod, published or not), the
-// chart's version and appVersion, and the kustomize image tag. It changes no
-// other line, so that the release commit merges mechanically. It returns the
-// files it changed.
+// requirement of a published module (in every go.mod, published or not) and
+// its go.sum lines (writeSums), the chart's version and appVersion, and the
+// kustomize image tag. It changes no other line, so that the release commit
+// merges mechanically. It returns the files it changed.
 func Stamp(root, version string) ([]string, error) {
 	mods, published, err := tree(root, version)
 	if err != nil {
@@ -152,7 +152,12 @@ func Stamp(root, version string) ([]string, error) {
 	if ok && !slices.Contains(changed, krewFile) {
 		changed = append(changed, krewFile)
 	}
-	return changed, err
+	if err != nil {
+		return changed, err
+	}
+	// Last: a module's zip, hashed here, holds every file stamped above.
+	sums, err := writeSums(root, version, mods, published)
+	return append(changed, sums...), err
 }
 
 // krewURI is a platform's uri in the krew manifest; its second group is the
@@ -238,9 +243,10 @@ func replaceLine(file string, re *regexp.Regexp, repl string) (bool, error) {
 
 // Check reports every way the tree at root is not ready to be tagged at
 // version: a published module with a replace or exclude directive, a
-// requirement of a published module at another version, a chart or kustomize
-// tag that disagrees, a module go.work does not use, or a module outside hack/
-// and test/ that is neither in Published nor in NotPublished.
+// requirement of a published module at another version or without its go.sum
+// lines, a chart or kustomize tag that disagrees, a module go.work does not
+// use, or a module outside hack/ and test/ that is neither in Published nor in
+// NotPublished. Whether those lines hash the tree as it is now is CheckSums'.
 func Check(root, version string) ([]string, error) {
 	mods, published, err := tree(root, version)
 	if err != nil {
@@ -280,6 +286,11 @@ func Check(root, version string) ([]string, error) {
 				"in Published or in NotPublished", file))
 		}
 	}
+	missing, err := missingSums(root, version, mods, published)
+	if err != nil {
+		return nil, err
+	}
+	problems = append(problems, missing...)
 	bare := strings.TrimPrefix(version, "v")
 	for _, l := range versionLines {
 		got, err := lineValue(filepath.Join(root, l.file), l.re)

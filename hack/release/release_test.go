@@ -38,12 +38,14 @@ func TestStampChangesOnlyVersionLines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"go.mod", "runtime/watch/informer/go.mod", "runtime/events/kafka/go.mod", chartFile, kustomizationFile, krewFile} {
+	for _, want := range []string{"go.mod", "runtime/watch/informer/go.mod", "runtime/events/kafka/go.mod", chartFile, kustomizationFile, krewFile,
+		"go.sum", "runtime/watch/informer/go.sum", "runtime/events/kafka/go.sum", "runtime/grpc/go.sum"} {
 		if !slices.Contains(changed, want) {
 			t.Errorf("Stamp changed %v, want %s among them", changed, want)
 		}
 	}
 	versionLine := regexp.MustCompile(`^\s*(require\s+)?github\.com/retryguard/retryguard(/\S+)? v0\.42\.1$|` +
+		`^github\.com/retryguard/retryguard(/\S+)? v0\.42\.1(/go\.mod)? h1:\S+$|` +
 		`^version: 0\.42\.1$|^appVersion: "0\.42\.1"$|^\s*newTag: 0\.42\.1$|` +
 		`^  version: v0\.42\.1$|^\s*uri: https://github\.com/retryguard/retryguard/releases/download/v0\.42\.1/kubectl-retryguard_[a-z0-9]+_[a-z0-9]+\.tar\.gz$`)
 	for _, file := range changed {
@@ -68,11 +70,60 @@ func TestStampChangesOnlyVersionLines(t *testing.T) {
 	if again, err := Stamp(tmp, version); err != nil || len(again) > 0 {
 		t.Errorf("a second Stamp(%s) changed %v (err %v), want nothing", version, again, err)
 	}
+	if stale, err := CheckSums(tmp, version); err != nil || len(stale) > 0 {
+		t.Errorf("CheckSums after Stamp(%s): %q (err %v), want nothing", version, stale, err)
+	}
+}
+
+// A sibling changed after the stamp no longer hashes as the go.sum lines of
+// the modules that require it say: CheckSums names each line, and -check
+// fails on it, so such a tree is never tagged. A new stamp writes them again.
+func TestCheckSumsNamesASiblingChangedSinceTheStamp(t *testing.T) {
+	root := repoRoot(t)
+	tmp := t.TempDir()
+	if err := CopyTree(root, tmp); err != nil {
+		t.Fatal(err)
+	}
+	version := "v" + chartAppVersion(t, root)
+	if _, err := Stamp(tmp, version); err != nil {
+		t.Fatal(err)
+	}
+	appendFile(t, filepath.Join(tmp, "runtime/retry/decide.go"), "\n// changed after the stamp\n")
+	stale, err := CheckSums(tmp, version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The root, the informer, the Kafka sink, gRPC and conformance require
+	// the runtime; the informer's and Kafka's own zips are unchanged.
+	var files []string
+	for _, p := range stale {
+		if !strings.Contains(p, " github.com/retryguard/retryguard/runtime "+version+" h1:") {
+			t.Errorf("CheckSums: %q, want only the runtime's zip hash", p)
+		}
+		files = append(files, strings.SplitN(p, ":", 2)[0])
+	}
+	slices.Sort(files)
+	want := []string{"conformance/go.sum", "go.sum", "runtime/events/kafka/go.sum", "runtime/grpc/go.sum", "runtime/watch/informer/go.sum"}
+	if !slices.Equal(files, want) {
+		t.Errorf("CheckSums names %q, want %q", files, want)
+	}
+	var stdout, stderr bytes.Buffer
+	code := run(t.Context(), []string{"-root", tmp, "-check", version}, &stdout, &stderr)
+	if code != 1 || !strings.Contains(stderr.String(), "changed since the stamp") {
+		t.Errorf("release -check %s: exit %d, want 1 naming the stale lines\n%s", version, code, stderr.String())
+	}
+	if _, err := Stamp(tmp, version); err != nil {
+		t.Fatal(err)
+	}
+	if stale, err := CheckSums(tmp, version); err != nil || len(stale) > 0 {
+		t.Errorf("CheckSums after a new stamp: %q (err %v), want nothing", stale, err)
+	}
 }
 
 // Check names each way a tree is not ready, with the file: a replace in a
 // published module, a sibling at another version, a tag that disagrees, and a
-// new module that is neither classified nor in the workspace.
+// new module that is neither classified nor in the workspace, nor has the
+// go.sum lines of the sibling it requires.
 func TestCheckNamesEveryProblem(t *testing.T) {
 	root := repoRoot(t)
 	tmp := t.TempDir()
@@ -109,13 +160,15 @@ func TestCheckNamesEveryProblem(t *testing.T) {
 		"go.work: the module runtime/unlisted is not in go.work (go work use ./runtime/unlisted)",
 		kustomizationFile + `: the manager image's newTag is "dev", want "` + strings.TrimPrefix(version, "v") + `"`,
 		krewFile + ": a uri downloads v0.0.9, want " + version,
+		"runtime/unlisted/go.sum: no line for github.com/retryguard/retryguard/runtime " + version + ": a build outside the workspace stops",
+		"runtime/unlisted/go.sum: no line for github.com/retryguard/retryguard/runtime " + version + "/go.mod:",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("Check: want a problem containing %q, got\n%s", want, got)
 		}
 	}
-	if len(problems) != 6 {
-		t.Errorf("Check: %d problems, want 6:\n%s", len(problems), got)
+	if len(problems) != 8 {
+		t.Errorf("Check: %d problems, want 8:\n%s", len(problems), got)
 	}
 }
 
@@ -130,13 +183,21 @@ func TestCheckVersion(t *testing.T) {
 	}
 }
 
-// The command checks the committed tree and prints every module's tag; a bad
-// version is a usage error.
+// The command checks a tree stamped at the chart's version and prints every
+// module's tag; a bad version is a usage error. (The committed tree's sibling
+// sums are those of the last stamp, which a later change to a sibling makes
+// stale until the next: TestCheckSumsNamesASiblingChangedSinceTheStamp.)
 func TestRunCheckPrintsTheTags(t *testing.T) {
-	root := repoRoot(t)
+	root := t.TempDir()
+	if err := CopyTree(repoRoot(t), root); err != nil {
+		t.Fatal(err)
+	}
 	version := "v" + chartAppVersion(t, root)
+	if _, err := Stamp(root, version); err != nil {
+		t.Fatal(err)
+	}
 	var stdout, stderr bytes.Buffer
-	if code := run([]string{"-root", root, "-check", version}, &stdout, &stderr); code != 0 {
+	if code := run(t.Context(), []string{"-root", root, "-check", version}, &stdout, &stderr); code != 0 {
 		t.Fatalf("release -check %s: exit %d\n%s", version, code, stderr.String())
 	}
 	want := "git push origin " + version + " runtime/" + version + " runtime/watch/informer/" + version +
@@ -144,7 +205,7 @@ func TestRunCheckPrintsTheTags(t *testing.T) {
 	if !strings.HasSuffix(stdout.String(), want) {
 		t.Errorf("release -check %s printed\n%s\nwant it to end with %q", version, stdout.String(), want)
 	}
-	if code := run([]string{"-root", root, "-check", "v2.0.0"}, &stdout, &stderr); code != 2 {
+	if code := run(t.Context(), []string{"-root", root, "-check", "v2.0.0"}, &stdout, &stderr); code != 2 {
 		t.Errorf("release -check v2.0.0: exit %d, want 2", code)
 	}
 }
@@ -229,7 +290,7 @@ func TestPublishedModulesAreTidy(t *testing.T) {
 		t.Fatal(err)
 	}
 	var log strings.Builder
-	if err := Tidy(tmp, &log); err != nil {
+	if err := Tidy(commandContext(t), tmp, &log); err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
 	}
 	for _, dir := range Published {

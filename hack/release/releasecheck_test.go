@@ -3,12 +3,13 @@ package main
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+
+	"golang.org/x/mod/modfile"
 )
 
 // checkVersion is the version make release-check publishes the tree at. It is
@@ -89,6 +90,22 @@ func TestReleaseInstallsFromAModuleProxy(t *testing.T) {
 		}
 	})
 
+	// A module built from a clone of its tag (GOWORK=off, and -mod=readonly,
+	// the go command's default) takes every checksum from its own go.sum,
+	// its siblings' among them: a missing line is "missing go.sum entry".
+	// The test imports are loaded too, so that go test in a clone works, and
+	// go mod tidy would change nothing: the stamp wrote no line too many.
+	t.Run("each module builds alone from its go.sum", func(t *testing.T) {
+		readonly := append(slices.Clip(env), "GOFLAGS="+strings.TrimSpace(goFlags(t)+" -mod=readonly -modcacherw -trimpath"))
+		for _, dir := range standalone(t, src) {
+			t.Run(dir, func(t *testing.T) {
+				goCmd(t, readonly, filepath.Join(src, dir), "build", "./...")
+				goCmd(t, readonly, filepath.Join(src, dir), "list", "-deps", "-test", "./...")
+				goCmd(t, readonly, filepath.Join(src, dir), "mod", "tidy", "-diff")
+			})
+		}
+	})
+
 	t.Run("go get the runtime modules", func(t *testing.T) {
 		app := filepath.Join(tmp, "app")
 		writeFile(t, filepath.Join(app, "go.mod"), "module example.com/app\n\ngo 1.26.0\n")
@@ -163,16 +180,64 @@ func docCommands(t *testing.T, root string, mods []string) map[string][]string {
 func userEnv(t *testing.T, tmp, proxy string) []string {
 	t.Helper()
 	cache := strings.TrimSpace(goCmd(t, os.Environ(), tmp, "env", "GOMODCACHE"))
-	flags := strings.TrimSpace(goCmd(t, os.Environ(), tmp, "env", "GOFLAGS"))
 	ordinary := strings.TrimSpace(goCmd(t, os.Environ(), tmp, "env", "GOPROXY"))
 	return append(os.Environ(),
 		"GOWORK=off",
-		"GOFLAGS="+strings.TrimSpace(flags+" -mod=mod -modcacherw -trimpath"),
+		"GOFLAGS="+strings.TrimSpace(goFlags(t)+" -modcacherw -trimpath"),
 		"GOPROXY=file://"+filepath.ToSlash(proxy)+",file://"+filepath.ToSlash(filepath.Join(cache, "cache", "download"))+","+ordinary,
 		"GOMODCACHE="+filepath.Join(tmp, "mod"),
 		"GONOSUMDB=github.com/retryguard/*",
 		"GOBIN="+filepath.Join(tmp, "bin"),
 	)
+}
+
+// standalone lists the modules of the tree at root that a user can build
+// outside the workspace: the published ones, and any other that requires a
+// published module without replacing it by a directory.
+func standalone(t *testing.T, root string) []string {
+	t.Helper()
+	mods, published, err := tree(root, checkVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dirs []string
+	for _, m := range mods {
+		data, err := os.ReadFile(filepath.Join(root, m.Dir, "go.mod"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := modfile.Parse(m.Dir+"/go.mod", data, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		replaced := map[string]bool{}
+		for _, r := range f.Replace {
+			replaced[r.Old.Path] = true
+		}
+		_, ok := published[m.Path]
+		for _, r := range f.Require {
+			if _, sibling := published[r.Mod.Path]; sibling && !replaced[r.Mod.Path] {
+				ok = true
+			}
+		}
+		if ok {
+			dirs = append(dirs, m.Dir)
+		}
+	}
+	return dirs
+}
+
+// goFlags is the GOFLAGS of the environment the test runs in, without a -mod
+// flag: a user's go command runs with its default, -mod=readonly.
+func goFlags(t *testing.T) string {
+	t.Helper()
+	var flags []string
+	for _, f := range strings.Fields(goCmd(t, os.Environ(), t.TempDir(), "env", "GOFLAGS")) {
+		if !strings.HasPrefix(f, "-mod=") && !strings.HasPrefix(f, "--mod=") {
+			flags = append(flags, f)
+		}
+	}
+	return strings.Join(flags, " ")
 }
 
 // publishedSums is every published module's go.sum, joined.
@@ -187,17 +252,6 @@ func publishedSums(t *testing.T, root string) string {
 		b.Write(data)
 	}
 	return b.String()
-}
-
-func goCmd(t *testing.T, env []string, dir string, args ...string) string {
-	t.Helper()
-	cmd := exec.CommandContext(t.Context(), "go", args...)
-	cmd.Dir, cmd.Env = dir, env
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("go %s (in %s): %v\n%s", strings.Join(args, " "), dir, err, out)
-	}
-	return string(out)
 }
 
 func writeFile(t *testing.T, file, data string) {

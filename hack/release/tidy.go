@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 
@@ -16,8 +18,10 @@ import (
 // at the release version, which may not be tagged yet; so for the duration of
 // the tidy every other published module is replaced by its directory, as the
 // workspace resolves it, and the replaces are dropped again afterwards. A
-// failed tidy leaves the go.mod as it was.
-func Tidy(root string, log io.Writer) error {
+// directory has no checksum, so the tidy drops the siblings' go.sum lines that
+// the stamp wrote (writeSums); they are put back as they were. A failed tidy
+// leaves the go.mod and go.sum as they were.
+func Tidy(ctx context.Context, root string, log io.Writer) error {
 	mods, err := modules(root)
 	if err != nil {
 		return err
@@ -28,16 +32,25 @@ func Tidy(root string, log io.Writer) error {
 	}
 	for _, dir := range Published {
 		fmt.Fprintf(log, "go mod tidy in %s\n", dir)
-		if err := tidyOne(root, dir, published); err != nil {
+		if err := tidyOne(ctx, root, dir, published); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func tidyOne(root, dir string, published map[string]string) (err error) {
+func tidyOne(ctx context.Context, root, dir string, published map[string]string) (err error) {
 	file := filepath.Join(root, filepath.FromSlash(dir), "go.mod")
+	sumFile := filepath.Join(filepath.Dir(file), "go.sum")
 	orig, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	origSum, err := os.ReadFile(sumFile)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	siblings, err := siblingSums(sumFile, published)
 	if err != nil {
 		return err
 	}
@@ -71,10 +84,16 @@ func tidyOne(root, dir string, published map[string]string) (err error) {
 			if werr := os.WriteFile(file, orig, 0o644); werr != nil {
 				err = fmt.Errorf("%w; restoring %s: %v", err, file, werr)
 			}
+			werr := os.Remove(sumFile)
+			if origSum != nil {
+				werr = os.WriteFile(sumFile, origSum, 0o644)
+			}
+			if werr != nil && !errors.Is(werr, fs.ErrNotExist) {
+				err = fmt.Errorf("%w; restoring %s: %v", err, sumFile, werr)
+			}
 		}
 	}()
-	cmd := exec.Command("go", "mod", "tidy")
-	cmd.Dir, cmd.Env = filepath.Dir(file), append(os.Environ(), "GOWORK=off")
+	cmd := goCommand(ctx, filepath.Dir(file), append(os.Environ(), "GOWORK=off"), "mod", "tidy")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go mod tidy in %s: %w\n%s", dir, err, out)
 	}
@@ -90,7 +109,11 @@ func tidyOne(root, dir string, published map[string]string) (err error) {
 			return err
 		}
 	}
-	return writeModFile(file, f)
+	if err := writeModFile(file, f); err != nil {
+		return err
+	}
+	_, err = setSiblingSums(sumFile, published, siblings)
+	return err
 }
 
 func writeModFile(file string, f *modfile.File) error {

@@ -17,6 +17,7 @@ import (
 	"github.com/retryguard/retryguard/api/policygraph"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/controllers"
+	"github.com/retryguard/retryguard/internal/crdvalidation"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 	"github.com/retryguard/retryguard/runtime/watch"
 	"github.com/retryguard/retryguard/runtime/watch/informer"
@@ -45,8 +46,8 @@ func samplePayload(dir, name, namespace string) (*policyconfig.Payload, error) {
 		return nil, fmt.Errorf("%s holds no RetryPolicy %q", dir, name)
 	}
 	spec := field.NewPath("spec")
-	if errs := v1.ValidateRetryPolicySpec(&p.Spec, spec); len(errs) > 0 {
-		return nil, fmt.Errorf("RetryPolicy %s is invalid, so the controller publishes it NoRetry: %w", name, errs.ToAggregate())
+	if errs, err := crdvalidation.Validate(context.Background(), p); err != nil || len(errs) > 0 {
+		return nil, fmt.Errorf("RetryPolicy %s is invalid, so the controller publishes it NoRetry: %w", name, errors.Join(err, errs.ToAggregate()))
 	}
 	verdict, err := policygraph.ValidateRetryPolicy(context.Background(), policygraph.NewStaticLookup(policies...), p,
 		policygraph.DefaultLimits(), spec)

@@ -1,7 +1,8 @@
 // Package lint admits manifests offline as the API server would: each
-// RetryPolicy and RetryBudget meets the single-object rules (the Go mirror of
-// the CRD's CEL, which the API server checks before any webhook), then, if it
-// passes, Retryguard's own admission webhook validators, reading the objects
+// RetryPolicy and RetryBudget is defaulted and judged by the CRD's schema and
+// CEL rules with the API server's own code (internal/crdvalidation), as the
+// API server does before any webhook, then, if it passes, by Retryguard's
+// own admission webhook validators, reading the objects
 // admitted before it from an in-memory store with the same field indexes as
 // the manager's cache. Documents are admitted in order; a document naming
 // the kind, namespace and name of an earlier admitted one is an update of it.
@@ -22,19 +23,21 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/validation/field"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	"sigs.k8s.io/yaml"
 
-	"github.com/retryguard/retryguard/api/celrules"
 	"github.com/retryguard/retryguard/api/policygraph"
 	"github.com/retryguard/retryguard/api/policygraph/policyindex"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/kube"
 	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/manifest"
+	"github.com/retryguard/retryguard/internal/crdvalidation"
 	"github.com/retryguard/retryguard/webhooks"
 )
 
@@ -211,14 +214,7 @@ func (r *Result) decode(into client.Object, ns string) error {
 }
 
 func (l *Linter) admitPolicy(ctx context.Context, r Result) (Result, error) {
-	var admitted *v1.RetryPolicy
-	r, err := admit(ctx, l, r, &v1.RetryPolicy{}, &v1.RetryPolicy{}, policyGVK.GroupKind(), l.policies,
-		func(p *v1.RetryPolicy) field.ErrorList {
-			p.Spec = p.Spec.WithDefaults()
-			p.Status = v1.RetryPolicyStatus{}
-			admitted = p
-			return celrules.PolicySpecErrors(ctx, p)
-		})
+	r, admitted, err := admit(ctx, l, r, func() *v1.RetryPolicy { return &v1.RetryPolicy{} }, policyGVK, l.policies)
 	if err != nil || admitted == nil {
 		return r, err
 	}
@@ -251,41 +247,63 @@ func (l *Linter) undeclaredNamespaceNote(ctx context.Context, p *v1.RetryPolicy)
 }
 
 func (l *Linter) admitBudget(ctx context.Context, r Result) (Result, error) {
-	return admit(ctx, l, r, &v1.RetryBudget{}, &v1.RetryBudget{}, budgetGVK.GroupKind(), l.budgets,
-		func(b *v1.RetryBudget) field.ErrorList {
-			b.Spec = b.Spec.WithDefaults()
-			b.Status = v1.RetryBudgetStatus{}
-			return celrules.BudgetSpecErrors(ctx, b)
-		})
+	r, _, err := admit(ctx, l, r, func() *v1.RetryBudget { return &v1.RetryBudget{} }, budgetGVK, l.budgets)
+	return r, err
 }
 
-// admit takes one object through the API server's steps: decode strictly,
-// default and check the schema's rules (prepare), and only if they pass,
-// call the admission webhook's validator as a create or an update.
-func admit[T client.Object](ctx context.Context, l *Linter, r Result, obj, old T, gk schema.GroupKind,
-	v admission.Validator[T], prepare func(T) field.ErrorList) (Result, error) {
+// admit takes one object through the API server's steps: decode strictly;
+// prune, default, drop status and check the CRD's schema and CEL rules
+// (crdvalidation.Admit); and only if they pass, call the admission
+// webhook's validator as a create or an update. It returns the object the
+// webhook judged, or nil when the CRD refused it.
+func admit[T client.Object](ctx context.Context, l *Linter, r Result, newObj func() T, gvk schema.GroupVersionKind,
+	v admission.Validator[T]) (Result, T, error) {
+	var none T
+	obj, old := newObj(), newObj()
 	if err := r.decode(obj, l.opts.Namespace); err != nil {
-		return r.refuse(err), nil
+		return r.refuse(err), none, nil
+	}
+	exists, err := l.get(ctx, obj, old)
+	if err != nil {
+		return r, none, err
+	}
+	// The CRD judges the document as written, not its decoding into Go
+	// types: an absent field and a zero one differ to the schema.
+	u := &unstructured.Unstructured{}
+	if err := utiljson.Unmarshal(r.Doc.JSON, &u.Object); err != nil {
+		return r.refuse(fmt.Errorf("strict decoding error: %w", err)), none, nil
+	}
+	u.SetNamespace(obj.GetNamespace())
+	var oldU *unstructured.Unstructured
+	if exists {
+		if oldU, err = crdvalidation.Unstructured(old); err != nil {
+			return r, none, err
+		}
 	}
 	// The API server defaults before it validates, ignores status on a
 	// resource with a status subresource, and stops at the CRD's rules:
 	// a webhook never sees an object its schema refused.
-	if errs := prepare(obj); len(errs) > 0 {
-		return r.refuse(apierrors.NewInvalid(gk, obj.GetName(), errs)), nil
-	}
-	exists, err := l.get(ctx, obj, old)
+	errs, err := crdvalidation.Admit(ctx, u, oldU)
 	if err != nil {
-		return r, err
+		return r, none, err
+	}
+	if len(errs) > 0 {
+		return r.refuse(apierrors.NewInvalid(gvk.GroupKind(), obj.GetName(), v1.SortErrors(errs))), none, nil
+	}
+	stored := newObj()
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, stored); err != nil {
+		return r, none, err
 	}
 	if exists {
-		r.Warnings, err = v.ValidateUpdate(ctx, old, obj)
+		r.Warnings, err = v.ValidateUpdate(ctx, old, stored)
 	} else {
-		r.Warnings, err = v.ValidateCreate(ctx, obj)
+		r.Warnings, err = v.ValidateCreate(ctx, stored)
 	}
 	if err != nil {
-		return r.refuse(err), nil
+		return r.refuse(err), stored, nil
 	}
-	return l.keep(ctx, r, obj, old, exists)
+	r, err = l.keep(ctx, r, stored, old, exists)
+	return r, stored, err
 }
 
 // admitNamespace keeps namespaces (and their labels) for the rules that

@@ -64,7 +64,7 @@ var (
 )
 
 // celCases are api/v1alpha1/fixtures' single-object admission cases, the
-// very table the CRD's CEL and the Go validators are tested with.
+// very table the API server's CEL is tested with.
 var celCases = func() []parityCase {
 	var out []parityCase
 	for _, tc := range fixtures.PolicyCases {

@@ -1,23 +1,27 @@
-package v1alpha1_test
+package crdvalidation_test
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"testing"
 
-	"k8s.io/apimachinery/pkg/util/validation/field"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
+	"github.com/retryguard/retryguard/internal/crdvalidation"
 	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/runtime/httprules"
 )
 
-// FuzzValidateRetryPolicySpec feeds arbitrary JSON specs to the validator. It
-// must never panic, and whatever it accepts must hold the invariants the
-// runtime relies on.
-func FuzzValidateRetryPolicySpec(f *testing.F) {
-	for _, tc := range policyCases {
-		p := policyFor(f, tc)
+// FuzzValidateRetryPolicy feeds arbitrary JSON specs to the CRD's rules as
+// the API server evaluates them. They must never panic nor fail to judge,
+// and whatever they accept must hold the invariants the runtime relies on.
+func FuzzValidateRetryPolicy(f *testing.F) {
+	for _, tc := range fixtures.PolicyCases {
+		p := testenv.Sample[v1.RetryPolicy](f, "policy_v1alpha1_retrypolicy.yaml")
+		tc.Mutate(&p.Spec)
 		raw, _ := json.Marshal(p.Spec)
 		f.Add(raw)
 	}
@@ -28,7 +32,11 @@ func FuzzValidateRetryPolicySpec(f *testing.F) {
 		if json.Unmarshal(raw, &spec) != nil {
 			return
 		}
-		errs := v1.ValidateRetryPolicySpec(&spec, field.NewPath("spec"))
+		p := &v1.RetryPolicy{ObjectMeta: metav1.ObjectMeta{Name: "fuzz", Namespace: "ns"}, Spec: spec}
+		errs, err := crdvalidation.Validate(context.Background(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if len(errs) > 0 {
 			return
 		}
@@ -60,8 +68,8 @@ func FuzzValidateRetryPolicySpec(f *testing.F) {
 	})
 }
 
-// FuzzValidateRetryBudgetSpec: never a panic, and accepted budgets are in range.
-func FuzzValidateRetryBudgetSpec(f *testing.F) {
+// FuzzValidateRetryBudget: never a panic, and accepted budgets are in range.
+func FuzzValidateRetryBudget(f *testing.F) {
 	raw, _ := os.ReadFile(testenv.Path("config", "samples", "policy_v1alpha1_retrybudget.yaml"))
 	f.Add(raw)
 	f.Add([]byte(`{"retryPercent":10,"window":"60s","maxTokens":10,"partitions":3}`))
@@ -71,7 +79,12 @@ func FuzzValidateRetryBudgetSpec(f *testing.F) {
 		if json.Unmarshal(raw, &spec) != nil {
 			return
 		}
-		if len(v1.ValidateRetryBudgetSpec(&spec, field.NewPath("spec"))) > 0 {
+		b := &v1.RetryBudget{ObjectMeta: metav1.ObjectMeta{Name: "fuzz", Namespace: "ns"}, Spec: spec}
+		errs, err := crdvalidation.Validate(context.Background(), b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(errs) > 0 {
 			return
 		}
 		s := spec.WithDefaults()
