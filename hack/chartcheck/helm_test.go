@@ -16,15 +16,10 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/kube"
-
-	"github.com/retryguard/retryguard/internal/testenv"
 )
 
 // helm install, upgrade and uninstall, through Helm's SDK, against a real API
@@ -34,23 +29,7 @@ import (
 // the API server serves; an uninstall removes everything but the CRDs
 // (crds.keep), and, with crds.keep=false, the CRDs too.
 func TestHelmInstallUpgradeUninstall(t *testing.T) {
-	assets, err := testenv.AssetsDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := &envtest.Environment{BinaryAssetsDirectory: assets}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = apiextensionsv1.AddToScheme(scheme)
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, c := startBareEnv(t)
 	helm := helmFor(t, env.KubeConfig)
 	ctx := context.Background()
 

@@ -2,17 +2,12 @@ package chartcheck
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-
-	"github.com/retryguard/retryguard/internal/testenv"
 )
 
 // Every object the chart renders, in several value sets, is one the API
@@ -22,20 +17,7 @@ import (
 // land where Kubernetes reads them. Kinds this API server does not serve
 // (cert-manager's, the Prometheus Operator's) are skipped.
 func TestChartRendersObjectsTheAPIServerTakesStrictly(t *testing.T) {
-	assets, err := testenv.AssetsDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := &envtest.Environment{BinaryAssetsDirectory: assets}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	c, err := client.New(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, c := startBareEnv(t)
 	ctx := context.Background()
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil {
 		t.Fatal(err)
@@ -59,15 +41,8 @@ func TestChartRendersObjectsTheAPIServerTakesStrictly(t *testing.T) {
 		served := 0
 		for _, objs := range mustTemplate(t, sets...) {
 			for _, o := range objs {
-				raw, err := json.Marshal(o)
-				if err != nil {
-					t.Fatal(err)
-				}
-				u := &unstructured.Unstructured{}
-				if err := u.UnmarshalJSON(raw); err != nil {
-					t.Fatal(err)
-				}
-				err = c.Create(ctx, u, client.DryRunAll, client.FieldValidation(metav1.FieldValidationStrict))
+				u := toUnstructured(t, o)
+				err := c.Create(ctx, u, client.DryRunAll, client.FieldValidation(metav1.FieldValidationStrict))
 				if meta.IsNoMatchError(err) {
 					continue
 				}
