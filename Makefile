@@ -55,7 +55,7 @@ manifests: ## Generate CRDs, RBAC and webhook configuration from markers.
 		output:crd:artifacts:config=config/crd/bases \
 		output:rbac:artifacts:config=config/rbac \
 		output:webhook:artifacts:config=config/webhook
-	rm -f charts/retryguard/crds/*.yaml && cp config/crd/bases/*.yaml charts/retryguard/crds/
+	hack/chart-crds.sh config/crd/bases charts/retryguard/templates
 	mkdir -p charts/retryguard/files
 	for role in role:role-rules leader_election_role:leader-election-rules metrics_auth_role:metrics-auth-rules; do \
 		sed -n '/^rules:/,$$p' config/rbac/$${role%%:*}.yaml | tail -n +2 > charts/retryguard/files/$${role##*:}.yaml; done
