@@ -153,7 +153,7 @@ dev-cluster: manifests envtest ## Run a local control plane in the foreground; k
 
 .PHONY: build
 build: manifests generate fmt vet ## Build the manager binary.
-	$(GO) build -o bin/manager .
+	$(GO) build -o bin/manager ./cmd/manager
 
 .PHONY: plugin
 plugin: ## Build the kubectl plugin (kubectl retryguard graph | explain | lint).
@@ -161,7 +161,7 @@ plugin: ## Build the kubectl plugin (kubectl retryguard graph | explain | lint).
 
 .PHONY: run
 run: manifests generate fmt vet ## Run the controllers against the current kubeconfig (webhooks need certificates: see make dev-cluster).
-	$(GO) run . --leader-elect=false --enable-webhooks=false
+	$(GO) run ./cmd/manager --leader-elect=false --enable-webhooks=false
 
 # `make image` needs neither Docker nor a registry: hack/image packs the static
 # manager FROM scratch into an OCI layout tarball, tagged with the chart's
@@ -175,7 +175,7 @@ IMAGE_CREATED ?= $(shell git log -1 --format=%ct 2>/dev/null || date +%s)
 image: ## Build the manager's and the retryguard-proxy sidecar's images without Docker into bin/image/retryguard-{manager,proxy}.tar.
 	mkdir -p $(IMAGE_DIR)
 	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -buildvcs=auto \
-		-ldflags "-s -w -X main.version=$(IMAGE_VERSION) -X main.revision=$(IMAGE_REVISION)" -o $(IMAGE_DIR)/manager .
+		-ldflags "-s -w -X main.version=$(IMAGE_VERSION) -X main.revision=$(IMAGE_REVISION)" -o $(IMAGE_DIR)/manager ./cmd/manager
 	cd hack/image && $(GO) run . -binary $(abspath $(IMAGE_DIR))/manager -output $(abspath $(IMAGE_DIR))/retryguard-manager.tar \
 		-version "$(IMAGE_VERSION)" -revision "$(IMAGE_REVISION)" -created "$(IMAGE_CREATED)"
 	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -buildvcs=auto -ldflags "-s -w" -o $(IMAGE_DIR)/retryguard-proxy ./cmd/retryguard-proxy
