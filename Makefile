@@ -112,7 +112,7 @@ release-check: ## Publish the modules at a test version to a file-based module p
 	cd hack/release && $(GO) test -count=1 -timeout 40m ./...
 
 .PHONY: drill-check
-drill-check: envtest ## Run the real-time recovery drill's tests, its --quick run included (about a minute).
+drill-check: envtest ## Run the recovery drill's tests, its --quick run (the drill's regression guard) included (about a minute).
 	cd hack/drills && KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test -count=1 ./...
 
 .PHONY: fuzz
