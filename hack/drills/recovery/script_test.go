@@ -93,9 +93,11 @@ func TestQuickDrill(t *testing.T) {
 	}
 	for _, name := range []string{"A", "B"} {
 		// Unloaded, A and B send 2.3 and 1.9 attempts per primary; a busy
-		// machine delays their retries past the fault, so only 1.2 is asserted.
+		// machine delays their retries past the fault, so only 1.2 is
+		// asserted, and only on schedule: a machine that stalls the load
+		// for seconds pushes even that much past the fault.
 		o := optionOf(t, rep, name)
-		if o.Verdict.Pass || o.Summary.AmplificationDuringFault < 1.2 {
+		if o.Verdict.Pass || rep.OffSchedule == "" && o.Summary.AmplificationDuringFault < 1.2 {
 			t.Errorf("%s passed, or barely retried: %+v", name, o.Summary)
 		}
 		if o.Summary.AmplificationDuringFault <= c.Summary.AmplificationDuringFault {
