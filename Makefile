@@ -55,7 +55,7 @@ manifests: ## Generate CRDs, RBAC and webhook configuration from markers.
 		output:crd:artifacts:config=config/crd/bases \
 		output:rbac:artifacts:config=config/rbac \
 		output:webhook:artifacts:config=config/webhook
-	rm -f charts/retryguard/crds/*.yaml && cp config/crd/bases/*.yaml charts/retryguard/crds/
+	hack/chart-crds.sh config/crd/bases charts/retryguard/templates
 	mkdir -p charts/retryguard/files
 	for role in role:role-rules leader_election_role:leader-election-rules metrics_auth_role:metrics-auth-rules; do \
 		sed -n '/^rules:/,$$p' config/rbac/$${role%%:*}.yaml | tail -n +2 > charts/retryguard/files/$${role##*:}.yaml; done
@@ -112,7 +112,7 @@ release-check: ## Publish the modules at a test version to a file-based module p
 	cd hack/release && $(GO) test -count=1 -timeout 45m ./...
 
 .PHONY: drill-check
-drill-check: envtest ## Run the real-time recovery drill's tests, its --quick run included (about a minute).
+drill-check: envtest ## Run the recovery drill's tests, its --quick run (the drill's regression guard) included (about a minute).
 	cd hack/drills && KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test -count=1 ./...
 
 .PHONY: fuzz
@@ -155,7 +155,7 @@ dev-cluster: manifests envtest ## Run a local control plane in the foreground; k
 
 .PHONY: build
 build: manifests generate fmt vet ## Build the manager binary.
-	$(GO) build -o bin/manager .
+	$(GO) build -o bin/manager ./cmd/manager
 
 .PHONY: plugin
 plugin: ## Build the kubectl plugin (kubectl retryguard graph | explain | lint).
@@ -163,7 +163,7 @@ plugin: ## Build the kubectl plugin (kubectl retryguard graph | explain | lint).
 
 .PHONY: run
 run: manifests generate fmt vet ## Run the controllers against the current kubeconfig (webhooks need certificates: see make dev-cluster).
-	$(GO) run . --leader-elect=false --enable-webhooks=false
+	$(GO) run ./cmd/manager --leader-elect=false --enable-webhooks=false
 
 # `make image` needs neither Docker nor a registry: hack/image packs the static
 # manager FROM scratch into an OCI layout tarball, tagged with the chart's
@@ -177,7 +177,7 @@ IMAGE_CREATED ?= $(shell git log -1 --format=%ct 2>/dev/null || date +%s)
 image: ## Build the manager's and the retryguard-proxy sidecar's images without Docker into bin/image/retryguard-{manager,proxy}.tar.
 	mkdir -p $(IMAGE_DIR)
 	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -buildvcs=auto \
-		-ldflags "-s -w -X main.version=$(IMAGE_VERSION) -X main.revision=$(IMAGE_REVISION)" -o $(IMAGE_DIR)/manager .
+		-ldflags "-s -w -X main.version=$(IMAGE_VERSION) -X main.revision=$(IMAGE_REVISION)" -o $(IMAGE_DIR)/manager ./cmd/manager
 	cd hack/image && $(GO) run . -binary $(abspath $(IMAGE_DIR))/manager -output $(abspath $(IMAGE_DIR))/retryguard-manager.tar \
 		-version "$(IMAGE_VERSION)" -revision "$(IMAGE_REVISION)" -created "$(IMAGE_CREATED)"
 	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -buildvcs=auto -ldflags "-s -w" -o $(IMAGE_DIR)/retryguard-proxy ./cmd/retryguard-proxy

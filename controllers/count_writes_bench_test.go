@@ -114,7 +114,7 @@ func BenchmarkCountChangeWrites(b *testing.B) {
 	}
 }
 
-// startControllers starts a test API server and the controllers as main.go
+// startControllers starts a test API server and the controllers as cmd/manager
 // runs them (no client throttle: server-side fairness), and returns a
 // context that ends with the benchmark, the manager, a client and the
 // server's config.

@@ -41,7 +41,7 @@ import (
 // measured (go tool pprof -sample_index=inuse_space <file>).
 //
 // RETRYGUARD_MANAGER_BINARY=<file> runs that manager binary (go build -o
-// <file> .) as a process of its own against the same API server, as a
+// <file> ./cmd/manager) as a process of its own against the same API server, as a
 // deployment runs it, with the benchmark's environment (GOMEMLIMIT
 // included): rss-MiB and rss-peak-MiB are then the manager's alone, and
 // there is no heap-MiB. RETRYGUARD_MANAGER_ARGS adds flags to its command

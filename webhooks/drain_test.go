@@ -19,7 +19,7 @@ import (
 )
 
 // refusingServer serves one webhook at /validate that refuses every review,
-// composed as main.go composes its server, through a real
+// composed as internal/manager composes its server, through a real
 // controller-runtime server's mux behind a real net/http server: HTTP/1.1,
 // or h2 over TLS.
 func refusingServer(t *testing.T, h2 bool) (*httptest.Server, *webhooks.Draining) {

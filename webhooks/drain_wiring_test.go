@@ -14,42 +14,32 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/retryguard/retryguard/api/policygraph"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
-	"github.com/retryguard/retryguard/controllers"
 	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/webhooks"
 )
 
-// Every webhook the manager registers,
-// composed as main.go composes its server (CountDenials(Drain(srv))), and
-// wired by the same SetupRetryguard path (both validators and the proxy
-// injector): each answer carries Connection: close once draining, none
-// before, and a refusal is still counted.
+// Every webhook the manager registers, composed
+// by internal/manager as cmd/manager runs it (both validators and the proxy
+// injector, behind CountDenials(Drain(srv))): each answer carries
+// Connection: close once draining, none before, and a refusal is still
+// counted.
 var _ = Describe("the drain wraps every registered webhook", func() {
 	It("closes the connection on every path while draining, and still counts refusals", func() {
 		var d webhooks.Draining
-		base := webhook.NewServer(webhook.Options{Port: -1})
-		m, err := ctrl.NewManager(testEnv.Config, ctrl.Options{
-			Scheme: testEnv.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-			WebhookServer: webhooks.CountDenials(webhooks.Drain(base, &d)),
-			Controller:    config.Controller{SkipNameValidation: ptr.To(true)}, Cache: controllers.CacheOptions(),
-		})
-		Expect(err).NotTo(HaveOccurred())
-		Expect(testenv.SetupRetryguard(ctx, m, policygraph.DefaultLimits(), testenv.Features{Webhooks: true, ProxyImage: testProxyImage})).To(Succeed())
+		env := &envtest.Environment{Scheme: testEnv.Scheme} // no webhook configuration: the test posts the reviews
+		c := testenv.ManagerConfig(env, policygraph.DefaultLimits(), testenv.Features{Webhooks: true, ProxyImage: testProxyImage, Draining: &d})
+		c.WebhookPort = -1 // no listener: the test serves the webhook mux
 		mctx, mcancel := context.WithCancel(ctx)
 		defer mcancel()
-		go func() { _ = m.Start(mctx) }()
-		Expect(m.GetCache().WaitForCacheSync(mctx)).To(BeTrue())
-		ts := httptest.NewServer(base.WebhookMux())
+		m, _, err := testenv.StartManager(mctx, env, testEnv.Config, c)
+		Expect(err).NotTo(HaveOccurred())
+		ts := httptest.NewServer(m.GetWebhookServer().WebhookMux())
 		defer ts.Close()
 
 		ns := "probe-drain"

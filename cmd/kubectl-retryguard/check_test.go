@@ -69,7 +69,7 @@ func TestCheckAgainstARealAPIServer(t *testing.T) {
 	}
 
 	// config/vap as config/default installs it (namePrefix retryguard-),
-	// and a manager elected leader through the Lease main.go names.
+	// and a manager elected leader through the Lease internal/manager names.
 	installAdmissionPolicy(t, ctx, k8s)
 	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: check.DefaultManagerNamespace}}); err != nil {
 		t.Fatal(err)

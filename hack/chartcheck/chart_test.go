@@ -435,3 +435,37 @@ func TestManagerGoMemLimitIsItsMemoryLimit(t *testing.T) {
 		t.Errorf("resources: the chart's %v, config/default's %v", chart["resources"], kust["resources"])
 	}
 }
+
+// The chart's CRDs are config/crd/bases' (their one home, which
+// hack/chart-crds.sh copies in): the same spec, under crds.enabled, kept on
+// uninstall under crds.keep, labelled as the release's.
+func TestChartCRDsAreTheGenerated(t *testing.T) {
+	byKind := mustTemplate(t)
+	for _, path := range []string{"config/crd/bases/policy.retryguard.io_retrypolicies.yaml", "config/crd/bases/policy.retryguard.io_retrybudgets.yaml"} {
+		generated := load(t, path)
+		name := generated["metadata"].(object)["name"].(string)
+		crd := byName(byKind["CustomResourceDefinition"], name)
+		if crd == nil {
+			t.Fatalf("the chart does not render %s", name)
+		}
+		if !reflect.DeepEqual(crd["spec"], generated["spec"]) {
+			t.Errorf("the chart's %s differs from %s: run make manifests", name, path)
+		}
+		meta := crd["metadata"].(object)
+		if meta["annotations"].(object)["helm.sh/resource-policy"] != "keep" || meta["labels"].(object)["app.kubernetes.io/component"] != "crds" ||
+			meta["labels"].(object)["app.kubernetes.io/instance"] != release {
+			t.Errorf("%s: metadata %v", name, meta)
+		}
+	}
+	for _, crd := range mustTemplate(t, "crds.keep=false")["CustomResourceDefinition"] {
+		if _, ok := crd["metadata"].(object)["annotations"]; ok {
+			t.Errorf("crds.keep=false: %v", crd["metadata"])
+		}
+	}
+	if crds := mustTemplate(t, "crds.enabled=false")["CustomResourceDefinition"]; len(crds) != 0 {
+		t.Errorf("crds.enabled=false renders %d CRDs", len(crds))
+	}
+	if len(loadChart(t).CRDObjects()) != 0 {
+		t.Error("the chart still has a crds/ directory, which helm upgrade never upgrades")
+	}
+}

@@ -11,8 +11,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -68,14 +71,7 @@ func serviceAccountUser(ns, name string) (string, []string) {
 func create(ctx context.Context, t *testing.T, c client.Client, objs ...object) {
 	t.Helper()
 	for _, o := range objs {
-		raw, err := json.Marshal(o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		u := &unstructured.Unstructured{}
-		if err := u.UnmarshalJSON(raw); err != nil {
-			t.Fatal(err)
-		}
+		u := toUnstructured(t, o)
 		if err := c.Create(ctx, u); err != nil {
 			t.Fatalf("creating %s %s: %v", u.GetKind(), u.GetName(), err)
 		}
@@ -134,3 +130,42 @@ func eventually(t *testing.T, d time.Duration, what string, ok func() bool) {
 }
 
 func clientKey(ns, name string) client.ObjectKey { return client.ObjectKey{Namespace: ns, Name: name} }
+
+// toUnstructured converts a rendered object through JSON, so that it
+// arrives at the API server as written.
+func toUnstructured(t *testing.T, o object) *unstructured.Unstructured {
+	t.Helper()
+	raw, err := json.Marshal(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(raw); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// startBareEnv starts kube-apiserver and etcd without the CRDs until the
+// test ends, with a client that knows the built-in kinds and CRDs.
+func startBareEnv(t *testing.T) (*envtest.Environment, client.Client) {
+	t.Helper()
+	assets, err := testenv.AssetsDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &envtest.Environment{BinaryAssetsDirectory: assets}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = apiextensionsv1.AddToScheme(scheme)
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env, c
+}

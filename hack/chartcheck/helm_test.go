@@ -5,7 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -14,41 +16,20 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/yaml"
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/kube"
-
-	"github.com/retryguard/retryguard/internal/testenv"
 )
 
 // helm install, upgrade and uninstall, through Helm's SDK, against a real API
-// server without the CRDs: Helm creates every object, an upgrade that
-// changes a value changes the Deployment, and an uninstall removes
-// everything but the CRDs (which Helm never deletes).
+// server without the CRDs: Helm creates every object, the CRDs among them (as
+// templates); an upgrade with --reset-then-reuse-values that changes a value
+// changes the Deployment, and one whose chart changes a CRD changes the CRD
+// the API server serves; an uninstall removes everything but the CRDs
+// (crds.keep), and, with crds.keep=false, the CRDs too.
 func TestHelmInstallUpgradeUninstall(t *testing.T) {
-	assets, err := testenv.AssetsDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := &envtest.Environment{BinaryAssetsDirectory: assets}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = apiextensionsv1.AddToScheme(scheme)
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, c := startBareEnv(t)
 	helm := helmFor(t, env.KubeConfig)
 	ctx := context.Background()
 
@@ -66,6 +47,7 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 		obj client.Object
 	}{
 		{ns("rg-retryguard"), &appsv1.Deployment{}},
+		{ns("rg-retryguard"), &corev1.ServiceAccount{}},
 		{ns("rg-retryguard-webhook"), &corev1.Service{}},
 		{ns("rg-retryguard-metrics"), &corev1.Service{}},
 		{ns("rg-retryguard-webhook-cert"), &corev1.Secret{}},
@@ -78,8 +60,11 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	}
 	crds := []string{"retrypolicies.policy.retryguard.io", "retrybudgets.policy.retryguard.io"}
 	for _, name := range crds {
-		if err := c.Get(ctx, cluster(name), &apiextensionsv1.CustomResourceDefinition{}); err != nil {
+		var crd apiextensionsv1.CustomResourceDefinition
+		if err := c.Get(ctx, cluster(name), &crd); err != nil {
 			t.Errorf("CRD %s: %v", name, err)
+		} else if crd.Annotations["helm.sh/resource-policy"] != "keep" || crd.Labels["app.kubernetes.io/component"] != "crds" {
+			t.Errorf("CRD %s: annotations %v, labels %v", name, crd.Annotations, crd.Labels)
 		}
 	}
 	for _, want := range installed {
@@ -88,21 +73,29 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 		}
 	}
 
-	// The README's upgrade: kubectl apply --server-side -f charts/retryguard/crds/
-	for _, crd := range loadChart(t).CRDObjects() {
-		u := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal(crd.File.Data, &u.Object); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.Patch(ctx, u, client.Apply, client.FieldOwner("kubectl")); err != nil {
-			t.Fatalf("applying %s server-side: %v", crd.Name, err)
+	// The README's upgrade, with a chart whose RetryPolicy CRD has a new
+	// printer column: helm upgrade rg charts/retryguard --reset-then-reuse-values
+	//   --set limits.maxLeafAttempts=5
+	next := loadChart(t)
+	const column = "    - jsonPath: .spec.target.port\n      name: Port\n      type: integer\n"
+	changed := false
+	for _, f := range next.Templates {
+		if f.Name == "templates/crd-policy.retryguard.io_retrypolicies.yaml" {
+			text := string(f.Data)
+			i := strings.Index(text, "  - additionalPrinterColumns:\n")
+			if i < 0 {
+				t.Fatal("the RetryPolicy CRD has no printer columns to add one to")
+			}
+			i += len("  - additionalPrinterColumns:\n")
+			f.Data, changed = []byte(text[:i]+column+text[i:]), true
 		}
 	}
-
-	// helm upgrade rg charts/retryguard --reuse-values --set limits.maxLeafAttempts=5
+	if !changed {
+		t.Fatal("no RetryPolicy CRD template in the chart")
+	}
 	upgrade := action.NewUpgrade(helm)
-	upgrade.Namespace, upgrade.ReuseValues = namespace, true
-	if _, err := upgrade.Run(release, loadChart(t), values(t, "limits.maxLeafAttempts=5")); err != nil {
+	upgrade.Namespace, upgrade.ResetThenReuseValues = namespace, true
+	if _, err := upgrade.Run(release, next, values(t, "limits.maxLeafAttempts=5")); err != nil {
 		t.Fatal(err)
 	}
 	var d appsv1.Deployment
@@ -113,8 +106,15 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	if !slices.Contains(args, "--max-leaf-attempts=5") || !slices.Contains(args, "--cert-rotation") {
 		t.Errorf("after the upgrade the manager runs with %v", args)
 	}
+	var policies apiextensionsv1.CustomResourceDefinition
+	if err := c.Get(ctx, cluster(crds[0]), &policies); err != nil {
+		t.Fatal(err)
+	}
+	if cols := policies.Spec.Versions[0].AdditionalPrinterColumns; len(cols) == 0 || cols[0].Name != "Port" || cols[0].JSONPath != ".spec.target.port" {
+		t.Errorf("helm upgrade did not upgrade the CRD: its printer columns are %+v", cols)
+	}
 
-	// helm uninstall rg
+	// helm uninstall rg: the CRDs stay (crds.keep), and with them every policy.
 	if _, err := action.NewUninstall(helm).Run(release); err != nil {
 		t.Fatal(err)
 	}
@@ -125,13 +125,44 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	}
 	for _, name := range crds {
 		if err := c.Get(ctx, cluster(name), &apiextensionsv1.CustomResourceDefinition{}); err != nil {
-			t.Errorf("uninstall removed CRD %s: %v", name, err)
+			t.Errorf("uninstall removed CRD %s although crds.keep: %v", name, err)
 		}
 	}
 	var secrets corev1.SecretList
 	_ = c.List(ctx, &secrets, client.InNamespace(namespace), client.MatchingLabels{"owner": "helm"})
 	if len(secrets.Items) != 0 {
 		t.Errorf("release records left: %d", len(secrets.Items))
+	}
+
+	// Installed again under the same name, the release takes the kept CRDs
+	// back (they carry its ownership); upgraded with crds.keep=false, the CRDs
+	// lose the annotation, and the uninstall deletes them.
+	again := action.NewInstall(helm)
+	again.ReleaseName, again.Namespace = release, namespace
+	if _, err := again.Run(loadChart(t), values(t, "webhook.certManager.enabled=false")); err != nil {
+		t.Fatalf("installing over the kept CRDs: %v", err)
+	}
+	unkeep := action.NewUpgrade(helm)
+	unkeep.Namespace, unkeep.ResetThenReuseValues = namespace, true
+	if _, err := unkeep.Run(release, loadChart(t), values(t, "crds.keep=false")); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range crds {
+		var crd apiextensionsv1.CustomResourceDefinition
+		if err := c.Get(ctx, cluster(name), &crd); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := crd.Annotations["helm.sh/resource-policy"]; ok {
+			t.Errorf("CRD %s still kept with crds.keep=false: %v", name, crd.Annotations)
+		}
+	}
+	if _, err := action.NewUninstall(helm).Run(release); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range crds {
+		eventually(t, 30*time.Second, "CRD "+name+" deleted with crds.keep=false", func() bool {
+			return apierrors.IsNotFound(c.Get(ctx, cluster(name), &apiextensionsv1.CustomResourceDefinition{}))
+		})
 	}
 }
 

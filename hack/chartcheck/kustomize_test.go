@@ -22,7 +22,7 @@ func kustomize(t *testing.T, dir string) map[string][]object {
 }
 
 // Both kustomize installs build, carry what the chart carries, and name the
-// objects main.go's certificate rotation flags default to.
+// objects the manager's certificate rotation flags default to.
 func TestKustomizeBuilds(t *testing.T) {
 	common := []string{"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Deployment", "MutatingWebhookConfiguration", "Namespace",
 		"PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount",
@@ -38,7 +38,7 @@ func TestKustomizeBuilds(t *testing.T) {
 	if !slices.Contains(args(without), any("--cert-rotation")) || slices.Contains(args(withCM), any("--cert-rotation")) {
 		t.Errorf("--cert-rotation: %v with cert-manager, %v without", args(withCM), args(without))
 	}
-	// main.go's defaults for --cert-secret, --webhook-service and
+	// The manager's defaults for --cert-secret, --webhook-service and
 	// --webhook-configuration, and the ServiceAccount config/vap admits.
 	for kind, name := range map[string]string{
 		"Secret":                         "retryguard-webhook-cert",

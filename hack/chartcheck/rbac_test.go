@@ -22,16 +22,11 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/retryguard/retryguard/api/policygraph"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
-	"github.com/retryguard/retryguard/controllers"
 	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/runtime/codes"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
@@ -188,31 +183,15 @@ func runAsServiceAccount(t *testing.T, ns, sa string, rbac []object) {
 	}
 }
 
-// startManagerAs builds the manager as main.go does, with cfg's identity.
+// startManagerAs runs the manager cmd/manager runs (internal/manager), with
+// cfg's identity, its metrics served securely at metricsAddr and a leader
+// elected in ns, as a deployment runs it.
 func startManagerAs(ctx context.Context, t *testing.T, env *envtest.Environment, cfg *rest.Config, ns, metricsAddr string) (ctrl.Manager, <-chan error) {
 	t.Helper()
-	w := env.WebhookInstallOptions
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: env.Scheme,
-		Metrics: metricsserver.Options{BindAddress: metricsAddr, SecureServing: true,
-			FilterProvider: filters.WithAuthenticationAndAuthorization},
-		WebhookServer: webhook.NewServer(webhook.Options{
-			Host: w.LocalServingHost, Port: w.LocalServingPort, CertDir: w.LocalServingCertDir,
-		}),
-		HealthProbeBindAddress:  "0",
-		LeaderElection:          true,
-		LeaderElectionNamespace: ns,
-		LeaderElectionID:        controllers.LeaderElectionID,
-		Cache:                   controllers.CacheOptions(),
-		Controller:              config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := testenv.SetupRetryguard(ctx, mgr, policygraph.DefaultLimits(), testenv.Everything); err != nil {
-		t.Fatal(err)
-	}
-	done, err := testenv.StartManager(ctx, env, mgr)
+	c := testenv.ManagerConfig(env, policygraph.DefaultLimits(), testenv.Everything)
+	c.MetricsAddr, c.MetricsSecure = metricsAddr, true
+	c.LeaderElect, c.LeaderElectionNamespace = true, ns
+	mgr, done, err := testenv.StartManager(ctx, env, cfg, c)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -93,9 +93,6 @@ func valuesTable(t *testing.T) string {
 		for _, k := range props.keys {
 			p := props.vals[k].(*ordered)
 			name := strings.TrimPrefix(path+"."+k, ".")
-			if name == "global" {
-				continue
-			}
 			var v any
 			if m, ok := def.(object); ok {
 				v = m[k]

@@ -10,7 +10,10 @@ import (
 	"helm.sh/helm/v3/pkg/action"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/retryguard/retryguard/webhooks"
 )
@@ -102,10 +105,51 @@ func TestChartPodValues(t *testing.T) {
 			t.Errorf("%s: not rendered as set:\n%v\n%v", what, meta, spec)
 		}
 	}
+	cm := mustTemplate(t, "strategy.type=Recreate", "extraEnv[0].name=HTTPS_PROXY", "extraEnv[0].value=http://proxy:3128",
+		"volumes[0].name=scratch", "volumes[0].emptyDir.medium=Memory", "volumeMounts[0].name=scratch", "volumeMounts[0].mountPath=/scratch",
+		"topologySpreadConstraints[0].maxSkew=1", "topologySpreadConstraints[0].topologyKey=topology.kubernetes.io/zone",
+		"topologySpreadConstraints[0].whenUnsatisfiable=DoNotSchedule", "securityContext.runAsUser=65532", "containerSecurityContext.privileged=false",
+		"global.imagePullSecrets[0].name=shared", "global.imagePullSecrets[1].name=regcred", "imagePullSecrets[0].name=regcred",
+		"global.priorityClassName=from-global")
+	cspec, c := podSpec(cm), container(cm)
+	env := c["env"].([]any)
+	const podSC = "map[runAsNonRoot:true runAsUser:65532 seccompProfile:map[type:RuntimeDefault]]"
+	const containerSC = "map[allowPrivilegeEscalation:false capabilities:map[drop:[ALL]] privileged:false readOnlyRootFilesystem:true]"
+	for what, ok := range map[string]bool{
+		"strategy":                             fmt.Sprint(cm["Deployment"][0]["spec"].(object)["strategy"]) == "map[type:Recreate]",
+		"extraEnv after the chart's":           fmt.Sprint(env[len(env)-1]) == "map[name:HTTPS_PROXY value:http://proxy:3128]" && len(env) == 3,
+		"volumes beside cert":                  len(cspec["volumes"].([]any)) == 2 && cspec["volumes"].([]any)[1].(object)["name"] == "scratch",
+		"volumeMounts beside cert":             len(c["volumeMounts"].([]any)) == 2 && c["volumeMounts"].([]any)[1].(object)["mountPath"] == "/scratch",
+		"topologySpreadConstraints":            strings.Contains(fmt.Sprint(cspec["topologySpreadConstraints"]), "topologyKey:topology.kubernetes.io/zone"),
+		"securityContext merged":               fmt.Sprint(cspec["securityContext"]) == podSC,
+		"containerSecurityContext":             fmt.Sprint(c["securityContext"]) == containerSC,
+		"global pull Secrets first, each once": fmt.Sprint(cspec["imagePullSecrets"]) == "[map[name:shared] map[name:regcred]]",
+		"global.priorityClassName":             cspec["priorityClassName"] == "from-global",
+	} {
+		if !ok {
+			t.Errorf("%s: not rendered as set:\n%v\n%v", what, cspec, c)
+		}
+	}
+	if _, ok := podSpec(plain)["topologySpreadConstraints"]; ok {
+		t.Error("topologySpreadConstraints rendered by default")
+	}
+	if fmt.Sprint(podSpec(plain)["securityContext"]) != "map[runAsNonRoot:true seccompProfile:map[type:RuntimeDefault]]" ||
+		fmt.Sprint(container(plain)["securityContext"]) != "map[allowPrivilegeEscalation:false capabilities:map[drop:[ALL]] readOnlyRootFilesystem:true]" {
+		t.Errorf("the default security contexts: %v %v", podSpec(plain)["securityContext"], container(plain)["securityContext"])
+	}
+	if _, ok := plain["Deployment"][0]["spec"].(object)["strategy"]; ok {
+		t.Error("a strategy by default")
+	}
+	if own := podSpec(mustTemplate(t, "global.priorityClassName=from-global", "priorityClassName=own")); own["priorityClassName"] != "own" {
+		t.Errorf("priorityClassName does not win over global.priorityClassName: %v", own["priorityClassName"])
+	}
 	if level := mustTemplate(t, "logLevel=4"); !slices.Contains(args(level), any("--zap-log-level=4")) {
 		t.Errorf("logLevel=4: args %v", args(level))
 	}
 	for _, bad := range []string{"logLevel=loud", "logLevel=0", "image.digest=latest", "extraArgs[0]=max", "imagePullSecrets[0].other=x",
+		"global.nodeSelector.disk=ssd", "global.imagePullSecrets[0].other=x", "strategy.type=Rolling", "strategy.rollingUpdate.maxSurge=ten",
+		"extraEnv[0].value=x", "volumes[0].emptyDir.medium=Memory", "volumeMounts[0].name=x", "topologySpreadConstraints[0].maxSkew=1",
+		"crds.enabled=maybe", "crds.other=x", "serviceAccount.create=maybe", "serviceAccount.other=x",
 		"nameOverride=" + strings.Repeat("a", 64)} {
 		if _, err := template(t, bad); err == nil || !strings.Contains(err.Error(), "schema") {
 			t.Errorf("--set %s: %v, want a schema refusal", bad, err)
@@ -211,8 +255,30 @@ func TestHelmInstallUpgradeWithValues(t *testing.T) {
 	ctx := context.Background()
 	install := action.NewInstall(helm)
 	install.ReleaseName, install.Namespace, install.CreateNamespace = "retryguard", namespace, true
-	install.SkipCRDs = true // startEnv installed them
+	// startEnv applied the CRDs as a chart with crds/ left them: without
+	// Helm's ownership. The README's first upgrade to CRDs as templates hands
+	// them to the release (kubectl label and annotate), else Helm refuses to
+	// take them over.
+	for _, name := range []string{"retrypolicies.policy.retryguard.io", "retrybudgets.policy.retryguard.io"} {
+		crd := crdMeta()
+		if err := c.Get(ctx, clientKey("", name), crd); err != nil {
+			t.Fatal(err)
+		}
+		patch := client.MergeFrom(crd.DeepCopy())
+		crd.Labels = map[string]string{"app.kubernetes.io/managed-by": "Helm"}
+		crd.Annotations = map[string]string{"meta.helm.sh/release-name": "retryguard", "meta.helm.sh/release-namespace": namespace}
+		if err := c.Patch(ctx, crd, patch); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if _, err := install.Run(loadChart(t), values(t, "webhook.certManager.enabled=false", "image.digest="+digest, "imagePullSecrets[0].name=regcred",
+		"global.imagePullSecrets[0].name=shared", "global.priorityClassName=ignored-when-priorityClassName-is-set",
+		"serviceAccount.annotations.example\\.com/role=operator", "strategy.type=RollingUpdate", "strategy.rollingUpdate.maxUnavailable=0",
+		"strategy.rollingUpdate.maxSurge=25%", "extraEnv[0].name=HTTPS_PROXY", "extraEnv[0].value=http://proxy:3128",
+		"volumes[0].name=tmp", "volumes[0].emptyDir.medium=Memory", "volumeMounts[0].name=tmp", "volumeMounts[0].mountPath=/tmp/scratch",
+		"topologySpreadConstraints[0].maxSkew=1", "topologySpreadConstraints[0].topologyKey=topology.kubernetes.io/zone",
+		"topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway", "securityContext.runAsNonRoot=true", "securityContext.runAsUser=65532",
+		"containerSecurityContext.readOnlyRootFilesystem=true", "containerSecurityContext.allowPrivilegeEscalation=false",
 		"podAnnotations.team=payments", "podLabels.tier=control", "priorityClassName=system-cluster-critical", "logLevel=debug",
 		"extraArgs[0]=--max-concurrent-reconciles=8", "nodeSelector.disk=ssd", "tolerations[0].key=dedicated", "tolerations[0].operator=Exists",
 		"affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight=1",
@@ -227,7 +293,15 @@ func TestHelmInstallUpgradeWithValues(t *testing.T) {
 	pod := d.Spec.Template
 	got := []bool{
 		pod.Spec.Containers[0].Image == "retryguard/manager@"+digest,
-		len(pod.Spec.ImagePullSecrets) == 1 && pod.Spec.ImagePullSecrets[0].Name == "regcred",
+		len(pod.Spec.ImagePullSecrets) == 2 && pod.Spec.ImagePullSecrets[0].Name == "shared" && pod.Spec.ImagePullSecrets[1].Name == "regcred",
+		d.Spec.Strategy.RollingUpdate != nil && d.Spec.Strategy.RollingUpdate.MaxUnavailable.IntValue() == 0 &&
+			d.Spec.Strategy.RollingUpdate.MaxSurge.String() == "25%",
+		slices.ContainsFunc(pod.Spec.Containers[0].Env, func(e corev1.EnvVar) bool { return e.Name == "HTTPS_PROXY" && e.Value == "http://proxy:3128" }),
+		len(pod.Spec.Volumes) == 2 && pod.Spec.Volumes[1].EmptyDir != nil && len(pod.Spec.Containers[0].VolumeMounts) == 2 &&
+			pod.Spec.Containers[0].VolumeMounts[1].MountPath == "/tmp/scratch",
+		len(pod.Spec.TopologySpreadConstraints) == 1 && pod.Spec.TopologySpreadConstraints[0].TopologyKey == "topology.kubernetes.io/zone",
+		pod.Spec.SecurityContext != nil && pod.Spec.SecurityContext.RunAsUser != nil && *pod.Spec.SecurityContext.RunAsUser == 65532,
+		pod.Spec.ServiceAccountName == "retryguard",
 		pod.Annotations["team"] == "payments",
 		pod.Labels["tier"] == "control",
 		pod.Spec.PriorityClassName == "system-cluster-critical",
@@ -240,6 +314,10 @@ func TestHelmInstallUpgradeWithValues(t *testing.T) {
 	if slices.Contains(got, false) {
 		t.Errorf("installed pod template %v: %+v", got, pod)
 	}
+	var sa corev1.ServiceAccount
+	if err := c.Get(ctx, clientKey(namespace, "retryguard"), &sa); err != nil || sa.Annotations["example.com/role"] != "operator" {
+		t.Errorf("ServiceAccount retryguard %v: annotations %v", err, sa.Annotations)
+	}
 	for _, name := range []string{"retryguard-webhook", "retryguard-metrics"} {
 		if err := c.Get(ctx, clientKey(namespace, name), &corev1.Service{}); err != nil {
 			t.Errorf("Service %s: %v", name, err)
@@ -247,7 +325,7 @@ func TestHelmInstallUpgradeWithValues(t *testing.T) {
 	}
 
 	upgrade := action.NewUpgrade(helm)
-	upgrade.Namespace, upgrade.ReuseValues = namespace, true
+	upgrade.Namespace, upgrade.ResetThenReuseValues = namespace, true
 	if _, err := upgrade.Run("retryguard", loadChart(t), values(t, "logLevel=error", "podAnnotations.team=ledger", "image.digest=")); err != nil {
 		t.Fatal(err)
 	}
@@ -264,5 +342,60 @@ func TestHelmInstallUpgradeWithValues(t *testing.T) {
 	}
 	if err := c.Get(ctx, clientKey(namespace, "retryguard"), &appsv1.Deployment{}); !apierrors.IsNotFound(err) {
 		t.Errorf("Deployment after uninstall: %v", err)
+	}
+	if err := c.Get(ctx, clientKey("", "retrypolicies.policy.retryguard.io"), crdMeta()); err != nil {
+		t.Errorf("the adopted CRD after uninstall (crds.keep): %v", err)
+	}
+}
+
+// crdMeta is a CRD's metadata alone, which a client of any scheme reads and patches.
+func crdMeta() *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))
+	return m
+}
+
+// serviceAccount: the chart's RBAC and admission policy name the account the
+// manager runs as, whether the chart creates it or it exists beforehand.
+func TestChartServiceAccount(t *testing.T) {
+	for _, tc := range []struct {
+		sets   []string
+		name   string
+		create bool
+	}{
+		{nil, "rg-retryguard", true},
+		{[]string{"serviceAccount.name=guard"}, "guard", true},
+		{[]string{"serviceAccount.create=false", "serviceAccount.name=platform-operator"}, "platform-operator", false},
+		{[]string{"serviceAccount.create=false"}, "default", false},
+	} {
+		byKind := mustTemplate(t, tc.sets...)
+		if podSpec(byKind)["serviceAccountName"] != tc.name {
+			t.Errorf("%v: the pods run as %v, want %s", tc.sets, podSpec(byKind)["serviceAccountName"], tc.name)
+		}
+		sa := byName(byKind["ServiceAccount"], tc.name)
+		if (sa != nil) != tc.create {
+			t.Errorf("%v: ServiceAccount %s rendered: %v, want %v", tc.sets, tc.name, sa != nil, tc.create)
+		}
+		if sa != nil && sa["automountServiceAccountToken"] != true {
+			t.Errorf("%v: %v", tc.sets, sa)
+		}
+		for _, kind := range []string{"ClusterRoleBinding", "RoleBinding"} {
+			for _, b := range byKind[kind] {
+				for _, s := range b["subjects"].([]any) {
+					if s := s.(object); s["kind"] == "ServiceAccount" && s["name"] != tc.name && !strings.HasSuffix(fmt.Sprint(s["name"]), "-metrics-scraper") {
+						t.Errorf("%v: %s %v binds %v, want %s", tc.sets, kind, b["metadata"].(object)["name"], s, tc.name)
+					}
+				}
+			}
+		}
+		if vap := fmt.Sprint(byKind["ValidatingAdmissionPolicy"]); !strings.Contains(vap, "system:serviceaccount:"+namespace+":"+tc.name) {
+			t.Errorf("%v: the admission policy does not name the operator %s", tc.sets, tc.name)
+		}
+	}
+	sa := byName(mustTemplate(t, "serviceAccount.annotations.example\\.com/role=operator", "serviceAccount.labels.team=platform",
+		"serviceAccount.automountServiceAccountToken=false")["ServiceAccount"], "rg-retryguard")
+	if meta := sa["metadata"].(object); meta["annotations"].(object)["example.com/role"] != "operator" || meta["labels"].(object)["team"] != "platform" ||
+		meta["labels"].(object)["app.kubernetes.io/instance"] != release || sa["automountServiceAccountToken"] != false {
+		t.Errorf("ServiceAccount %v", sa)
 	}
 }

@@ -61,8 +61,8 @@ func TestManagerImage(t *testing.T) {
 	if err != nil {
 		t.Fatalf("/manager is not a Go binary: %v", err)
 	}
-	if info.Path != "github.com/retryguard/retryguard" {
-		t.Errorf("/manager is %s, want the manager (github.com/retryguard/retryguard)", info.Path)
+	if want := "github.com/retryguard/retryguard/cmd/manager"; info.Path != want {
+		t.Errorf("/manager is %s, want the manager (%s)", info.Path, want)
 	}
 	settings := map[string]string{}
 	for _, s := range info.Settings {

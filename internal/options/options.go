@@ -93,6 +93,14 @@ type CertRotation struct {
 	ExtraDNSNames string
 }
 
+// Defaults returns the options every flag's default gives, for a manager
+// built without a command line (internal/testenv).
+func Defaults() Manager {
+	var o Manager
+	o.AddFlags(flag.NewFlagSet("defaults", flag.ContinueOnError))
+	return o
+}
+
 // AddFlags registers every manager flag on fs, each starting from its
 // default.
 func (o *Manager) AddFlags(fs *flag.FlagSet) {

@@ -19,13 +19,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/retryguard/retryguard/api/policygraph"
-	"github.com/retryguard/retryguard/api/policygraph/policyindex"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
-	"github.com/retryguard/retryguard/controllers"
+	"github.com/retryguard/retryguard/internal/manager"
+	"github.com/retryguard/retryguard/internal/options"
 	"github.com/retryguard/retryguard/webhooks"
 )
 
@@ -35,88 +33,72 @@ func EnableWebhooks(env *envtest.Environment) {
 	env.WebhookInstallOptions = envtest.WebhookInstallOptions{Paths: []string{Path("config", "webhook")}}
 }
 
-// Suites start several managers in one process; controller names need not
-// be unique across them.
-var controllerOptions = config.Controller{SkipNameValidation: ptr.To(true)}
-
-// NewManager returns a manager for a started env: its webhook server
-// listens where env's webhook configuration points, with no metrics
-// endpoint and no leader election.
-func NewManager(env *envtest.Environment, cfg *rest.Config) (ctrl.Manager, error) {
-	w := env.WebhookInstallOptions
-	return ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:  env.Scheme,
-		Metrics: metricsserver.Options{BindAddress: "0"},
-		// Refusals are counted by code, as main.go's server counts them.
-		WebhookServer: webhooks.CountDenials(webhook.NewServer(webhook.Options{
-			Host: w.LocalServingHost, Port: w.LocalServingPort, CertDir: w.LocalServingCertDir,
-		})),
-		HealthProbeBindAddress: "0",
-		Controller:             controllerOptions,
-		Cache:                  controllers.CacheOptions(),
-	})
-}
-
-// Features selects what SetupRetryguard wires in.
+// Features selects what StartManaged's manager serves.
 type Features struct {
 	Webhooks, Controllers bool
-	// ProxyImage is the retryguard-proxy injector's image, as main.go's
-	// --proxy-image; the injector is served with the webhooks either way.
+	// ProxyImage is the retryguard-proxy injector's image (--proxy-image);
+	// the injector is served with the webhooks either way.
 	ProxyImage string
+	// Draining, when set, is the drain the webhooks answer to, for a test
+	// to turn on; the manager does not drain when its context ends.
+	Draining *webhooks.Draining
 }
 
-// Everything is what main.go runs.
+// Everything is what cmd/manager runs.
 var Everything = Features{Webhooks: true, Controllers: true}
 
-// SetupRetryguard wires Retryguard into mgr as main.go does: the field
-// indexes, then the controllers and the webhooks as selected.
-func SetupRetryguard(ctx context.Context, mgr ctrl.Manager, limits policygraph.Limits, f Features) error {
-	if err := policyindex.RegisterIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
-		return err
+// ManagerConfig is the manager internal/manager builds, with every flag at
+// its default, for a started env: its webhook server listens where env's
+// webhook configuration points; there is no metrics endpoint, no probe
+// server, no leader election and no drain at the end; and, since suites
+// start several managers in one process, controller names need not be
+// unique. Callers change what they test.
+func ManagerConfig(env *envtest.Environment, limits policygraph.Limits, f Features) manager.Config {
+	o := options.Defaults()
+	o.Limits = limits
+	o.MetricsAddr, o.ProbeAddr = "0", "0"
+	o.LeaderElect = false
+	o.ShutdownDrain = 0
+	o.EnableWebhooks = f.Webhooks
+	o.Injector = webhooks.Injector{Image: f.ProxyImage}
+	w := env.WebhookInstallOptions
+	o.WebhookPort, o.WebhookCertDir = w.LocalServingPort, w.LocalServingCertDir
+	return manager.Config{
+		Manager:            o,
+		Scheme:             env.Scheme,
+		WebhookHost:        w.LocalServingHost,
+		WithoutControllers: !f.Controllers,
+		Controller:         config.Controller{SkipNameValidation: ptr.To(true)},
+		Draining:           f.Draining,
 	}
-	if f.Controllers {
-		if err := controllers.SetupWithManager(ctx, mgr, controllers.Options{Limits: limits}); err != nil {
-			return err
-		}
-	}
-	if f.Webhooks {
-		if err := webhooks.SetupWithManager(ctx, mgr, limits); err != nil {
-			return err
-		}
-		webhooks.SetupInjectorWithManager(mgr, &webhooks.Injector{Image: f.ProxyImage})
-	}
-	return nil
 }
 
-// StartManaged builds a manager for a started env, wires Retryguard into it
-// as f selects, and runs it until ctx ends, returning once it serves. The
-// channel yields the manager's exit.
+// StartManaged runs the manager ManagerConfig describes for a started env
+// until ctx ends, returning once it serves (StartManager).
 func StartManaged(ctx context.Context, env *envtest.Environment, cfg *rest.Config, limits policygraph.Limits, f Features) (ctrl.Manager, <-chan error, error) {
-	mgr, err := NewManager(env, cfg)
+	return StartManager(ctx, env, cfg, ManagerConfig(env, limits, f))
+}
+
+// StartManager builds the manager c describes (internal/manager, as
+// cmd/manager does) for a started env, with cfg's identity, runs it until
+// ctx ends, and returns once its cache has synced and, when env serves
+// webhooks, its webhook server answers TLS. The channel yields Start's
+// result.
+func StartManager(ctx context.Context, env *envtest.Environment, cfg *rest.Config, c manager.Config) (ctrl.Manager, <-chan error, error) {
+	mgr, err := manager.New(ctx, cfg, c)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := SetupRetryguard(ctx, mgr, limits, f); err != nil {
-		return nil, nil, err
-	}
-	done, err := StartManager(ctx, env, mgr)
-	return mgr, done, err
-}
-
-// StartManager runs mgr until ctx ends, and returns once its cache has
-// synced and, when env serves webhooks, its webhook server answers TLS.
-// The returned channel yields Start's result.
-func StartManager(ctx context.Context, env *envtest.Environment, mgr ctrl.Manager) (<-chan error, error) {
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 	syncCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if !mgr.GetCache().WaitForCacheSync(syncCtx) {
-		return done, fmt.Errorf("manager cache did not sync")
+		return mgr, done, fmt.Errorf("manager cache did not sync")
 	}
 	w := env.WebhookInstallOptions
 	if w.LocalServingPort == 0 || len(w.ValidatingWebhooks) == 0 {
-		return done, nil
+		return mgr, done, nil
 	}
 	addr := net.JoinHostPort(w.LocalServingHost, strconv.Itoa(w.LocalServingPort))
 	for {
@@ -128,13 +110,13 @@ func StartManager(ctx context.Context, env *envtest.Environment, mgr ctrl.Manage
 		) //nolint:gosec // a readiness probe of our own local server
 		if err == nil {
 			_ = conn.Close()
-			return done, nil
+			return mgr, done, nil
 		}
 		select {
 		case err := <-done:
-			return done, fmt.Errorf("manager stopped before serving webhooks: %v", err)
+			return mgr, done, fmt.Errorf("manager stopped before serving webhooks: %v", err)
 		case <-syncCtx.Done():
-			return done, fmt.Errorf("webhook server not serving on %s: %w", addr, err)
+			return mgr, done, fmt.Errorf("webhook server not serving on %s: %w", addr, err)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

@@ -11,11 +11,10 @@ import (
 	goruntime "runtime"
 
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	policyv1alpha1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/internal/manager"
 )
 
 // ErrNoAssets says that KUBEBUILDER_ASSETS is not set or holds no binaries.
@@ -49,17 +48,8 @@ func AssetsDir() (string, error) {
 	return dir, nil
 }
 
-// Scheme returns a scheme with the built-in types and Retryguard's API.
-func Scheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	if err := policyv1alpha1.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	return s
-}
+// Scheme returns the manager's scheme: the built-in types and Retryguard's API.
+func Scheme() *runtime.Scheme { return manager.Scheme() }
 
 // StartEnvironment starts NewEnvironment's control plane for one test or
 // benchmark, serving the webhooks' configuration when webhooks is set, and

@@ -28,7 +28,7 @@ import (
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
-// The manager's leader election, as main.go configures it (controller-runtime's
+// The manager's leader election, as internal/manager configures it (controller-runtime's
 // defaults for the durations).
 const (
 	leaderLease   = controllers.LeaderElectionID

@@ -109,12 +109,12 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	var g errgroup.Group
 	if managerTar == "" {
 		managerTag = "e2e"
-		// A plain `go test` without `make e2e`: a static build of main.go,
+		// A plain `go test` without `make e2e`: a static build of cmd/manager,
 		// packed by the packer `make image` uses (user 65532, no shell,
 		// /manager).
 		managerTar = filepath.Join(cluster.DefaultImageDir, "manager.tar")
 		g.Go(func() error {
-			return image.BinaryImage(ctx, repoRoot, ".", managerTar, managerRepository+":"+managerTag,
+			return image.BinaryImage(ctx, repoRoot, "./cmd/manager", managerTar, managerRepository+":"+managerTag,
 				image.Config{Entrypoint: []string{"/manager"}})
 		})
 	}

@@ -48,8 +48,41 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{ include "retryguard.fullname" . }}-metrics
 {{- end -}}
 
+{{/* The CRDs' labels, as cert-manager's chart labels its own (component crds). */}}
+{{- define "retryguard.crdLabels" -}}
+{{ include "retryguard.labels" . }}
+app.kubernetes.io/component: crds
+{{- end -}}
+
+{{/*
+The manager's ServiceAccount, as cert-manager's chart names its own:
+serviceAccount.name, else the fullname when the chart creates it, else the
+namespace's default.
+*/}}
 {{- define "retryguard.serviceAccountName" -}}
-{{ include "retryguard.fullname" . }}
+{{- if .Values.serviceAccount.create -}}
+{{ default (include "retryguard.fullname" .) .Values.serviceAccount.name }}
+{{- else -}}
+{{ default "default" .Values.serviceAccount.name }}
+{{- end -}}
+{{- end -}}
+
+{{/* The pods' PriorityClass: priorityClassName, else global.priorityClassName (an umbrella chart's). */}}
+{{- define "retryguard.priorityClassName" -}}
+{{- default (.Values.global | default dict).priorityClassName .Values.priorityClassName -}}
+{{- end -}}
+
+{{/* The pods' pull Secrets: global.imagePullSecrets (an umbrella chart's), then imagePullSecrets, each name once. */}}
+{{- define "retryguard.imagePullSecrets" -}}
+{{- $names := list -}}
+{{- $secrets := list -}}
+{{- range concat ((.Values.global | default dict).imagePullSecrets | default list) (.Values.imagePullSecrets | default list) -}}
+{{- if not (has .name $names) -}}
+{{- $names = append $names .name -}}
+{{- $secrets = append $secrets . -}}
+{{- end -}}
+{{- end -}}
+{{- with $secrets }}{{ toYaml . }}{{ end -}}
 {{- end -}}
 
 {{/* The user the operator's requests carry, for the ValidatingAdmissionPolicy. */}}

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"image/color"
 	"os"
 	"path/filepath"
+	"regexp"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -19,14 +21,34 @@ func writeOut(dir string, rep *report) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	data, err := json.MarshalIndent(rep, "", "  ")
+	data, err := encodeReport(rep)
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "report.json"), append(data, '\n'), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "report.json"), data, 0o644); err != nil {
 		return err
 	}
 	return plotReport(rep, filepath.Join(dir, "drill.png"))
+}
+
+// numberList is a JSON array of numbers as json.MarshalIndent lays it out,
+// one element a line.
+var numberList = regexp.MustCompile(`\[\s*-?[0-9][-+0-9.eE,\s]*\]`)
+
+// encodeReport is report.json: indented, each per-second series on one line.
+func encodeReport(rep *report) ([]byte, error) {
+	data, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	data = numberList.ReplaceAllFunc(data, func(list []byte) []byte {
+		var b bytes.Buffer
+		if json.Compact(&b, list) != nil {
+			return list
+		}
+		return b.Bytes()
+	})
+	return append(data, '\n'), nil
 }
 
 var optionColors = map[string]color.Color{

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -80,5 +82,25 @@ func TestTimingOnlyFailures(t *testing.T) {
 	exact := judge(summary{Offered: 1, Lost: 1, RecoverySeconds: 4}, 1320, 120)
 	if !timed.TimingOnly || exact.TimingOnly {
 		t.Fatalf("timed %+v, exact %+v", timed, exact)
+	}
+}
+
+// report.json keeps each per-second series on one line, and reads back as
+// the report written.
+func TestReportKeepsEachSeriesOnOneLine(t *testing.T) {
+	rep := &report{Options: []optionReport{{Name: "C", Series: series{Primary: []int{1200, 1201}, Outbound: []int{1247, 1245},
+		BudgetTokens: []float64{12.5, -0.4}}}}}
+	data, err := encodeReport(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{`"primary": [1200,1201],`, `"outbound": [1247,1245],`, `"budgetTokens": [12.5,-0.4]`} {
+		if !bytes.Contains(data, []byte(line)) {
+			t.Errorf("no line %s in\n%s", line, data)
+		}
+	}
+	var back report
+	if err := json.Unmarshal(data, &back); err != nil || back.Options[0].Series.BudgetTokens[1] != -0.4 || back.Options[0].Series.Outbound[1] != 1245 {
+		t.Fatalf("%v: %+v", err, back)
 	}
 }

@@ -58,8 +58,9 @@ func optionOf(t *testing.T, rep *report, name string) optionReport {
 	return optionReport{}
 }
 
-// The quick drill: Retryguard meets the spec, the rejected options do not,
-// and every logical operation is accounted for.
+// The quick drill, the recovery drill's regression guard: Retryguard meets
+// the spec, the rejected options do not, and every logical operation is
+// accounted for.
 func TestQuickDrill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 20 s real-time drill")
@@ -87,16 +88,23 @@ func TestQuickDrill(t *testing.T) {
 		q.BrokerKilledAt <= 0 || q.BrokerBackAt <= q.BrokerKilledAt || q.JournalFS == "" || strings.HasPrefix(rep.Policy.Journal, "/dev/shm") {
 		t.Errorf("the fallback queue: %+v, journal %s", q, rep.Policy.Journal)
 	}
-	if c.Summary.MaxBucketRatio > maxRatio || c.Summary.AmplificationDuringFault > maxRatio {
+	if c.Summary.MaxBucketRatio > maxRatio || c.Summary.AmplificationDuringFault > guardRatio {
 		t.Errorf("C: outbound/primary %.3f (worst second %.3f)", c.Summary.AmplificationDuringFault, c.Summary.MaxBucketRatio)
 	}
 	for _, name := range []string{"A", "B"} {
 		// Unloaded, A and B send 2.3 and 1.9 attempts per primary; a busy
-		// machine delays their retries past the fault, so only 1.2 is asserted.
-		if o := optionOf(t, rep, name); o.Verdict.Pass || o.Summary.AmplificationDuringFault < 1.2 {
+		// machine delays their retries past the fault, so only 1.2 is
+		// asserted, and only on schedule: a machine that stalls the load
+		// for seconds pushes even that much past the fault.
+		o := optionOf(t, rep, name)
+		if o.Verdict.Pass || rep.OffSchedule == "" && o.Summary.AmplificationDuringFault < 1.2 {
 			t.Errorf("%s passed, or barely retried: %+v", name, o.Summary)
 		}
+		if o.Summary.AmplificationDuringFault <= c.Summary.AmplificationDuringFault {
+			t.Errorf("C's outbound/primary %.3f is not below %s's %.3f", c.Summary.AmplificationDuringFault, name, o.Summary.AmplificationDuringFault)
+		}
 	}
+	onSchedule(t, rep, c)
 	if len(c.Series.BudgetTokens) == 0 || len(c.Series.BudgetDenials) != len(c.Series.Outbound) {
 		t.Errorf("C's budget series: %d tokens, %d denials", len(c.Series.BudgetTokens), len(c.Series.BudgetDenials))
 	}
@@ -107,6 +115,38 @@ func TestQuickDrill(t *testing.T) {
 			rep.Inconclusive, strings.Join(c.Verdict.Failures, "; "))
 	default:
 		t.Fatalf("exit status %d, pass %v: %v", status, rep.Pass, c.Verdict.Failures)
+	}
+}
+
+// guardRatio is the regression guard on C's outbound per primary, tighter
+// than the spec's 10% (maxRatio): at 10% of successes, with 40% of the
+// fault's attempts succeeding, C's retries come to about 4% of its
+// primaries (1.040 in a quiet full run, docs/benchmarks.md).
+const guardRatio = 1.05
+
+// onSchedule holds C's per-second figures, which only a run whose load
+// arrived on schedule can judge, to the regression guard: within
+// guardRatio of its primaries and under the ban limit in every whole
+// second of load, the first included, where the executor is new and its
+// start credit lets the first failures retry.
+func onSchedule(t *testing.T, rep *report, c optionReport) {
+	t.Helper()
+	if rep.OffSchedule != "" {
+		t.Logf("C's per-second marks unjudged: the machine kept the load off schedule (%s)", rep.OffSchedule)
+		return
+	}
+	s := c.Series
+	if s.Retries[0] == 0 {
+		t.Errorf("no retry in the first second of a new executor (%d primaries)", s.Primary[0])
+	}
+	if first := float64(s.Outbound[0]) / float64(s.Primary[0]); first > guardRatio {
+		t.Errorf("first second: %d attempts for %d primaries, above %.2f×", s.Outbound[0], s.Primary[0], guardRatio)
+	}
+	if c.Summary.MaxBucketRatio > guardRatio {
+		t.Errorf("second %d: outbound/primary %.3f, above %.2f×", c.Summary.MaxRatioSecond, c.Summary.MaxBucketRatio, guardRatio)
+	}
+	if c.Summary.PeakOutbound > rep.Scenario.BanLimit {
+		t.Errorf("C sent %d attempts in one second, over %d", c.Summary.PeakOutbound, rep.Scenario.BanLimit)
 	}
 }
 

@@ -92,11 +92,11 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 
 func (t *tailBuffer) String() string { return string(t.b) }
 
-// RepoRoot walks up from dir to the directory holding the root module's
-// go.mod (the one with main.go beside it).
+// RepoRoot walks up from dir to the checkout's root: the directory holding
+// the root module's go.mod, with the manager's command beneath it.
 func RepoRoot(dir string) (string, error) {
 	for d := dir; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "main.go")); err == nil {
+		if _, err := os.Stat(filepath.Join(d, "cmd", "manager", "main.go")); err == nil {
 			if _, err := os.Stat(filepath.Join(d, "hack", "envtest-assets.sh")); err == nil {
 				return d, nil
 			}

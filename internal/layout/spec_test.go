@@ -1,4 +1,4 @@
-package main
+package layout
 
 import (
 	"bufio"
@@ -28,16 +28,18 @@ var (
 	randomSeed = regexp.MustCompile(`(?i)rand|pcg|fuzz|corpus|seeded|math/rand`)
 )
 
-// citingFiles are the files whose text may cite a requirement.
+// citingFiles are the files whose text may cite a requirement, relative to
+// the checkout's root.
 func citingFiles(t *testing.T) []string {
 	t.Helper()
+	root := repoRoot(t)
 	var files []string
-	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		if d.IsDir() {
-			if name := d.Name(); path != "." && (strings.HasPrefix(name, ".") || name == "bin" || name == "testdata") {
+			if name := d.Name(); path != root && (strings.HasPrefix(name, ".") || name == "bin" || name == "testdata") {
 				return filepath.SkipDir
 			}
 			return nil
@@ -45,7 +47,11 @@ func citingFiles(t *testing.T) []string {
 		switch filepath.Ext(path) {
 		case ".go", ".md", ".yaml", ".yml", ".sh", ".tpl", ".txt":
 			if !strings.HasPrefix(filepath.Base(path), "zz_generated") {
-				files = append(files, path)
+				rel, err := filepath.Rel(root, path)
+				if err != nil {
+					return err
+				}
+				files = append(files, rel)
 			}
 		}
 		return nil
@@ -59,7 +65,8 @@ func citingFiles(t *testing.T) []string {
 // Every requirement a file cites is defined in docs/spec.md, and no file
 // cites a design document the repository does not hold.
 func TestEveryCitedRequirementIsInTheSpec(t *testing.T) {
-	raw, err := os.ReadFile(specFile)
+	root := repoRoot(t)
+	raw, err := os.ReadFile(filepath.Join(root, specFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +79,7 @@ func TestEveryCitedRequirementIsInTheSpec(t *testing.T) {
 	}
 	cited := map[string]bool{}
 	for _, path := range citingFiles(t) {
-		f, err := os.Open(path)
+		f, err := os.Open(filepath.Join(root, path))
 		if err != nil {
 			t.Fatal(err)
 		}

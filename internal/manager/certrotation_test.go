@@ -1,4 +1,4 @@
-package main
+package manager_test
 
 import (
 	"bytes"
@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
+	"github.com/retryguard/retryguard/internal/manager"
 	"github.com/retryguard/retryguard/internal/options"
 	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/runtime/codes"
@@ -34,7 +35,7 @@ func TestManagerRotatesItsOwnCertificate(t *testing.T) {
 	cfg, kubeconfig := startControlPlane(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	c, err := client.New(cfg, client.Options{Scheme: manager.Scheme()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,9 +62,9 @@ func TestManagerRotatesItsOwnCertificate(t *testing.T) {
 	probes := freeAddr(t)
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"--kubeconfig", saKubeconfig, "--leader-elect=false", "--metrics-bind-address=0",
+		done <- manager.Run(ctx, []string{"--kubeconfig", saKubeconfig, "--leader-elect=false", "--metrics-bind-address=0",
 			"--health-probe-bind-address", probes, "--webhook-port", port, "--webhook-cert-dir", certDir,
-			"--cert-rotation", "--namespace", ns, "--webhook-cert-dns-names=localhost"})
+			"--cert-rotation", "--namespace", ns, "--webhook-cert-dns-names=localhost"}, manager.Build{})
 	}()
 	waitFor(t, 90*time.Second, func() bool { code, _ := get("http://"+probes+"/readyz", ""); return code == http.StatusOK })
 

@@ -1,4 +1,4 @@
-package main
+package manager_test
 
 import (
 	"context"
@@ -24,17 +24,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
-	"github.com/retryguard/retryguard/internal/options"
+	"github.com/retryguard/retryguard/internal/manager"
 	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
-	"github.com/retryguard/retryguard/webhooks"
 )
-
-func TestMain(m *testing.M) {
-	// The suites below run the manager several times in one process.
-	controllerOptions.SkipNameValidation = new(true)
-	os.Exit(m.Run())
-}
 
 // startControlPlane starts kube-apiserver and etcd with the CRDs until the
 // test ends, and writes an admin kubeconfig for run's --kubeconfig.
@@ -106,7 +99,7 @@ func asServiceAccount(ctx context.Context, t *testing.T, c client.Client, adminK
 // dropRuleEnv names one rule to leave out of asServiceAccount's RBAC, as
 // file/document/rule, to check by hand that a suite fails without it:
 //
-//	RETRYGUARD_DROP_RULE=rbac.yaml/0/1 go test -run TestManagerRotatesItsOwnCertificate .
+//	RETRYGUARD_DROP_RULE=rbac.yaml/0/1 go test -run TestManagerRotatesItsOwnCertificate ./internal/manager/
 const dropRuleEnv = "RETRYGUARD_DROP_RULE"
 
 func dropRule(t *testing.T, doc, text string) string {
@@ -141,14 +134,14 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// The manager binary's own wiring: flags, controllers publishing, probes,
+// The manager as cmd/manager runs it: flags, controllers publishing, probes,
 // the metrics endpoint (HTTPS, authenticated and authorized by the API
 // server, HTTP/1.1 only) with Retryguard's gauge, and a clean stop.
 func TestManagerRuns(t *testing.T) {
 	cfg, kubeconfig := startControlPlane(t)
 	metrics, probes := freeAddr(t), freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	c, err := client.New(cfg, client.Options{Scheme: manager.Scheme()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,8 +152,8 @@ func TestManagerRuns(t *testing.T) {
 	saKubeconfig := asServiceAccount(ctx, t, c, kubeconfig, "retryguard-system")
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"--kubeconfig", saKubeconfig, "--leader-elect=false", "--enable-webhooks=false",
-			"--metrics-bind-address", metrics, "--health-probe-bind-address", probes, "--max-leaf-attempts=9"})
+		done <- manager.Run(ctx, []string{"--kubeconfig", saKubeconfig, "--leader-elect=false", "--enable-webhooks=false",
+			"--metrics-bind-address", metrics, "--health-probe-bind-address", probes, "--max-leaf-attempts=9"}, manager.Build{})
 	}()
 
 	if err := c.Create(ctx, fixtures.Budget("default", fixtures.DefaultBudget, 10)); err != nil {
@@ -272,7 +265,7 @@ func TestManagerRejectsBadFlags(t *testing.T) {
 		"--cert-rotation --namespace=":                          "--cert-rotation needs --namespace",
 		"--cert-rotation --enable-webhooks=false --namespace=x": "--cert-rotation needs --enable-webhooks",
 	} {
-		if err := run(context.Background(), strings.Fields(args)); err == nil || !strings.Contains(err.Error(), want) {
+		if err := manager.Run(context.Background(), strings.Fields(args), manager.Build{}); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", args, err, want)
 		}
 	}
@@ -315,39 +308,5 @@ func waitFor(t *testing.T, d time.Duration, ok func() bool) {
 			t.Fatalf("not reached in %s", d)
 		}
 		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// SIGTERM (the end of ctx) turns the drain on at once and stops the
-// manager only when the drain has run its course; without webhooks there
-// is nothing to drain.
-func TestTheManagerDrainsBeforeItStops(t *testing.T) {
-	signal, terminate := context.WithCancel(context.Background())
-	var d webhooks.Draining
-	stop, cancel := drainThenStop(signal, &d, options.Manager{EnableWebhooks: true, ShutdownDrain: time.Hour})
-	defer cancel()
-	if d.On() || stop.Err() != nil {
-		t.Fatal("draining or stopped before the signal")
-	}
-	terminate()
-	waitUntil(t, d.On)
-	if stop.Err() != nil {
-		t.Fatal("the manager stopped as the drain began; it must serve for the drain first")
-	}
-
-	signal, terminate = context.WithCancel(context.Background())
-	stop, cancel = drainThenStop(signal, &webhooks.Draining{}, options.Manager{EnableWebhooks: true, ShutdownDrain: time.Millisecond})
-	defer cancel()
-	terminate()
-	<-stop.Done() // the drain ended
-
-	signal, terminate = context.WithCancel(context.Background())
-	var none webhooks.Draining
-	stop, cancel = drainThenStop(signal, &none, options.Manager{EnableWebhooks: false, ShutdownDrain: time.Hour})
-	defer cancel()
-	terminate()
-	<-stop.Done()
-	if none.On() {
-		t.Error("a manager without webhooks drained")
 	}
 }
