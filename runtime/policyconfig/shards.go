@@ -49,19 +49,45 @@ func MemberShardConfigMapName(shard, budget string) string {
 // of its fingerprint, two lowercase hex digits.
 func ShardOf(uid string) string { return fmt.Sprintf("%02x", fingerprint(uid)>>56) }
 
-// EncodeShards splits the counted pods' UIDs into their shards: shard →
-// EncodeMembers of the UIDs in it. A shard that names no pod is absent.
-func EncodeShards(uids []string) map[string]string {
-	by := map[string][]string{}
-	for _, u := range uids {
-		s := ShardOf(u)
-		by[s] = append(by[s], u)
+// ShardMembers splits members (EncodeMembers' form) into their shards:
+// shard → the members in it, in the same form. A shard that names no pod
+// is absent; members that do not decode name no one.
+func ShardMembers(members string) map[string]string {
+	raw, err := base64.StdEncoding.DecodeString(members)
+	if err != nil || len(raw)%memberSize != 0 {
+		return nil
+	}
+	by := map[string][]byte{}
+	for i := 0; i < len(raw); i += memberSize {
+		s := fmt.Sprintf("%02x", raw[i])
+		by[s] = append(by[s], raw[i:i+memberSize]...)
 	}
 	out := make(map[string]string, len(by))
-	for s, us := range by {
-		out[s] = EncodeMembers(us)
+	for s, b := range by {
+		out[s] = base64.StdEncoding.EncodeToString(b)
 	}
 	return out
+}
+
+// IntersectMembers is the members a and b (EncodeMembers' form) both
+// name, in the same form; members that do not decode name no one.
+func IntersectMembers(a, b string) string {
+	ra, errA := base64.StdEncoding.DecodeString(a)
+	rb, errB := base64.StdEncoding.DecodeString(b)
+	if errA != nil || errB != nil || len(ra)%memberSize != 0 || len(rb)%memberSize != 0 {
+		return ""
+	}
+	in := map[uint64]bool{}
+	for i := 0; i < len(rb); i += memberSize {
+		in[binary.BigEndian.Uint64(rb[i:])] = true
+	}
+	var out []byte
+	for i := 0; i < len(ra); i += memberSize {
+		if in[binary.BigEndian.Uint64(ra[i:])] {
+			out = append(out, ra[i:i+memberSize]...)
+		}
+	}
+	return base64.StdEncoding.EncodeToString(out)
 }
 
 // MemberShard is what a shard's ConfigMap carries: the budget it names

@@ -19,7 +19,7 @@ func shardedFleet(gen int64) (*policyconfig.Count, []*policyconfig.MemberShard) 
 	c := fleetCount()
 	c.MembersGeneration, c.Consumers.Members = gen, ""
 	var shards []*policyconfig.MemberShard
-	for shard, members := range policyconfig.EncodeShards(fixtures.FleetPods()) {
+	for shard, members := range policyconfig.ShardMembers(policyconfig.EncodeMembers(fixtures.FleetPods())) {
 		shards = append(shards, &policyconfig.MemberShard{SchemaVersion: policyconfig.MembersSchemaVersion, Namespace: "auth",
 			Budget: "telephony-provider", UID: fixtures.BudgetUID, Shard: shard, Generation: gen, Members: members})
 	}
