@@ -191,7 +191,7 @@ func (r *RetryBudgetReconciler) publishShard(ctx context.Context, b *v1.RetryBud
 		Name: policyconfig.MemberShardConfigMapName(s, b.Name),
 		Labels: map[string]string{policyconfig.ManagedByLabel: policyconfig.ManagedByValue, policyconfig.MembersLabel: labelValue(b.Name),
 			policyconfig.ShardLabel: s},
-		DataKey: policyconfig.MembersDataKey, Data: data,
+		DataKey: policyconfig.MembersDataKey, Data: data, Unhashed: true,
 	})
 }
 
@@ -206,7 +206,7 @@ func (r *RetryBudgetReconciler) publishCount(ctx context.Context, b *v1.RetryBud
 	return publishConfigMap(ctx, r.Client, b, r.scheme(), publishedConfigMap{
 		Name:    policyconfig.BudgetConfigMapName(b.Name),
 		Labels:  map[string]string{policyconfig.ManagedByLabel: policyconfig.ManagedByValue, policyconfig.BudgetLabel: labelValue(b.Name)},
-		DataKey: policyconfig.CountDataKey, Data: data,
+		DataKey: policyconfig.CountDataKey, Data: data, Unhashed: true,
 	})
 }
 
