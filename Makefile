@@ -55,6 +55,7 @@ manifests: ## Generate CRDs, RBAC and webhook configuration from markers.
 		output:crd:artifacts:config=config/crd/bases \
 		output:rbac:artifacts:config=config/rbac \
 		output:webhook:artifacts:config=config/webhook
+	$(GO) run ./hack/apiref
 	rm -f charts/retryguard/crds/*.yaml && cp config/crd/bases/*.yaml charts/retryguard/crds/
 	mkdir -p charts/retryguard/files
 	for role in role:role-rules leader_election_role:leader-election-rules metrics_auth_role:metrics-auth-rules; do \
@@ -98,6 +99,10 @@ PROMTOOL = $(shell hack/promtool.sh)
 .PHONY: chart-check
 chart-check: manifests envtest ## Lint, render, install, upgrade and uninstall the Helm chart; prove its RBAC and admission policy by impersonation; test its alerts with promtool; hold its README's values table to the schema.
 	cd hack/chartcheck && KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" PROMTOOL="$(PROMTOOL)" $(GO) test -count=1 ./...
+
+.PHONY: api-reference
+api-reference: ## Regenerate docs/api-reference.md from the CRDs in config/crd/bases (make manifests runs it too).
+	$(GO) run ./hack/apiref
 
 .PHONY: chart-readme
 chart-readme: ## Regenerate the values table in charts/retryguard/README.md from values.schema.json and values.yaml.
