@@ -56,6 +56,7 @@ manifests: ## Generate CRDs, RBAC and webhook configuration from markers.
 		output:rbac:artifacts:config=config/rbac \
 		output:webhook:artifacts:config=config/webhook
 	hack/chart-crds.sh config/crd/bases charts/retryguard/templates
+	$(GO) run ./hack/apiref
 	mkdir -p charts/retryguard/files
 	for role in role:role-rules leader_election_role:leader-election-rules metrics_auth_role:metrics-auth-rules; do \
 		sed -n '/^rules:/,$$p' config/rbac/$${role%%:*}.yaml | tail -n +2 > charts/retryguard/files/$${role##*:}.yaml; done
@@ -98,6 +99,10 @@ PROMTOOL = $(shell hack/promtool.sh)
 .PHONY: chart-check
 chart-check: manifests envtest ## Lint, render, install, upgrade and uninstall the Helm chart; prove its RBAC and admission policy by impersonation; test its alerts with promtool; hold its README's values table to the schema.
 	cd hack/chartcheck && KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" PROMTOOL="$(PROMTOOL)" $(GO) test -count=1 ./...
+
+.PHONY: api-reference
+api-reference: ## Regenerate docs/api-reference.md from the CRDs in config/crd/bases (make manifests runs it too).
+	$(GO) run ./hack/apiref
 
 .PHONY: chart-readme
 chart-readme: ## Regenerate the values table in charts/retryguard/README.md from values.schema.json and values.yaml.

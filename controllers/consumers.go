@@ -133,26 +133,48 @@ var podMembershipChanged = predicate.Funcs{
 // consumerLeases remembers, per budget, the count its ConfigMap last
 // carried, so that a reconcile that finds the same pods keeps the published
 // observedAt (and writes nothing), and the count is renewed with a new
-// observedAt when the pods change or the lease is due. It is safe for
-// concurrent use; its zero value is ready.
+// observedAt when the pods change or the lease is due. Each change of the
+// pods is a new membership generation, which the count and the shards
+// written for it carry. It is safe for concurrent use; its zero value is
+// ready.
 type consumerLeases struct {
 	mu       sync.Mutex
 	byBudget map[types.NamespacedName]consumerLease
+	// floor is, per budget, the highest membership generation published
+	// before this lease began (read from the live ConfigMaps): a restarted
+	// controller's generations go on from there, never back.
+	floor map[types.NamespacedName]int64
 }
 
 type consumerLease struct {
 	budget     types.UID
 	tally      consumerTally
 	observedAt time.Time
+	generation int64
+}
+
+// countSpacingPerPod spaces a changed count's publications: every
+// publication is one watch event to each counted pod, so a count of n pods
+// is published again at most every n×2 ms (capped at the refresh), which
+// bounds the count's egress to its size per 2 ms (about 410 KB/s for its
+// 820 bytes) however large the fleet and fast the churn. Meanwhile the
+// pods that left are removed from their shards at once and the pods that
+// joined wait for the next count: fewer shares, never more.
+const countSpacingPerPod = 2 * time.Millisecond
+
+// countSpacing is how long after a publication a changed count of n pods
+// waits to be published.
+func countSpacing(n int32, refresh time.Duration) time.Duration {
+	return min(time.Duration(n)*countSpacingPerPod, refresh)
 }
 
 // renew returns the count to publish for budget (whose UID is uid) and
-// when it must be renewed: after refresh. countedAt is when the count
-// began, read before listing, so that every pod object created before it is
-// in the count: a published observedAt never claims more than the count
-// covers. A count names its pods, so a pod whose object was counted before
-// its process started is covered by that count: no renewal waits for young
-// pods.
+// when it must be renewed: after refresh, or sooner when a changed count
+// waits its spacing. countedAt is when the count began, read before
+// listing, so that every pod object created before it is in the count: a
+// published observedAt never claims more than the count covers. A count
+// names its pods, so a pod whose object was counted before its process
+// started is covered by that count: no renewal waits for young pods.
 func (l *consumerLeases) renew(
 	budget types.NamespacedName,
 	uid types.UID,
@@ -164,15 +186,48 @@ func (l *consumerLeases) renew(
 	defer l.mu.Unlock()
 	last, ok := l.byBudget[budget]
 	age := countedAt.Sub(last.observedAt)
-	if !ok || last.budget != uid || last.tally != tally || age < 0 || age >= refresh {
-		last = consumerLease{budget: uid, tally: tally, observedAt: countedAt}
+	changed := !ok || last.budget != uid || last.tally != tally
+	spaced := ok && last.budget == uid && age >= 0 && age < countSpacing(max(tally.Count, last.tally.Count), refresh)
+	switch {
+	case changed && spaced:
+		// The last count stays in force until its spacing has passed.
+		return last.consumers(), countSpacing(max(tally.Count, last.tally.Count), refresh) - age
+	case changed || age < 0 || age >= refresh:
+		gen := last.generation
+		if changed {
+			gen = max(gen, l.floor[budget]) + 1
+		}
+		last = consumerLease{budget: uid, tally: tally, observedAt: countedAt, generation: gen}
 		if l.byBudget == nil {
 			l.byBudget = map[types.NamespacedName]consumerLease{}
 		}
 		l.byBudget[budget] = last
 		age = 0
 	}
-	return policyconfig.Consumers{Count: tally.Count, ObservedAt: last.observedAt, Members: tally.Members}, refresh - age
+	return last.consumers(), refresh - age
+}
+
+func (c consumerLease) consumers() policyconfig.Consumers {
+	return policyconfig.Consumers{Count: c.tally.Count, ObservedAt: c.observedAt, Members: c.tally.Members}
+}
+
+// published is the membership generation of budget's count in force (0:
+// none yet).
+func (l *consumerLeases) published(budget types.NamespacedName) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.byBudget[budget].generation
+}
+
+// raise makes budget's next generation at least gen+1: gen was published
+// before this lease (the live count's and shards' highest).
+func (l *consumerLeases) raise(budget types.NamespacedName, gen int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.floor == nil {
+		l.floor = map[types.NamespacedName]int64{}
+	}
+	l.floor[budget] = max(l.floor[budget], gen)
 }
 
 // forget drops a deleted budget's lease.
@@ -180,4 +235,5 @@ func (l *consumerLeases) forget(budget types.NamespacedName) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.byBudget, budget)
+	delete(l.floor, budget)
 }

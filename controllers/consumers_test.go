@@ -3,6 +3,8 @@ package controllers_test
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -67,13 +69,27 @@ func expectConsumers(ns, budget string, want int32) *v1.RetryBudget {
 	return &b
 }
 
-// countOf reads a budget's published count from its ConfigMap.
+// countOf reads a budget's published count from its ConfigMap, with the
+// members of all its shards joined, as every pod together reads them.
 func countOf(g Gomega, ns, budget string) (*policyconfig.Count, *corev1.ConfigMap) {
 	var cm corev1.ConfigMap
 	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: policyconfig.BudgetConfigMapName(budget)}, &cm)).To(Succeed())
 	c, err := policyconfig.ParseCount([]byte(cm.Data[policyconfig.CountDataKey]))
 	g.Expect(err).NotTo(HaveOccurred())
-	return c, &cm
+	return c.WithShards(shardsOf(g, ns, budget)...), &cm
+}
+
+// shardsOf reads a budget's published shards of its members.
+func shardsOf(g Gomega, ns, budget string) []*policyconfig.MemberShard {
+	var cms corev1.ConfigMapList
+	g.Expect(k8s.List(ctx, &cms, client.InNamespace(ns), client.MatchingLabels{policyconfig.MembersLabel: budget})).To(Succeed())
+	var out []*policyconfig.MemberShard
+	for _, cm := range cms.Items {
+		s, err := policyconfig.ParseMemberShard([]byte(cm.Data[policyconfig.MembersDataKey]))
+		g.Expect(err).NotTo(HaveOccurred(), cm.Name)
+		out = append(out, s)
+	}
+	return out
 }
 
 // expectPublishedCount waits until a budget's ConfigMap carries want
@@ -381,6 +397,7 @@ type capturingClient struct {
 	mu      sync.Mutex
 	applied []string
 	counts  []string
+	shards  map[string]string // shard → the last one applied
 }
 
 func (c *capturingClient) Apply(_ context.Context, obj runtime.ApplyConfiguration, _ ...client.ApplyOption) error {
@@ -392,6 +409,11 @@ func (c *capturingClient) Apply(_ context.Context, obj runtime.ApplyConfiguratio
 	defer c.mu.Unlock()
 	if d, ok := cm.Data[policyconfig.CountDataKey]; ok {
 		c.counts = append(c.counts, d)
+	} else if d, ok := cm.Data[policyconfig.MembersDataKey]; ok {
+		if c.shards == nil {
+			c.shards = map[string]string{}
+		}
+		c.shards[*cm.Name] = d
 	} else {
 		c.applied = append(c.applied, cm.Data[policyconfig.DataKey])
 	}
@@ -414,7 +436,8 @@ func (c *capturingClient) last() *policyconfig.Payload {
 	return p
 }
 
-// lastCount parses the last count applied; nil when none was.
+// lastCount parses the last count applied, with the members of the shards
+// it names: the live ones, as applied since; nil when none was.
 func (c *capturingClient) lastCount() *policyconfig.Count {
 	GinkgoHelper()
 	c.mu.Lock()
@@ -425,7 +448,16 @@ func (c *capturingClient) lastCount() *policyconfig.Count {
 	n, err := policyconfig.ParseCount([]byte(c.counts[len(c.counts)-1]))
 	Expect(err).NotTo(HaveOccurred(), c.counts[len(c.counts)-1])
 	c.counts = nil
-	return n
+	shards := map[string]*policyconfig.MemberShard{}
+	for _, s := range shardsOf(Default, n.Namespace, n.Budget) {
+		shards[policyconfig.MemberShardConfigMapName(s.Shard, s.Budget)] = s
+	}
+	for name, d := range c.shards {
+		s, err := policyconfig.ParseMemberShard([]byte(d))
+		Expect(err).NotTo(HaveOccurred(), d)
+		shards[name] = s
+	}
+	return n.WithShards(slices.Collect(maps.Values(shards))...)
 }
 
 type discardStatus struct{ client.SubResourceWriter }

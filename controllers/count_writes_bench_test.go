@@ -29,7 +29,8 @@ import (
 // counts the ConfigMap writes the controller makes, as one watcher of the
 // namespace's published ConfigMaps sees them, which is what every pod's
 // informers receive: payload writes (retrypolicy-*) and count writes
-// (retrybudget-*) apart. Run it once:
+// (retrybudget-*) apart, and the writes of the members' shards
+// (retrymembers-*), which only the pods of each shard receive. Run it once:
 //
 //	go test -run '^$' -bench BenchmarkCountChangeWrites -benchtime 1x ./controllers/
 //
@@ -73,16 +74,19 @@ func BenchmarkCountChangeWrites(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		var payloads, counts atomic.Int64
+		var payloads, counts, shards atomic.Int64
 		go func() {
 			for e := range w.ResultChan() {
 				cm, ok := e.Object.(*corev1.ConfigMap)
 				if !ok || (e.Type != watch.Modified && e.Type != watch.Added) {
 					continue
 				}
-				if strings.HasPrefix(cm.Name, policyconfig.BudgetConfigMapPrefix) {
+				switch {
+				case strings.HasPrefix(cm.Name, policyconfig.BudgetConfigMapPrefix):
 					counts.Add(1)
-				} else {
+				case strings.HasPrefix(cm.Name, policyconfig.MembersConfigMapPrefix):
+					shards.Add(1) // delivered to the pods of that shard only
+				default:
 					payloads.Add(1)
 				}
 			}
@@ -109,6 +113,7 @@ func BenchmarkCountChangeWrites(b *testing.B) {
 		b.ReportMetric(float64(writes)/changes, "writes/change")
 		b.ReportMetric(float64(payloads.Load())/changes, "payload-writes/change")
 		b.ReportMetric(float64(counts.Load())/changes, "count-writes/change")
+		b.ReportMetric(float64(shards.Load())/changes, "shard-writes/change")
 		b.ReportMetric(elapsed.Seconds()/policyconfig.ConsumerCountRefresh.Seconds(), "lease-renewals-per-budget-at-most")
 		b.ReportMetric(float64(writes)*pods/changes, "pod-events/change")
 	}

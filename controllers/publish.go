@@ -23,6 +23,10 @@ type publishedConfigMap struct {
 	Labels  map[string]string
 	DataKey string
 	Data    []byte
+	// Unhashed leaves out the content-hash annotation (informative only):
+	// a count is delivered to every counted pod at every renewal, and its
+	// hash, in the object and its managed fields, would be a sixth of it.
+	Unhashed bool
 }
 
 // publishConfigMap makes owner's ConfigMap hold want, owner as its
@@ -42,6 +46,9 @@ func publishConfigMap(ctx context.Context, c client.Client, owner client.Object,
 	ref := metav1.OwnerReference{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: owner.GetName(), UID: owner.GetUID(),
 		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}
 	annotations := map[string]string{policyconfig.ContentHashAnnotation: contentHash(string(want.Data))}
+	if want.Unhashed {
+		annotations = nil
+	}
 	var live corev1.ConfigMap
 	switch err := c.Get(ctx, client.ObjectKey{Namespace: owner.GetNamespace(), Name: want.Name}, &live); {
 	case apierrors.IsNotFound(err):
@@ -53,11 +60,13 @@ func publishConfigMap(ctx context.Context, c client.Client, owner client.Object,
 	}
 	cm := corev1ac.ConfigMap(want.Name, owner.GetNamespace()).
 		WithLabels(want.Labels).
-		WithAnnotations(annotations).
 		WithOwnerReferences(metav1ac.OwnerReference().
 			WithAPIVersion(ref.APIVersion).WithKind(ref.Kind).WithName(ref.Name).WithUID(ref.UID).
 			WithController(true).WithBlockOwnerDeletion(true)).
 		WithData(map[string]string{want.DataKey: string(want.Data)})
+	if annotations != nil {
+		cm.WithAnnotations(annotations)
+	}
 	return c.Apply(ctx, cm, client.FieldOwner(FieldOwner), client.ForceOwnership)
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -17,6 +18,7 @@ import (
 	"github.com/retryguard/retryguard/api/policygraph/policyindex"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/runtime/clock"
+	"github.com/retryguard/retryguard/runtime/limits"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
@@ -86,8 +88,12 @@ func (r *RetryBudgetReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		if refresh <= 0 {
 			refresh = policyconfig.ConsumerCountRefresh
 		}
+		live, err := r.liveMembers(ctx, &b)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
 		c, due := r.leases.renew(req.NamespacedName, b.UID, tally, now, refresh)
-		if err := r.publishCount(ctx, &b, c); err != nil {
+		if err := r.publishMembers(ctx, &b, live, tally, c, r.leases.published(req.NamespacedName)); err != nil {
 			return ctrl.Result{}, err
 		}
 		res.RequeueAfter = due // the count's lease
@@ -98,22 +104,117 @@ func (r *RetryBudgetReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	return res, nil
 }
 
-// publishCount makes the budget's ConfigMap hold its count.
-func (r *RetryBudgetReconciler) publishCount(ctx context.Context, b *v1.RetryBudget, c policyconfig.Consumers) error {
+// liveMembers reads from the cache the budget's published shards of its
+// members (those of this budget's UID; shard → shard), and raises the
+// lease's generations above every one published, the count's included, so
+// that a restarted controller never publishes a generation again.
+func (r *RetryBudgetReconciler) liveMembers(ctx context.Context, b *v1.RetryBudget) (map[string]*policyconfig.MemberShard, error) {
+	var cms corev1.ConfigMapList
+	if err := r.List(ctx, &cms, client.InNamespace(b.Namespace), client.MatchingLabels{
+		policyconfig.ManagedByLabel: policyconfig.ManagedByValue, policyconfig.MembersLabel: labelValue(b.Name)}); err != nil {
+		return nil, fmt.Errorf("reading the member shards of RetryBudget %s: %w", b.Name, err)
+	}
+	key := client.ObjectKeyFromObject(b)
+	live := map[string]*policyconfig.MemberShard{}
+	for i := range cms.Items {
+		s, err := policyconfig.ParseMemberShard([]byte(cms.Items[i].Data[policyconfig.MembersDataKey]))
+		if err != nil || s.UID != string(b.UID) || s.Budget != b.Name || cms.Items[i].Name != policyconfig.MemberShardConfigMapName(s.Shard, b.Name) {
+			continue // rewritten below if its shard names anyone
+		}
+		live[s.Shard] = s
+		r.leases.raise(key, s.Generation)
+	}
+	var cm corev1.ConfigMap
+	if err := r.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: policyconfig.BudgetConfigMapName(b.Name)}, &cm); err == nil {
+		if c, err := policyconfig.ParseCount([]byte(cm.Data[policyconfig.CountDataKey])); err == nil && c.UID == string(b.UID) {
+			r.leases.raise(key, c.MembersGeneration)
+		}
+	}
+	return live, nil
+}
+
+// publishMembers publishes the count in force (c, of membership generation
+// gen) and the shards of its members, in the order that keeps the delivery
+// bound: first the shards that lose members (the pods gone from counted,
+// each shard keeping its generation), then the count, then the shards
+// that gain members, at the count's generation. A pod therefore never
+// reads more pods named than a count it may read counts, and a pod added
+// to a shard before its count arrives is named by a shard newer than its
+// count, which gives no share. Each shard is written only when its own
+// members change; the pods of the others receive nothing.
+func (r *RetryBudgetReconciler) publishMembers(ctx context.Context, b *v1.RetryBudget, live map[string]*policyconfig.MemberShard,
+	counted consumerTally, c policyconfig.Consumers, gen int64) error {
+	desired, inForce := policyconfig.ShardMembers(counted.Members), policyconfig.ShardMembers(c.Members)
+	shards := map[string]bool{}
+	for _, m := range []map[string]string{desired, inForce} {
+		for s := range m {
+			shards[s] = true
+		}
+	}
+	current := map[string]string{}
+	for s, l := range live {
+		shards[s], current[s] = true, l.Members
+	}
+	fits := len(policyconfig.MemberShardConfigMapName("00", b.Name)) <= limits.MaxObjectNameLength
+	for s := range shards {
+		if keep := policyconfig.IntersectMembers(current[s], desired[s]); live[s] != nil && keep != current[s] && fits {
+			if err := r.publishShard(ctx, b, s, live[s].Generation, keep); err != nil {
+				return err
+			}
+			current[s] = keep
+		}
+	}
+	c.Members = "" // in the shards
+	if err := r.publishCount(ctx, b, c, gen); err != nil {
+		return err
+	}
+	for s := range shards {
+		target := policyconfig.IntersectMembers(inForce[s], desired[s])
+		if target != current[s] && fits {
+			if err := r.publishShard(ctx, b, s, gen, target); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// publishShard makes the budget's shard s name members, as written for
+// membership generation gen.
+func (r *RetryBudgetReconciler) publishShard(ctx context.Context, b *v1.RetryBudget, s string, gen int64, members string) error {
+	data, err := policyconfig.MarshalMemberShard(&policyconfig.MemberShard{SchemaVersion: policyconfig.MembersSchemaVersion,
+		Namespace: b.Namespace, Budget: b.Name, UID: string(b.UID), Shard: s, Generation: gen, Members: members})
+	if err != nil {
+		return fmt.Errorf("encoding the member shard %s: %w", s, err)
+	}
+	return publishConfigMap(ctx, r.Client, b, r.scheme(), publishedConfigMap{
+		Name: policyconfig.MemberShardConfigMapName(s, b.Name),
+		Labels: map[string]string{policyconfig.ManagedByLabel: policyconfig.ManagedByValue, policyconfig.MembersLabel: labelValue(b.Name),
+			policyconfig.ShardLabel: s},
+		DataKey: policyconfig.MembersDataKey, Data: data, Unhashed: true,
+	})
+}
+
+// publishCount makes the budget's ConfigMap hold its count, of membership
+// generation gen, its members being in the shards.
+func (r *RetryBudgetReconciler) publishCount(ctx context.Context, b *v1.RetryBudget, c policyconfig.Consumers, gen int64) error {
 	data, err := policyconfig.MarshalCount(&policyconfig.Count{SchemaVersion: policyconfig.CountSchemaVersion,
-		Namespace: b.Namespace, Budget: b.Name, UID: string(b.UID), Consumers: c})
+		Namespace: b.Namespace, Budget: b.Name, UID: string(b.UID), MembersGeneration: gen, Consumers: c})
 	if err != nil {
 		return fmt.Errorf("encoding the consumer count: %w", err)
 	}
-	scheme := r.Scheme
-	if scheme == nil {
-		scheme = r.Client.Scheme()
-	}
-	return publishConfigMap(ctx, r.Client, b, scheme, publishedConfigMap{
+	return publishConfigMap(ctx, r.Client, b, r.scheme(), publishedConfigMap{
 		Name:    policyconfig.BudgetConfigMapName(b.Name),
 		Labels:  map[string]string{policyconfig.ManagedByLabel: policyconfig.ManagedByValue, policyconfig.BudgetLabel: labelValue(b.Name)},
-		DataKey: policyconfig.CountDataKey, Data: data,
+		DataKey: policyconfig.CountDataKey, Data: data, Unhashed: true,
 	})
+}
+
+func (r *RetryBudgetReconciler) scheme() *runtime.Scheme {
+	if r.Scheme == nil {
+		return r.Client.Scheme()
+	}
+	return r.Scheme
 }
 
 func (r *RetryBudgetReconciler) now() time.Time {

@@ -1,48 +1,12 @@
 package main
 
 import (
-	"errors"
-	"flag"
-	"fmt"
-	"io"
-	"strings"
-
 	"github.com/spf13/cobra"
 
 	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/lint"
 	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/manifest"
 	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/output"
 )
-
-// stringList is a repeatable flag.
-type stringList []string
-
-func (s *stringList) String() string     { return strings.Join(*s, ",") }
-func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
-
-// newFlagSet returns a flag set whose -h prints the command's usage and
-// examples; deadletters parses its own flags with it.
-func newFlagSet(name, synopsis, examples string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: kubectl retryguard %s\n\nFlags:\n", synopsis)
-		fs.PrintDefaults()
-		fmt.Fprintf(stderr, "\nExamples:\n%s", examples)
-	}
-	return fs
-}
-
-// parse parses flags, returning the exit code to stop with, if any.
-func parse(fs *flag.FlagSet, args []string) (int, bool) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK, true
-		}
-		return exitUsage, true
-	}
-	return 0, false
-}
 
 // Output formats of lint, besides json and yaml.
 const outputText = "text"

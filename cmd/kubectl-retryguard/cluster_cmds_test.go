@@ -185,6 +185,7 @@ func TestExplainAFleetBudget(t *testing.T) {
 		"fleet allowance: at most 20 retries/s across every pod that shares it",
 		"shared by the pods matching app=sms: 8 counted (status.consumers)",
 		"the pods read the count from ConfigMap retrybudget-"+fixtures.DefaultBudget+", joined to this budget by its UID",
+		"and each pod its own shard of the members, retrymembers-xx-"+fixtures.DefaultBudget,
 		"each pod the count names (by its POD_UID) holds 1 token(s) and a floor of 2 retries/s, at most 2 retries/s (each rounded down), 2s after it reads the count",
 		"a pod no count names holds nothing, whatever the count's age",
 		"one started while the controller is down",

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"slices"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/output"
 	"github.com/retryguard/retryguard/runtime/deadletter"
 	"github.com/retryguard/retryguard/runtime/retry"
 )
@@ -30,31 +30,33 @@ import (
 // names one letter precisely (letterID), never a whole operation: the same
 // idempotency key can end in a second letter after the first was settled.
 
-const deadlettersUsage = `Usage:
-  kubectl retryguard deadletters list      (-f JOURNAL | --brokers HOST:PORT --topic TOPIC) [filters] [--all]
-  kubectl retryguard deadletters export    (-f JOURNAL | --brokers HOST:PORT --topic TOPIC) [filters] [--all]
-  kubectl retryguard deadletters reconcile (-f JOURNAL | --brokers HOST:PORT --topic TOPIC) --note TEXT IDENTITY...
+const deadlettersLong = `List, export and reconcile the dead letters of a journal file (-f) or of the
+forwarder's Kafka topic (--brokers, --topic): list shows the letters not yet
+reconciled (--all: every letter), export writes them as JSON lines, and
+reconcile marks the named letters (by the IDENTITY list shows, or by the
+operation's identity, namespace/policy/key, when one letter not yet reconciled
+has it) reconciled. Filters: --state, --policy, --since, --until
+(docs/deadletter-journal.md).
 
-list shows the letters not yet reconciled (--all: every letter), export
-writes them as JSON lines, and reconcile marks the named letters (by the
-IDENTITY list shows, or by the operation's identity, namespace/policy/key,
-when one letter not yet reconciled has it) reconciled. Filters: --state,
---policy, --since, --until.
-`
+Exit status: 0 done; 4 the journal or the topic could not be read, or a letter
+reconcile names is not there (nothing is marked); 5 a reconciliation could not
+be written; 2 usage (docs/kubectl-plugin.md#exit-codes).`
+
+const deadlettersExamples = `  kubectl cp auth/smsapp-7d9c:/var/lib/retryguard/dead-letters.journal dead-letters.journal
+  kubectl retryguard deadletters list -f dead-letters.journal --state UNKNOWN_OUTCOME --since 2h
+  kubectl retryguard deadletters list -f dead-letters.journal -o json | jq -r '.letters[].letter.key'
+  kubectl retryguard deadletters export --brokers kafka:9092 --topic retryguard.deadletters --policy sms-2fa-dispatch > letters.jsonl
+  kubectl retryguard deadletters reconcile -f dead-letters.journal --note "provider shows it delivered" auth/sms-2fa-dispatch/SMS-2FA-42-s1`
 
 // reconciledHeader marks a record on the topic as a reconciliation, not a
 // letter; its value is a reconciliation as JSON.
 const reconciledHeader = "retryguard-reconciled"
 
 // reconciliation is an operator's record that a letter's outcome is known
-// and dealt with. Identity is the letter's letterID.
+// and dealt with, and the letter's record key on the topic.
 type reconciliation struct {
-	Identity string    `json:"identity"`
-	At       time.Time `json:"at"`
-	By       string    `json:"by,omitempty"`
-	Note     string    `json:"note"`
-
-	key string // the letter's record key on the topic
+	output.Reconciliation
+	key string
 }
 
 // letterID names one dead letter: its operation's identity (the record key,
@@ -69,12 +71,9 @@ func letterID(l retry.DeadLetter) string {
 	return fmt.Sprintf("%s#%d@%s", deadletter.Identity(l), l.OperationID, l.At.UTC().Format(time.RFC3339Nano))
 }
 
-// entry is one dead letter and its reconciliation, if any.
-type entry struct {
-	Identity   string           `json:"identity"`
-	Letter     retry.DeadLetter `json:"letter"`
-	Reconciled *reconciliation  `json:"reconciled,omitempty"`
-}
+// entry is one dead letter and its reconciliation, if any: a line of
+// export, an item of list -o json|yaml.
+type entry = output.DeadLetterEntry
 
 // letterSource is where the letters are read and reconciliations written.
 type letterSource interface {
@@ -83,131 +82,189 @@ type letterSource interface {
 }
 
 func newDeadlettersCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "deadletters list|export|reconcile (-f JOURNAL | --brokers HOST:PORT --topic TOPIC)",
-		Short: "List, export and reconcile dead letters",
-		Long:  deadlettersUsage,
-		// It parses its own flags, as it always has: -f names a journal here.
-		DisableFlagParsing: true,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if code := runDeadletters(cmd.Context(), args, cmd.OutOrStdout(), cmd.ErrOrStderr()); code != exitOK {
-				return exitWith(code)
-			}
-			return nil
+	cmd := &cobra.Command{
+		Use:     "deadletters",
+		Short:   "List, export and reconcile dead letters",
+		Long:    deadlettersLong,
+		Example: deadlettersExamples,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cmd.SetOut(cmd.ErrOrStderr())
+			_ = cmd.Usage()
+			return exitWith(exitUsage)
 		},
 	}
+	cmd.AddCommand(newDeadlettersReadCommand("list", "List the dead letters not yet reconciled (--all: every letter)"),
+		newDeadlettersReadCommand("export", "Write the dead letters as JSON lines, one letter and its reconciliation a line"),
+		newDeadlettersReconcileCommand())
+	return cmd
 }
 
-func runDeadletters(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 1 && (args[0] == "-h" || args[0] == "--help") {
-		fmt.Fprint(stdout, deadlettersUsage)
-		return exitOK
-	}
-	if len(args) == 0 || (args[0] != "list" && args[0] != "export" && args[0] != "reconcile") {
-		fmt.Fprint(stderr, deadlettersUsage)
-		return exitUsage
-	}
-	sub := args[0]
-	fs := newFlagSet(
-		"deadletters "+sub,
-		"deadletters "+sub+" (-f JOURNAL | --brokers HOST:PORT --topic TOPIC) [flags]",
-		`  kubectl cp auth/smsapp-7d9c:/var/lib/retryguard/dead-letters.journal dead-letters.journal
-  kubectl retryguard deadletters list -f dead-letters.journal --state UNKNOWN_OUTCOME --since 2h
-  kubectl retryguard deadletters export --brokers kafka:9092 --topic retryguard.deadletters --policy sms-2fa-dispatch > letters.jsonl
-  kubectl retryguard deadletters reconcile -f dead-letters.journal --note "provider shows it delivered" auth/sms-2fa-dispatch/SMS-2FA-42-s1
-`,
-		stderr,
-	)
-	var file, brokers, topic, state, policy, since, until, note, by string
-	var all bool
-	fs.StringVar(&file, "f", "", "A dead-letter journal file (read only; reconciliations go to FILE.reconciled).")
-	fs.StringVar(&file, "filename", "", "Same as -f.")
-	fs.StringVar(&brokers, "brokers", "", "Kafka seed brokers, comma-separated, to read the forwarder's topic instead.")
-	fs.StringVar(&topic, "topic", "", "The dead-letter topic (with --brokers).")
-	fs.StringVar(&state, "state", "", "Only letters in this state: UNKNOWN_OUTCOME, TERMINAL_EXHAUSTED or BUDGET_EXHAUSTED.")
-	fs.StringVar(&policy, "policy", "", "Only letters of this policy.")
-	fs.StringVar(&since, "since", "", "Only letters from this time on: RFC 3339, or a duration before now (2h).")
-	fs.StringVar(&until, "until", "", "Only letters before this time: RFC 3339, or a duration before now.")
-	fs.BoolVar(&all, "all", false, "Include the letters already reconciled.")
-	fs.StringVar(&note, "note", "", "reconcile: what was found (required).")
-	fs.StringVar(&by, "by", os.Getenv("USER"), "reconcile: who reconciled.")
-	if code, stop := parse(fs, args[1:]); stop {
-		return code
-	}
-	fail := func(code int, format string, a ...any) int {
-		fmt.Fprintf(stderr, "deadletters %s: "+format+"\n", append([]any{sub}, a...)...)
-		return code
-	}
-	src, err := sourceOf(file, brokers, topic)
+// sourceFlags are where the letters are: a journal file, or a topic.
+type sourceFlags struct{ file, brokers, topic string }
+
+func (s *sourceFlags) register(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVarP(&s.file, "filename", "f", "", "A dead-letter journal file (read only; reconciliations go to FILE.reconciled).")
+	f.StringVar(&s.brokers, "brokers", "", "Kafka seed brokers, comma-separated, to read the forwarder's topic instead.")
+	f.StringVar(&s.topic, "topic", "", "The dead-letter topic (with --brokers).")
+	_ = cmd.MarkFlagFilename("filename")
+}
+
+// read reads every letter of the source; a damaged journal is read up to
+// its damage, with a warning.
+func (s *sourceFlags) read(cmd *cobra.Command) (letterSource, []entry, error) {
+	src, err := sourceOf(s.file, s.brokers, s.topic)
 	if err != nil {
-		return fail(exitUsage, "%v", err)
+		return nil, nil, exitf(exitUsage, "deadletters %s: %v", cmd.Name(), err)
 	}
-	var keep func(entry) bool
-	if keep, err = filterOf(state, policy, since, until, all, time.Now()); err != nil {
-		return fail(exitUsage, "%v", err)
-	}
-	if sub == "reconcile" && (fs.NArg() == 0 || strings.TrimSpace(note) == "") {
-		return fail(exitUsage, "name the letters by IDENTITY (as list shows them) and say what was found with --note")
-	}
-	if sub != "reconcile" && fs.NArg() > 0 {
-		return fail(exitUsage, "unexpected arguments %q", fs.Args())
-	}
-	entries, err := src.read(ctx)
+	entries, err := src.read(cmd.Context())
 	if err != nil && len(entries) == 0 {
-		return fail(exitUnreadable, "%v", err)
+		return nil, nil, exitf(exitUnreadable, "deadletters %s: %v", cmd.Name(), err)
 	}
 	if err != nil { // a damaged journal: every intact letter was read
-		fmt.Fprintf(stderr, "deadletters %s: warning: %v\n", sub, err)
+		fmt.Fprintf(cmd.ErrOrStderr(), "deadletters %s: warning: %v\n", cmd.Name(), err)
 	}
-	switch sub {
-	case "reconcile":
-		return reconcileLetters(ctx, src, entries, fs.Args(), note, by, stdout, fail)
-	case "export":
-		enc := json.NewEncoder(stdout)
-		for _, e := range entries {
-			if keep(e) {
-				if err := enc.Encode(e); err != nil {
-					return fail(exitFailed, "%v", err)
-				}
-			}
-		}
-	default:
-		w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "AT\tSTATE\tCODE\tATTEMPTS\tIDENTITY\tRECONCILED")
-		for _, e := range entries {
-			if !keep(e) {
-				continue
-			}
-			rec := "-"
-			if e.Reconciled != nil {
-				rec = e.Reconciled.At.UTC().Format(time.RFC3339) + " " + e.Reconciled.Note
-			}
-			l := e.Letter
-			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", l.At.UTC().Format(time.RFC3339), l.State, l.Code, len(l.Attempts), e.Identity, rec)
-		}
-		_ = w.Flush()
-	}
-	return exitOK
+	return src, entries, nil
 }
 
-func reconcileLetters(ctx context.Context, src letterSource, entries []entry, ids []string, note, by string, stdout io.Writer,
-	fail func(int, string, ...any) int) int {
+// newDeadlettersReadCommand is list or export: the letters the filters keep.
+func newDeadlettersReadCommand(name, short string) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     name + " (-f JOURNAL | --brokers HOST:PORT --topic TOPIC) [--state STATE] [--policy NAME] [--since T] [--until T] [--all]",
+		Short:   short,
+		Long:    deadlettersLong,
+		Example: deadlettersExamples,
+		Args:    cobra.NoArgs,
+	}
+	var src sourceFlags
+	src.register(cmd)
+	var state, policy, since, until string
+	var all bool
+	f := cmd.Flags()
+	f.StringVar(&state, "state", "", "Only letters in this state: UNKNOWN_OUTCOME, TERMINAL_EXHAUSTED or BUDGET_EXHAUSTED.")
+	f.StringVar(&policy, "policy", "", "Only letters of this policy.")
+	f.StringVar(&since, "since", "", "Only letters from this time on: RFC 3339, or a duration before now (2h).")
+	f.StringVar(&until, "until", "", "Only letters before this time: RFC 3339, or a duration before now.")
+	f.BoolVar(&all, "all", false, "Include the letters already reconciled.")
+	_ = cmd.RegisterFlagCompletionFunc("state", cobra.FixedCompletions(
+		[]string{string(retry.UnknownOutcome), string(retry.TerminalExhausted), string(retry.BudgetExhausted)}, cobra.ShellCompDirectiveNoFileComp))
+	format := new(string)
+	if name == "list" {
+		format = outputFlag(cmd, outputText)
+	}
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if name == "list" {
+			if err := checkOutput(cmd, *format, outputText); err != nil {
+				return err
+			}
+		}
+		keep, err := filterOf(state, policy, since, until, all, time.Now())
+		if err != nil {
+			return exitf(exitUsage, "deadletters %s: %v", name, err)
+		}
+		_, entries, err := src.read(cmd)
+		if err != nil {
+			return err
+		}
+		kept := []entry{}
+		for _, e := range entries {
+			if keep(e) {
+				kept = append(kept, e)
+			}
+		}
+		if name == "export" {
+			enc := json.NewEncoder(cmd.OutOrStdout())
+			for _, e := range kept {
+				if err := enc.Encode(e); err != nil {
+					return exitf(exitFailed, "deadletters export: %v", err)
+				}
+			}
+			return nil
+		}
+		return printLetters(cmd, *format, kept)
+	}
+	return cmd
+}
+
+// printLetters prints letters as list does: a table, or a DeadLetterList.
+func printLetters(cmd *cobra.Command, format string, letters []entry) error {
+	if output.IsMachine(format) {
+		return writeOutput(cmd, format, output.DeadLetterList{TypeMeta: output.Meta(output.KindDeadLetterList), Letters: letters})
+	}
+	w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "AT\tSTATE\tCODE\tATTEMPTS\tIDENTITY\tRECONCILED")
+	for _, e := range letters {
+		rec := "-"
+		if e.Reconciled != nil {
+			rec = e.Reconciled.At.UTC().Format(time.RFC3339) + " " + e.Reconciled.Note
+		}
+		l := e.Letter
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", l.At.UTC().Format(time.RFC3339), l.State, l.Code, len(l.Attempts), e.Identity, rec)
+	}
+	return w.Flush()
+}
+
+func newDeadlettersReconcileCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "reconcile (-f JOURNAL | --brokers HOST:PORT --topic TOPIC) --note TEXT IDENTITY...",
+		Short:   "Mark letters reconciled, saying what was found",
+		Long:    deadlettersLong,
+		Example: deadlettersExamples,
+	}
+	var src sourceFlags
+	src.register(cmd)
+	var note, by string
+	f := cmd.Flags()
+	f.StringVar(&note, "note", "", "What was found (required).")
+	f.StringVar(&by, "by", os.Getenv("USER"), "Who reconciled.")
+	format := outputFlag(cmd, outputText)
+	cmd.RunE = func(cmd *cobra.Command, ids []string) error {
+		if err := checkOutput(cmd, *format, outputText); err != nil {
+			return err
+		}
+		if len(ids) == 0 || strings.TrimSpace(note) == "" {
+			return exitf(exitUsage, "deadletters reconcile: name the letters by IDENTITY (as list shows them) and say what was found with --note")
+		}
+		letters, entries, err := src.read(cmd)
+		if err != nil {
+			return err
+		}
+		marked, err := reconcileLetters(cmd.Context(), letters, entries, ids, note, by)
+		if err != nil {
+			return err
+		}
+		if output.IsMachine(*format) {
+			return printLetters(cmd, *format, marked)
+		}
+		for _, e := range marked {
+			fmt.Fprintf(cmd.OutOrStdout(), "reconciled %s\n", e.Identity)
+		}
+		return nil
+	}
+	return cmd
+}
+
+// reconcileLetters marks the letters ids name, all or none, and returns
+// them with their reconciliation.
+func reconcileLetters(ctx context.Context, src letterSource, entries []entry, ids []string, note, by string) ([]entry, error) {
 	var marks []reconciliation
+	var marked []entry
 	now := time.Now().UTC()
 	for _, id := range ids {
 		e, err := letterNamed(entries, id)
 		if err != nil {
-			return fail(exitUnreadable, "%v; nothing was marked", err)
+			return nil, exitf(exitUnreadable, "deadletters reconcile: %v; nothing was marked", err)
 		}
-		marks = append(marks, reconciliation{Identity: e.Identity, At: now, By: by, Note: note, key: deadletter.Identity(e.Letter)})
+		m := reconciliation{Reconciliation: output.Reconciliation{Identity: e.Identity, At: now, By: by, Note: note}, key: deadletter.Identity(e.Letter)}
+		marks = append(marks, m)
+		e.Reconciled = &m.Reconciliation
+		marked = append(marked, e)
 	}
 	if err := src.reconcile(ctx, marks); err != nil {
-		return fail(exitFailed, "%v", err)
+		return nil, exitf(exitFailed, "deadletters reconcile: %v", err)
 	}
-	for _, m := range marks {
-		fmt.Fprintf(stdout, "reconciled %s\n", m.Identity)
-	}
-	return exitOK
+	return marked, nil
 }
 
 // letterNamed is the letter id names: by its letterID, or by its
@@ -340,7 +397,7 @@ func withMarks(letters []retry.DeadLetter, marks map[string]reconciliation) []en
 	for _, l := range letters {
 		e := entry{Identity: letterID(l), Letter: l}
 		if r, ok := marks[e.Identity]; ok {
-			e.Reconciled = &r
+			e.Reconciled = &r.Reconciliation
 		}
 		out = append(out, e)
 	}

@@ -11,7 +11,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"sigs.k8s.io/yaml"
 
+	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/output"
 	"github.com/retryguard/retryguard/runtime/deadletter"
 	"github.com/retryguard/retryguard/runtime/retry"
 )
@@ -88,6 +90,32 @@ func TestDeadlettersOfAJournal(t *testing.T) {
 	}
 }
 
+// list -o json|yaml is one DeadLetterList of the letters the filters keep,
+// and reconcile -o json the letters it marked, with their reconciliation.
+func TestDeadlettersMachineReadable(t *testing.T) {
+	letters := someLetters(time.Now())
+	path := journalOf(t, letters)
+	res := decodeStrict[output.DeadLetterList](t, runOK(t, "deadletters", "list", "-f", path, "--state", "UNKNOWN_OUTCOME", "-o", "json"))
+	if res.Kind != output.KindDeadLetterList || res.APIVersion != output.APIVersion || len(res.Letters) != 3 ||
+		res.Letters[0].Identity != letterID(letters[0]) || res.Letters[0].Letter.Key != "SMS-2FA-0-s" || res.Letters[0].Reconciled != nil {
+		t.Fatalf("list -o json: %+v", res)
+	}
+	id := deadletter.Identity(letters[2])
+	marked := decodeStrict[output.DeadLetterList](t, runOK(t, "deadletters", "reconcile", "-f", path, "--note", "delivered", "--by", "jane", "-o", "json", id))
+	if len(marked.Letters) != 1 || marked.Letters[0].Identity != letterID(letters[2]) || marked.Letters[0].Reconciled == nil ||
+		marked.Letters[0].Reconciled.Note != "delivered" || marked.Letters[0].Reconciled.By != "jane" {
+		t.Fatalf("reconcile -o json: %+v", marked)
+	}
+	var all output.DeadLetterList
+	if err := yaml.UnmarshalStrict([]byte(runOK(t, "deadletters", "list", "-f", path, "--all", "-o", "yaml")), &all); err != nil || len(all.Letters) != 4 ||
+		all.Letters[2].Reconciled == nil || all.Letters[2].Reconciled.Identity != letterID(letters[2]) {
+		t.Fatalf("list --all -o yaml: %v, %+v", err, all)
+	}
+	if res := decodeStrict[output.DeadLetterList](t, runOK(t, "deadletters", "list", "-f", path, "--policy", "nobody", "-o", "json")); res.Letters == nil {
+		t.Error("an empty list is null, not []")
+	}
+}
+
 // Bad input gets a clear error naming the flag, and exit 2; a letter that
 // is not there is refused, and nothing is marked.
 func TestDeadlettersRefusesBadInput(t *testing.T) {
@@ -104,7 +132,10 @@ func TestDeadlettersRefusesBadInput(t *testing.T) {
 		{[]string{"reconcile", "-f", path, "auth/x/y"}, exitUsage, "--note"},
 		{[]string{"reconcile", "-f", path, "--note", "n", "auth/x/y"}, exitUnreadable, `no dead letter "auth/x/y"`},
 		{[]string{"list", "-f", filepath.Join(t.TempDir(), "none")}, exitUnreadable, "no such file"},
-		{[]string{"purge"}, exitUsage, "Usage:"},
+		{[]string{"purge"}, exitUsage, `unknown command "purge"`},
+		// Flags are cobra's, as in every other command: a long flag takes two dashes.
+		{[]string{"list", "-brokers", "k:9092", "-topic", "t"}, exitUsage, "unknown shorthand flag"},
+		{[]string{"list", "-f", path, "-o", "dot"}, exitUsage, `--output must be one of text, json, yaml, not "dot"`},
 	} {
 		code, _, errOut := runCLI(t, "", append([]string{"deadletters"}, c.args...)...)
 		if code != c.code || !strings.Contains(errOut, c.want) {

@@ -63,6 +63,7 @@ func TestOutputSchemaIsDocumented(t *testing.T) {
 	types := map[string]any{
 		output.KindLintResult: output.LintResult{}, output.KindLayerGraph: output.LayerGraph{},
 		output.KindExplanation: output.Explanation{}, output.KindCheckResult: output.CheckResult{}, output.KindVersion: output.Version{},
+		output.KindTestResult: output.TestResult{}, output.KindDeadLetterList: output.DeadLetterList{},
 	}
 	blocks := regexp.MustCompile("(?s)```json\n(.*?)```").FindAllStringSubmatch(section(t, pluginDoc(t), "## Machine-readable output"), -1)
 	seen := map[string]bool{}
@@ -104,7 +105,8 @@ func jsonFields(t reflect.Type, prefix string) []string {
 	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
 		t = t.Elem()
 	}
-	if t.Kind() != reflect.Struct {
+	// A type with its own JSON form (time.Time) is one field.
+	if t.Kind() != reflect.Struct || t.Implements(reflect.TypeFor[json.Marshaler]()) {
 		return nil
 	}
 	var out []string

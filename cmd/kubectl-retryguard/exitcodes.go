@@ -10,8 +10,8 @@ import "fmt"
 const (
 	// exitOK: done, and nothing refused or failed.
 	exitOK = 0
-	// exitRefused: lint found a document the API server would refuse, or
-	// check found a check that does not pass.
+	// exitRefused: lint found a document the API server would refuse, test
+	// an expectation that failed, or check a check that does not pass.
 	exitRefused = 1
 	// exitUsage: the command line is wrong (an unknown command or flag, a
 	// missing argument, a value out of range).
@@ -20,11 +20,11 @@ const (
 	// the admission answered at least one with a warning.
 	exitWarnings = 3
 	// exitUnreadable: the input could not be read: a path or standard
-	// input, the kubeconfig, the cluster (unreachable, forbidden, or the
+	// input, a test file, the kubeconfig, the cluster (unreachable, forbidden, or the
 	// named object not found), a journal or a topic.
 	exitUnreadable = 4
 	// exitFailed: something else failed, after the input was read: writing
-	// a reconciliation, or writing the output.
+	// a reconciliation, the JUnit report, or the output.
 	exitFailed = 5
 )
 

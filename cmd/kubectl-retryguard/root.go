@@ -31,6 +31,9 @@ Commands:
   lint     Admit manifests offline with the same single-object and
            cross-object rules as the API server and the admission webhook.
            Exits 1 when anything would be refused. No cluster needed.
+  test     Run the policy tests of retryguard-test.yaml files: which
+           manifests are admitted and which refused, with which codes and
+           warnings, on lint's engine. JUnit for CI (--junit FILE).
   check    Check an installation: CRDs, the webhook and its certificate,
            the admission policy, and the manager's leader.
   deadletters
@@ -39,7 +42,7 @@ Commands:
            UNKNOWN_OUTCOME ones (docs/deadletter-journal.md).
   version  The plugin's version and the versions it speaks.
 
-lint, graph, explain, check and version take -o json or -o yaml, which print
+lint, test, graph, explain, check, deadletters and version take -o json or -o yaml, which print
 one versioned object (apiVersion retryguard.io/v1alpha1) for scripts.`
 
 const rootExamples = `  # Where do 27 calls per operation come from, across the teams' namespaces?
@@ -52,6 +55,7 @@ const rootExamples = `  # Where do 27 calls per operation come from, across the 
   # Pre-merge check of the policies kept in Git
   kubectl retryguard lint -f deploy/retryguard/
   kustomize build overlays/prod | kubectl retryguard lint -f - -o json | jq '.summary'
+  kubectl retryguard test deploy/retryguard/ --junit policy-tests.xml
 
   # Is the installation healthy?
   kubectl retryguard check`
@@ -100,7 +104,7 @@ func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 		return exitf(exitUsage, "%s: %v\nRun \"%s --help\" for usage.", cmd.Name(), err, cmd.CommandPath())
 	})
 	root.AddCommand(newLintCommand(), newGraphCommand(), newExplainCommand(), newCheckCommand(),
-		newDeadlettersCommand(), newVersionCommand())
+		newTestCommand(), newDeadlettersCommand(), newVersionCommand())
 	return root
 }
 

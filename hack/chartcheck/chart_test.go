@@ -284,7 +284,7 @@ func TestChartOptionalObjects(t *testing.T) {
 		}
 	}
 	want := []string{"RetryguardManagerDown", "RetryguardNoLeader", "RetryguardWebhookErrors", "RetryguardWebhookCertificateExpiresSoon",
-		"RetryguardPoliciesNotReady", "RetryBudgetExhausted", "ALERT_RETRY_RECOVERY_LAG", "RetryguardOperationLatencyAboveSLA", "RetryguardPayloadsRejected",
+		"RetryguardPoliciesNotReady", "RetryguardRetryBudgetExhausted", "RetryguardRetryRecoveryLag", "RetryguardOperationLatencyAboveSLA", "RetryguardPayloadsRejected",
 		"RetryguardProxyDeadLettersDropped"}
 	if !slices.Equal(alerts, want) {
 		t.Errorf("alerts %v, want %v", alerts, want)

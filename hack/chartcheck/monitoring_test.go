@@ -105,7 +105,7 @@ func TestEveryAlertIsTestedFiringAndSilent(t *testing.T) {
 			}
 		}
 	})
-	for _, want := range []string{"ALERT_RETRY_RECOVERY_LAG", "RetryBudgetExhausted", "RetryguardManagerDown", "RetryguardWebhookErrors",
+	for _, want := range []string{"RetryguardRetryRecoveryLag", "RetryguardRetryBudgetExhausted", "RetryguardManagerDown", "RetryguardWebhookErrors",
 		"RetryguardWebhookCertificateExpiresSoon", "RetryguardOperationLatencyAboveSLA"} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("no alert %s in %v", want, alerts)
@@ -279,5 +279,73 @@ func dashboard(t *testing.T) object {
 func TestDashboardIsOffByDefault(t *testing.T) {
 	if cm := byName(mustTemplate(t)["ConfigMap"], "rg-retryguard-dashboard"); cm != nil {
 		t.Error("the dashboard ConfigMap renders by default")
+	}
+}
+
+// Every alert links its runbook: a section of docs/runbooks.md under the
+// alert's name, which is CamelCase; every section there is an alert's.
+func TestEveryAlertHasARunbook(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(root, "docs", "runbooks.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sections := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^## (\S+)$`).FindAllStringSubmatch(string(raw), -1) {
+		sections[m[1]] = true
+	}
+	camel := regexp.MustCompile(`^Retryguard[A-Z][A-Za-z]+$`)
+	const base = "https://github.com/retryguard/retryguard/blob/main/docs/runbooks.md#"
+	alerts := 0
+	eachRule(t, func(r object) {
+		name, ok := r["alert"].(string)
+		if !ok {
+			return
+		}
+		alerts++
+		if !camel.MatchString(name) {
+			t.Errorf("alert %s: alerts are named RetryguardCamelCase", name)
+		}
+		annotations, _ := r["annotations"].(object)
+		if url, _ := annotations["runbook_url"].(string); url != base+strings.ToLower(name) {
+			t.Errorf("alert %s: runbook_url %q, want %q", name, url, base+strings.ToLower(name))
+		}
+		if !sections[name] {
+			t.Errorf("alert %s: docs/runbooks.md has no section ## %s", name, name)
+		}
+		delete(sections, name)
+	})
+	for s := range sections {
+		t.Errorf("docs/runbooks.md has a section %s, which is no alert", s)
+	}
+	if alerts < 10 {
+		t.Fatalf("only %d alerts", alerts)
+	}
+}
+
+// Recording rules are named level:metric:operation, and the dashboard
+// works alone: no panel queries a recording rule, which exists only when
+// metrics.prometheusRule.enabled is set.
+func TestRecordingRulesAreNamedAndTheDashboardNeedsNone(t *testing.T) {
+	convention := regexp.MustCompile(`^[a-z_]+:[a-z_]+:[a-z0-9_]+$`)
+	records := map[string]bool{}
+	eachRule(t, func(r object) {
+		if rec, ok := r["record"].(string); ok {
+			records[rec] = true
+			if !convention.MatchString(rec) {
+				t.Errorf("recording rule %s is not level:metric:operation", rec)
+			}
+		}
+	})
+	if len(records) == 0 {
+		t.Fatal("no recording rule")
+	}
+	for _, p := range dashboard(t)["panels"].([]any) {
+		for _, target := range p.(object)["targets"].([]any) {
+			for _, m := range queriedMetrics(target.(object)["expr"].(string)) {
+				if records[m] {
+					t.Errorf("dashboard panel %q queries the recording rule %s: it is empty unless the rules are enabled", p.(object)["title"], m)
+				}
+			}
+		}
 	}
 }

@@ -60,12 +60,15 @@ func TestChartAdmissionPolicyReservesPublishedConfigMaps(t *testing.T) {
 	managed := map[string]string{policyconfig.ManagedByLabel: policyconfig.ManagedByValue}
 	policyLabels := map[string]string{policyconfig.ManagedByLabel: policyconfig.ManagedByValue, policyconfig.PolicyLabel: "job"}
 	budgetLabels := map[string]string{policyconfig.ManagedByLabel: policyconfig.ManagedByValue, budgetLabel: "fleet"}
+	membersLabels := map[string]string{policyconfig.ManagedByLabel: policyconfig.ManagedByValue, policyconfig.MembersLabel: "fleet",
+		policyconfig.ShardLabel: "3f"}
 
 	// The operator publishes and republishes (a patch: it writes with
 	// server-side apply, and its RBAC grants patch, not update).
 	byNameCM := configMap(policyconfig.ConfigMapName("job"), policyLabels)
 	byLabelCM := configMap("retrybudget-fleet", budgetLabels)
-	for _, cm := range []*corev1.ConfigMap{byNameCM, byLabelCM} {
+	shardCM := configMap(policyconfig.MemberShardConfigMapName("3f", "fleet"), membersLabels)
+	for _, cm := range []*corev1.ConfigMap{byNameCM, byLabelCM, shardCM} {
 		allowed(t, "the operator creates "+cm.Name, operator.Create(ctx, cm))
 		before := cm.DeepCopy()
 		cm.Data = map[string]string{"k": "v2"}
@@ -90,6 +93,8 @@ func TestChartAdmissionPolicyReservesPublishedConfigMaps(t *testing.T) {
 		policyconfig.ConfigMapName("budgetcm"): budgetLabels, // a budget's label on a policy's name
 		"retrybudget-policycm":                 policyLabels, // and the reverse
 		"retrybudget-unmanaged":                {budgetLabel: "fleet"},
+		"retrymembers-00-budgetcm":             budgetLabels,  // a budget's label on a shard's name
+		"retrybudget-shardcm":                  membersLabels, // and the reverse
 	} {
 		outOfScope(t, "the operator creates "+name, operator.Create(ctx, configMap(name, labels)))
 	}
@@ -97,7 +102,7 @@ func TestChartAdmissionPolicyReservesPublishedConfigMaps(t *testing.T) {
 	// Anyone else is refused, whether the name or the label (old or new) marks it.
 	reserved(t, "alice creates a retrypolicy-* ConfigMap", alice.Create(ctx, configMap(policyconfig.ConfigMapName("forged"), nil)))
 	reserved(t, "alice creates a labelled ConfigMap", alice.Create(ctx, configMap("forged", managed)))
-	for _, cm := range []*corev1.ConfigMap{byNameCM, byLabelCM} {
+	for _, cm := range []*corev1.ConfigMap{byNameCM, byLabelCM, shardCM} {
 		forged := cm.DeepCopy()
 		forged.Data = map[string]string{"k": "forged"}
 		reserved(t, "alice updates "+cm.Name, alice.Update(ctx, forged))
@@ -107,6 +112,7 @@ func TestChartAdmissionPolicyReservesPublishedConfigMaps(t *testing.T) {
 		reserved(t, "alice deletes "+cm.Name, alice.Delete(ctx, cm))
 	}
 	reserved(t, "alice squats a retrybudget-* name", alice.Create(ctx, configMap("retrybudget-squat", nil)))
+	reserved(t, "alice squats a retrymembers-* name", alice.Create(ctx, configMap("retrymembers-00-squat", nil)))
 	gcWrites := byNameCM.DeepCopy()
 	gcWrites.Data = map[string]string{"k": "by the garbage collector"}
 	reserved(t, "the garbage collector updates", gc.Update(ctx, gcWrites))
@@ -129,6 +135,7 @@ func TestChartAdmissionPolicyReservesPublishedConfigMaps(t *testing.T) {
 	// Kubernetes' own cleanup still works.
 	allowed(t, "the garbage collector deletes", gc.Delete(ctx, byNameCM))
 	allowed(t, "the namespace controller deletes", nsController.Delete(ctx, byLabelCM))
+	allowed(t, "the garbage collector deletes a shard", gc.Delete(ctx, shardCM))
 }
 
 func as(t *testing.T, cfg *rest.Config) client.Client {

@@ -83,6 +83,12 @@ func (s *story) fleet(ctx context.Context, tmp string) error {
 	if err := s.count("sms-fleet"); err != nil {
 		return err
 	}
+	s.note("The count names no pod itself: the members are in up to 256 shards, by the first byte of each pod's fingerprint, " +
+		"each written only when its own members change; a pod watches the count and its own shard alone, so what it " +
+		"receives is the same size however large the fleet.")
+	if err := s.kubectl("get", "cm", "-l", policyconfig.MembersLabel+"=sms-fleet", "-L", policyconfig.ShardLabel); err != nil {
+		return err
+	}
 	return s.payload("sms-gateway-send")
 }
 

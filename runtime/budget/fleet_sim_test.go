@@ -114,6 +114,10 @@ func (r *simRuntime) resolve(p *policyconfig.Budget) { r.b, _ = r.reg.Resolve("s
 type simDelivery struct {
 	at      time.Time
 	payload *policyconfig.Budget
+	// With the members in shards: a count event (count set, payload its
+	// budget's figures) or a shard event (shard set).
+	count *policyconfig.Count
+	shard *policyconfig.MemberShard
 }
 
 type simPod struct {
@@ -123,6 +127,41 @@ type simPod struct {
 	runtime          *simRuntime // nil until the process starts
 	inbox            []simDelivery
 	old              bool
+	// What the pod holds with the members in shards: the last count (and
+	// its budget's figures) and its own shard.
+	figures *policyconfig.Budget
+	count   *policyconfig.Count
+	shard   *policyconfig.MemberShard
+}
+
+// joined is the budget a pod with the members in shards enforces: the
+// figures it holds, with its count and own shard joined.
+func (p *simPod) joined() *policyconfig.Budget {
+	if p.figures == nil {
+		return nil
+	}
+	b := *p.figures
+	if b.Counted && p.count != nil && p.count.UID == b.UID {
+		c := p.count.WithShards(p.shard).Consumers
+		b.Consumers = &c
+	}
+	return &b
+}
+
+// receive applies one delivery to the pod's runtime.
+func (p *simPod) receive(d simDelivery) {
+	switch {
+	case d.count != nil:
+		p.figures, p.count = d.payload, d.count
+	case d.shard != nil:
+		p.shard = d.shard
+	default:
+		p.runtime.resolve(d.payload)
+		return
+	}
+	if b := p.joined(); b != nil {
+		p.runtime.resolve(b)
+	}
 }
 
 // simResult is a run: retries and primaries in each second.
@@ -140,8 +179,12 @@ func meanOf(v []int) float64 {
 	return float64(sum) / float64(max(len(v), 1))
 }
 
-// simulate runs sc step by step on one virtual clock.
-func simulate(sc simScenario, seed uint64) simResult {
+// simulate runs sc step by step on one virtual clock. sharded publishes as
+// the controller does now: the count without members, spaced 2 ms a pod,
+// and the members in shards, removals before the count and additions after
+// it, each pod receiving the count and its own shard apart, each after its
+// own lag; otherwise the count carries its members, as before the shards.
+func simulate(sc simScenario, seed uint64, sharded bool) simResult {
 	rng := rand.New(rand.NewPCG(seed, 3))
 	quiet := slog.New(slog.DiscardHandler)
 	t0 := time.Date(2026, 9, 15, 12, 0, 0, 0, time.UTC)
@@ -166,6 +209,11 @@ func simulate(sc simScenario, seed uint64) simResult {
 	var published *policyconfig.Budget
 	var lastPublished time.Time
 	var members []string
+	// With the members in shards: the controller's generation, its
+	// latest count and its shards as published.
+	var generation int64
+	var latest *policyconfig.Count
+	shards := map[string]*policyconfig.MemberShard{}
 	next := 0 // the pod the next primary goes to
 	for clk.Now().Before(t0.Add(sc.length)) {
 		now := clk.Now()
@@ -192,24 +240,75 @@ func simulate(sc simScenario, seed uint64) simResult {
 				}
 			}
 			b := figures.payload()
-			if published == nil || published.UID != b.UID || !slices.Equal(seen, members) ||
-				now.Sub(lastPublished) >= policyconfig.ConsumerCountRefresh {
+			lagOf := func(i int, p *simPod) (time.Duration, bool) {
+				if i < sc.cutOff && elapsed >= sc.cutAt {
+					return 0, false
+				}
+				lag := sc.lag
+				if p.old && sc.oldLag > 0 {
+					lag = sc.oldLag
+				}
+				if lag > 0 {
+					lag = lag/2 + time.Duration(rng.Int64N(int64(lag/2)))
+				}
+				return lag, true
+			}
+			send := func(d simDelivery, to func(*simPod) bool) {
+				for i, p := range pods {
+					if lag, ok := lagOf(i, p); ok && to(p) {
+						d.at = now.Add(lag)
+						p.inbox = append(p.inbox, d)
+						slices.SortStableFunc(p.inbox, func(x, y simDelivery) int { return x.at.Compare(y.at) })
+					}
+				}
+			}
+			changed := published == nil || published.UID != b.UID || !slices.Equal(seen, members)
+			due := now.Sub(lastPublished) >= policyconfig.ConsumerCountRefresh
+			switch {
+			case !sharded && (changed || due):
 				if figures.counted {
 					b.Consumers = &policyconfig.Consumers{Count: int32(len(seen)), ObservedAt: now, Members: policyconfig.EncodeMembers(seen)}
 				}
 				published, lastPublished, members = b, now, seen
-				for i, p := range pods {
-					if i < sc.cutOff && elapsed >= sc.cutAt {
-						continue
+				send(simDelivery{payload: b}, func(*simPod) bool { return true })
+			case sharded:
+				spaced := published != nil && published.UID == b.UID &&
+					now.Sub(lastPublished) < min(time.Duration(max(len(seen), len(members)))*2*time.Millisecond, policyconfig.ConsumerCountRefresh)
+				if published != nil && published.UID != b.UID {
+					shards = map[string]*policyconfig.MemberShard{} // a new budget: its own shards
+				}
+				desired := policyconfig.ShardMembers(policyconfig.EncodeMembers(seen))
+				write := func(shard, m string, g int64) {
+					sh := &policyconfig.MemberShard{SchemaVersion: policyconfig.MembersSchemaVersion, Namespace: "shop", Budget: b.Name,
+						UID: b.UID, Shard: shard, Generation: g, Members: m}
+					shards[shard] = sh
+					send(simDelivery{shard: sh}, func(p *simPod) bool { return policyconfig.ShardOf(p.uid) == shard })
+				}
+				// Removals at once, keeping each shard's generation.
+				for shard, sh := range shards {
+					if keep := policyconfig.IntersectMembers(sh.Members, desired[shard]); keep != sh.Members {
+						write(shard, keep, sh.Generation)
 					}
-					lag := sc.lag
-					if p.old && sc.oldLag > 0 {
-						lag = sc.oldLag
+				}
+				if (!changed && !due) || (changed && spaced) {
+					break
+				}
+				if changed {
+					generation++
+				}
+				published, lastPublished, members = b, now, seen
+				count := &policyconfig.Count{SchemaVersion: policyconfig.CountSchemaVersion, Namespace: "shop", Budget: b.Name, UID: b.UID,
+					MembersGeneration: generation, Consumers: policyconfig.Consumers{Count: int32(len(seen)), ObservedAt: now}}
+				if !figures.counted {
+					count = nil
+				}
+				latest = count
+				b.Counted = figures.counted
+				send(simDelivery{payload: b, count: count}, func(*simPod) bool { return true })
+				for shard, m := range desired {
+					if sh := shards[shard]; sh == nil || sh.Members != m {
+						write(shard, m, generation)
 					}
-					if lag > 0 {
-						lag = lag/2 + time.Duration(rng.Int64N(int64(lag/2)))
-					}
-					p.inbox = append(p.inbox, simDelivery{at: now.Add(lag), payload: b})
 				}
 			}
 		}
@@ -224,7 +323,11 @@ func simulate(sc simScenario, seed uint64) simResult {
 					delivery = simMountedDelivery
 				}
 				p.runtime = &simRuntime{reg: NewRegistry(clk, WithPod(p.uid), WithDelivery(delivery), WithLogger(quiet))}
-				if published != nil {
+				switch {
+				case published != nil && sharded:
+					p.figures, p.count, p.shard = published, latest, shards[policyconfig.ShardOf(p.uid)]
+					p.runtime.resolve(p.joined())
+				case published != nil:
 					p.runtime.resolve(published)
 				}
 			}
@@ -233,7 +336,7 @@ func simulate(sc simScenario, seed uint64) simResult {
 			}
 			live = append(live, p)
 			for len(p.inbox) > 0 && !p.inbox[0].at.After(now) {
-				p.runtime.resolve(p.inbox[0].payload)
+				p.receive(p.inbox[0])
 				p.inbox = p.inbox[1:]
 			}
 		}
@@ -349,23 +452,30 @@ func TestFleetBudgetSimulation(t *testing.T) {
 		{name: "30 pods, above the allowance per second", figures: toy, initial: 30, length: 120 * time.Second},
 	}
 	var table strings.Builder
-	fmt.Fprintf(&table, "%-100s %6s %7s %7s %6s %6s\n", "scenario (seed 0)", "max/s", "mean/s", "tail/s", "sec>A", "win>%")
+	fmt.Fprintf(&table, "%-100s %-22s %6s %7s %7s %6s %6s\n", "scenario (seed 0)", "members", "max/s", "mean/s", "tail/s", "sec>A", "win>%")
 	for _, sc := range scenarios {
-		for seed := range uint64(simSeeds) {
-			res := simulate(sc, seed)
-			name := fmt.Sprintf("%s, seed %d", sc.name, seed)
-			seconds, windows := violations(sc, res)
-			if !sc.perProcess {
-				for _, v := range append(seconds, windows...) {
-					t.Errorf("%s: %s", name, v)
+		for _, sharded := range []bool{false, true} {
+			mode := "in the count (before)"
+			if sharded {
+				mode = "in shards (now)"
+			}
+			for seed := range uint64(simSeeds) {
+				res := simulate(sc, seed, sharded)
+				name := fmt.Sprintf("%s, members %s, seed %d", sc.name, mode, seed)
+				seconds, windows := violations(sc, res)
+				if !sc.perProcess {
+					for _, v := range append(seconds, windows...) {
+						t.Errorf("%s: %s", name, v)
+					}
 				}
-			}
-			tail := meanOf(res.retries[len(res.retries)-30:])
-			if tail < sc.tail {
-				t.Errorf("%s: a mean of %.1f retries/s over the last 30 s, want at least %.1f: the budget starves the fleet", name, tail, sc.tail)
-			}
-			if seed == 0 {
-				fmt.Fprintf(&table, "%-100s %6d %7.1f %7.1f %6d %6d\n", sc.name, res.max(), meanOf(res.retries), tail, len(seconds), len(windows))
+				tail := meanOf(res.retries[len(res.retries)-30:])
+				if tail < sc.tail {
+					t.Errorf("%s: a mean of %.1f retries/s over the last 30 s, want at least %.1f: the budget starves the fleet", name, tail, sc.tail)
+				}
+				if seed == 0 {
+					fmt.Fprintf(&table, "%-100s %-22s %6d %7.1f %7.1f %6d %6d\n", sc.name, mode, res.max(), meanOf(res.retries), tail,
+						len(seconds), len(windows))
+				}
 			}
 		}
 	}

@@ -262,6 +262,10 @@ func (r *Registry) Resolve(namespace string, b *policyconfig.Budget) (*Budget, e
 		return e.budget, r.conflict(&Conflict{Budget: key, UID: b.UID, Generation: b.Generation, Offered: c,
 			KeptUID: e.uid, KeptGeneration: e.generation, Kept: e.config})
 	case b.Generation == e.generation && newerCount(offered, e.offered):
+	case b.Generation == e.generation && offered.Counted && sameCount(offered.Consumers, e.offered.Consumers) && offered.Included != e.offered.Included:
+		// The same count now names this pod, or no longer does: its shard
+		// of the members changed (policyconfig.Count.WithShards), which
+		// needs no new count. A share that grows waits the delivery bound.
 	default:
 		return e.budget, nil
 	}

@@ -140,21 +140,6 @@ func validateConsumers(field string, c *Consumers) error {
 		// A count without its time cannot be judged fresh or stale.
 		return bad(field+".observedAt", "required")
 	}
-	raw, err := base64.StdEncoding.DecodeString(c.Members)
-	switch {
-	case err != nil:
-		return bad(field+".members", "is not standard base64: %v", err)
-	case len(raw)%memberSize != 0:
-		return bad(field+".members", "holds %d bytes, not a whole number of %d-byte fingerprints", len(raw), memberSize)
-	case len(raw)/memberSize > min(int(c.Count), MaxConsumerMembers):
-		// More names than pods counted would let one pod's share be
-		// taken by several.
-		return bad(field+".members", "names %d pods, more than the count %d (or %d)", len(raw)/memberSize, c.Count, MaxConsumerMembers)
-	}
-	for i := memberSize; i < len(raw); i += memberSize {
-		if binary.BigEndian.Uint64(raw[i-memberSize:]) >= binary.BigEndian.Uint64(raw[i:]) {
-			return bad(field+".members", "fingerprint %d is not above the one before it: they are sorted, without repeats", i/memberSize)
-		}
-	}
-	return nil
+	_, err := decodeMembers(field+".members", c.Members, min(int(c.Count), MaxConsumerMembers))
+	return err
 }

@@ -42,9 +42,17 @@ type Count struct {
 	// Budget is the RetryBudget's name, UID its metadata.uid: a count is
 	// joined only to a payload of the same budget, never to one that has
 	// the same name after a deletion and a creation.
-	Budget    string    `json:"budget"`
-	UID       string    `json:"uid"`
-	Consumers Consumers `json:"consumers"`
+	Budget string `json:"budget"`
+	UID    string `json:"uid"`
+	// MembersGeneration, when set, says the members are not in the count
+	// but in the budget's shards (MemberShard): it is the membership's
+	// generation, one more at every change of the counted pods, and a pod
+	// trusts only a shard written for it or an earlier one. Absent (0):
+	// the count carries its members itself, as a controller that
+	// predates the shards published it. A runtime that predates the field
+	// refuses the count, so it keeps its last good count, which goes stale.
+	MembersGeneration int64     `json:"membersGeneration,omitempty"`
+	Consumers         Consumers `json:"consumers"`
 }
 
 // MarshalCount validates c and encodes it.
@@ -79,6 +87,11 @@ func (c *Count) validate() error {
 		return bad("budget", "%q is not an object name (a DNS-1123 subdomain that fits %s)", c.Budget, BudgetConfigMapPrefix)
 	case c.UID == "" || len(c.UID) > limits.MaxUIDLength:
 		return bad("uid", "needs 1–%d bytes", limits.MaxUIDLength)
+	case c.MembersGeneration < 0:
+		return bad("membersGeneration", "%d is negative", c.MembersGeneration)
+	case c.MembersGeneration > 0 && c.Consumers.Members != "":
+		// One home for the members: a count of shards names no one itself.
+		return bad("consumers.members", "present with membersGeneration: the members are in the shards")
 	}
 	return validateConsumers("consumers", &c.Consumers)
 }

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	policyv1alpha1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
 // The fleet budget's objects (testdata/fleet-budget.yaml) and the pods that
@@ -251,6 +252,36 @@ func driveFleet(ctx context.Context, vendorURL string, pods map[string]string, p
 // same load, under per-pod budgets (no consumers, partitions 1), each take
 // the whole allowance and together exceed it: what a runtime that ignored
 // partitioning would do in the first half.
+// expectShardedCount checks the publication a pod reads: the count names
+// no pod itself, and the shards of its members, each of the budget's
+// generation or an earlier one, name every fleet pod in its own shard.
+func expectShardedCount(ctx context.Context) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		var cm corev1.ConfigMap
+		g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: appNamespace, Name: policyconfig.BudgetConfigMapName(fleetBudget)}, &cm)).To(Succeed())
+		c, err := policyconfig.ParseCount([]byte(cm.Data[policyconfig.CountDataKey]))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(c.MembersGeneration).To(BeNumerically(">", 0))
+		g.Expect(c.Consumers.Members).To(BeEmpty(), "the count carries its members")
+		var cms corev1.ConfigMapList
+		g.Expect(k8s.List(ctx, &cms, client.InNamespace(appNamespace), client.MatchingLabels{policyconfig.MembersLabel: fleetBudget})).To(Succeed())
+		shards := map[string]*policyconfig.MemberShard{}
+		for _, cm := range cms.Items {
+			s, err := policyconfig.ParseMemberShard([]byte(cm.Data[policyconfig.MembersDataKey]))
+			g.Expect(err).NotTo(HaveOccurred(), cm.Name)
+			g.Expect(cm.Labels).To(HaveKeyWithValue(policyconfig.ShardLabel, s.Shard))
+			shards[s.Shard] = s
+		}
+		var list corev1.PodList
+		g.Expect(k8s.List(ctx, &list, client.InNamespace(appNamespace), client.MatchingLabels{"app": fleetApp})).To(Succeed())
+		for _, p := range list.Items {
+			uid := string(p.UID)
+			g.Expect(c.WithShards(shards[policyconfig.ShardOf(uid)]).Consumers.Includes(uid)).To(BeTrue(), "pod %s in its shard", p.Name)
+		}
+	}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
+}
+
 func fleetBudgetSpec(ctx context.Context, vendorSvc *corev1.Service) {
 	Expect(create(ctx, filepath.Join("testdata", "fleet-budget.yaml"), appNamespace)).To(Succeed())
 	dep, _ := smsapp(fleetApp, "informer", svcURL(vendorSvc))
@@ -295,6 +326,7 @@ func fleetBudgetSpec(ctx context.Context, vendorSvc *corev1.Service) {
 	// the runtime's own Denominator, read through /policy, says when.
 	awaitShares(ctx, pods, ptr.To[int32](fleetReplicas), fleetReplicas)
 	record("fleet budget: pods created to every pod's share covered", time.Since(start))
+	expectShardedCount(ctx)
 
 	fleet := driveFleet(ctx, svcURL(vendorSvc), pods, "fleet", "shared by 4 pods")
 	lateJoinerSpec(ctx, vendorSvc, dep, pods)

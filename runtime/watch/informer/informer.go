@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/retryguard/retryguard/runtime/budget"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 	"github.com/retryguard/retryguard/runtime/watch"
 )
@@ -47,24 +49,36 @@ import (
 // event, whatever the number of policies on the budget. A payload of a
 // counted budget whose count is missing, of another UID, or not trusted
 // gives no share.
+//
+// The count carries no members: they are in the budget's shards
+// (retrymembers-<xx>-<name>), and a third informer watches, selected on the
+// API server by policyconfig.ShardLabel, only the shard of this pod
+// (PodUID), joined to the count by policyconfig.Count.WithShards: what a
+// pod receives stays the same size however large the fleet. A pod without
+// a UID watches no shard, and no count names it.
 type Informer struct {
 	store     *watch.Store
 	Client    kubernetes.Interface
 	Namespace string
 	Logger    *slog.Logger
+	// PodUID is this pod's UID ($POD_UID unless set before Start): the
+	// shard of the members that may name it is the only one watched.
+	PodUID string
 
 	// mu orders every Set, so that a count and a payload applied at once
 	// never leave a policy joined to an older count than the last one read.
 	mu       sync.Mutex
-	supplied map[string]string                // ConfigMap name → the policy it supplies
-	raw      map[string]*policyconfig.Payload // policy → its payload as published
-	counts   map[string]*policyconfig.Count   // budget name → its count
+	supplied map[string]string                    // ConfigMap name → the policy it supplies
+	raw      map[string]*policyconfig.Payload     // policy → its payload as published
+	counts   map[string]*policyconfig.Count       // budget name → its count
+	shards   map[string]*policyconfig.MemberShard // budget name → this pod's shard of its members
 }
 
 // New watches namespace through client.
 func New(client kubernetes.Interface, namespace string) *Informer {
 	return &Informer{store: watch.NewStore(), Client: client, Namespace: namespace, Logger: slog.Default(),
-		supplied: map[string]string{}, raw: map[string]*policyconfig.Payload{}, counts: map[string]*policyconfig.Count{}}
+		supplied: map[string]string{}, raw: map[string]*policyconfig.Payload{}, counts: map[string]*policyconfig.Count{},
+		shards: map[string]*policyconfig.MemberShard{}, PodUID: os.Getenv(budget.PodUIDEnv)}
 }
 
 var _ watch.Watcher = (*Informer)(nil)
@@ -97,16 +111,24 @@ func (i *Informer) Start(ctx context.Context) error {
 	if i.Namespace == "" {
 		return fmt.Errorf("watch: the pod's namespace is unknown; set POD_NAMESPACE from the downward API (fieldRef metadata.namespace)")
 	}
-	// The counts first, so that the first view of a counted budget's
-	// policies already has the count joined.
+	// The shard and the counts first, so that the first view of a counted
+	// budget's policies already has the count joined.
+	type kind struct {
+		label, selector string
+		upsert, remove  func(*corev1.ConfigMap)
+	}
+	var kinds []kind
+	if i.PodUID != "" {
+		kinds = append(kinds, kind{policyconfig.MembersLabel, managedSelector(policyconfig.MembersLabel) + "," +
+			policyconfig.ShardLabel + "=" + policyconfig.ShardOf(i.PodUID), i.upsertShard, i.removeShard})
+	}
+	kinds = append(kinds, kind{policyconfig.BudgetLabel, managedSelector(policyconfig.BudgetLabel), i.upsertCount, i.removeCount},
+		kind{policyconfig.PolicyLabel, managedSelector(policyconfig.PolicyLabel), i.upsert, i.remove})
 	var synced []cache.InformerSynced
-	for _, w := range []struct {
-		label          string
-		upsert, remove func(*corev1.ConfigMap)
-	}{{policyconfig.BudgetLabel, i.upsertCount, i.removeCount}, {policyconfig.PolicyLabel, i.upsert, i.remove}} {
+	for _, w := range kinds {
 		factory := informers.NewSharedInformerFactoryWithOptions(i.Client, 0,
 			informers.WithNamespace(i.Namespace),
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = managedSelector(w.label) }))
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = w.selector }))
 		inf := factory.Core().V1().ConfigMaps().Informer()
 		reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(o any) { withConfigMap(o, w.label, w.upsert) },
@@ -192,7 +214,7 @@ func (i *Informer) countOf(p *policyconfig.Payload) *policyconfig.Count {
 	if p.Budget == nil {
 		return nil
 	}
-	return i.counts[p.Budget.Name]
+	return i.counts[p.Budget.Name].WithShards(i.shards[p.Budget.Name])
 }
 
 // upsertCount reads a budget's count and joins it to the payloads of that
@@ -241,7 +263,53 @@ func (i *Informer) removeCount(cm *corev1.ConfigMap) {
 func (i *Informer) rejoin(budget string) {
 	for name, p := range i.raw {
 		if p.Budget != nil && p.Budget.Name == budget && p.Budget.Counted {
-			i.store.Set(name, p.Join(i.counts[budget]))
+			i.store.Set(name, p.Join(i.countOf(p)))
+		}
+	}
+}
+
+// upsertShard reads this pod's shard of a budget's members and joins it
+// to the count. A shard that does not parse, that the operator did not
+// publish, or of another shard than the pod's leaves the last good one; a
+// shard of another UID than the count's names no one (WithShards).
+func (i *Informer) upsertShard(cm *corev1.ConfigMap) {
+	log := i.Logger.With("configmap", cm.Namespace+"/"+cm.Name)
+	if reason := untrustedMeta(cm, policyconfig.BudgetOwnerKind); reason != "" {
+		i.ignore(log, reason)
+		return
+	}
+	s, err := policyconfig.ParseMemberShard([]byte(cm.Data[policyconfig.MembersDataKey]))
+	if err != nil {
+		i.store.Reject()
+		log.Error("member shard rejected; keeping the last good one", "err", err)
+		return
+	}
+	owner := metav1.GetControllerOfNoCopy(cm)
+	switch {
+	case s.Namespace != cm.Namespace || cm.Name != policyconfig.MemberShardConfigMapName(s.Shard, s.Budget):
+		i.ignore(log, fmt.Sprintf("shard %s of %s/%s in ConfigMap %s/%s", s.Shard, s.Namespace, s.Budget, cm.Namespace, cm.Name))
+		return
+	case owner.Name != s.Budget || string(owner.UID) != s.UID:
+		i.ignore(log, fmt.Sprintf("controlled by RetryBudget %q (uid %q), not %q (uid %q)", owner.Name, owner.UID, s.Budget, s.UID))
+		return
+	case s.Shard != policyconfig.ShardOf(i.PodUID):
+		i.ignore(log, fmt.Sprintf("shard %s, not this pod's %s", s.Shard, policyconfig.ShardOf(i.PodUID)))
+		return
+	}
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.shards[s.Budget] = s
+	i.rejoin(s.Budget)
+}
+
+// removeShard forgets a deleted shard: no count names this pod then.
+func (i *Informer) removeShard(cm *corev1.ConfigMap) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	for budget, s := range i.shards {
+		if cm.Name == policyconfig.MemberShardConfigMapName(s.Shard, budget) {
+			delete(i.shards, budget)
+			i.rejoin(budget)
 		}
 	}
 }

@@ -211,8 +211,9 @@ func writeBudget(w io.Writer, in Input) {
 		}
 		fmt.Fprintf(w, "  shared by the pods matching %s: %d counted (status.consumers)\n",
 			metav1.FormatLabelSelector(s.Consumers.PodSelector), counted)
-		fmt.Fprintf(w, "  the pods read the count from ConfigMap %s, joined to this budget by its UID\n",
-			policyconfig.BudgetConfigMapName(b.Budget.Name))
+		fmt.Fprintf(w, "  the pods read the count from ConfigMap %s, joined to this budget by its UID, and each pod its own shard of the members, %s "+
+			"(xx: the first byte of its POD_UID's fingerprint), which names it once the count that counts it is out\n",
+			policyconfig.BudgetConfigMapName(b.Budget.Name), policyconfig.MemberShardConfigMapName("xx", b.Budget.Name))
 		if counted > 0 {
 			fmt.Fprintf(w, "  each pod the count names (by its POD_UID) holds %s, %s after it reads the count; the %d%% ratio needs no split\n",
 				shareText(budget.ShareOver(cfg, counted)), policyconfig.ConsumerCountDelivery, s.RetryPercent)

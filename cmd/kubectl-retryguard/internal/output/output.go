@@ -25,6 +25,9 @@ const (
 	KindExplanation = "Explanation"
 	KindCheckResult = "CheckResult"
 	KindVersion     = "Version"
+	KindTestResult  = "TestResult"
+	// KindDeadLetterList is deadletters list's and reconcile's.
+	KindDeadLetterList = "DeadLetterList"
 )
 
 // The formats every command takes with -o, besides its own human ones.

@@ -1,5 +1,11 @@
 package output
 
+import (
+	"time"
+
+	"github.com/retryguard/retryguard/runtime/retry"
+)
+
 // Durations are Go duration strings ("1.2s", "500ms"), as in the policies'
 // own specs. Object references are "namespace/name".
 
@@ -205,6 +211,87 @@ type Check struct {
 	Message string `json:"message"`
 	// Hint is what to look at and run, for a check that failed.
 	Hint string `json:"hint,omitempty"`
+}
+
+// TestResult is `test -o json|yaml`: every test document in the order run,
+// each expectation's verdict under it.
+type TestResult struct {
+	TypeMeta `json:",inline"`
+	// Passed is true when every expectation of every test passed.
+	Passed  bool        `json:"passed"`
+	Summary TestSummary `json:"summary"`
+	Tests   []TestCase  `json:"tests"`
+}
+
+// TestSummary counts the test documents, and their results by outcome.
+type TestSummary struct {
+	Tests   int `json:"tests"`
+	Results int `json:"results"`
+	Passed  int `json:"passed"`
+	Failed  int `json:"failed"`
+}
+
+// TestCase is one test document of a test file.
+type TestCase struct {
+	// File is the test file, Name the test's metadata.name.
+	File    string            `json:"file"`
+	Name    string            `json:"name"`
+	Passed  bool              `json:"passed"`
+	Results []TestExpectation `json:"results"`
+}
+
+// TestExpectation is one expectation held to one document it names, or a
+// refusal that no expectation names (Expected then absent).
+type TestExpectation struct {
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// File and Line are the manifest document's (File the expectation's
+	// own when no document matched).
+	File     string       `json:"file,omitempty"`
+	Line     int          `json:"line,omitempty"`
+	Expected *TestVerdict `json:"expected,omitempty"`
+	// Got is absent when no document matched.
+	Got    *TestVerdict `json:"got,omitempty"`
+	Passed bool         `json:"passed"`
+	// Failures say what differs, one per difference.
+	Failures []string `json:"failures,omitempty"`
+}
+
+// TestVerdict is a verdict (pass, refused, or lint's skipped), the sorted
+// ERR_ codes of a refusal, and the warnings.
+type TestVerdict struct {
+	Verdict  string   `json:"verdict"`
+	Codes    []string `json:"codes,omitempty"`
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// DeadLetterList is `deadletters list -o json|yaml` (the letters the
+// filters keep, in the order read) and `deadletters reconcile -o json|yaml`
+// (the letters it marked, with their new reconciliation).
+type DeadLetterList struct {
+	TypeMeta `json:",inline"`
+	Letters  []DeadLetterEntry `json:"letters"`
+}
+
+// DeadLetterEntry is one dead letter and its reconciliation, if any; it is
+// also one line of `deadletters export`.
+type DeadLetterEntry struct {
+	// Identity names this letter: its record key, operation number and
+	// time (namespace/policy/key#operation@time), as reconcile takes it.
+	Identity string `json:"identity"`
+	// Letter is the letter as the runtime wrote it (retry.DeadLetter).
+	Letter     retry.DeadLetter `json:"letter"`
+	Reconciled *Reconciliation  `json:"reconciled,omitempty"`
+}
+
+// Reconciliation is an operator's record that a letter's outcome is known
+// and dealt with. Identity is the letter's.
+type Reconciliation struct {
+	Identity string    `json:"identity"`
+	At       time.Time `json:"at"`
+	By       string    `json:"by,omitempty"`
+	Note     string    `json:"note"`
 }
 
 // Version is `version -o json|yaml`.
