@@ -284,8 +284,8 @@ func TestChartOptionalObjects(t *testing.T) {
 		}
 	}
 	want := []string{"RetryguardManagerDown", "RetryguardNoLeader", "RetryguardWebhookErrors", "RetryguardWebhookCertificateExpiresSoon",
-		"RetryguardPoliciesNotReady", "RetryguardRetryBudgetExhausted", "RetryguardRetryRecoveryLag", "RetryguardOperationLatencyAboveSLA", "RetryguardPayloadsRejected",
-		"RetryguardProxyDeadLettersDropped"}
+		"RetryguardPoliciesNotReady", "RetryguardRetryBudgetExhausted", "RetryguardRetryRecoveryLag", "RetryguardOperationLatencyAboveSLA",
+		"RetryguardPayloadsRejected", "RetryguardProxyDeadLettersDropped"}
 	if !slices.Equal(alerts, want) {
 		t.Errorf("alerts %v, want %v", alerts, want)
 	}
