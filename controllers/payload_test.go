@@ -22,10 +22,11 @@ import (
 func specOf(p *policyconfig.Policy) v1.RetryPolicySpec {
 	d := func(x policyconfig.Duration) *v1.Duration { return ptr.To(v1.DurationOf(time.Duration(x))) }
 	s := v1.RetryPolicySpec{
-		Target:       v1.RetryTarget{Service: p.Service},
-		Layer:        v1.RetryLayer{Name: p.Layer},
-		MaxAttempts:  p.MaxAttempts,
-		Backoff:      v1.Backoff{Jitter: v1.JitterMode(p.Backoff.Jitter), Base: d(p.Backoff.Base), Cap: d(p.Backoff.Cap), Multiplier: ptr.To(p.Backoff.Multiplier)},
+		Target:      v1.RetryTarget{Service: p.Service},
+		Layer:       v1.RetryLayer{Name: p.Layer},
+		MaxAttempts: p.MaxAttempts,
+		Backoff: &v1.Backoff{Jitter: ptr.To(v1.JitterMode(p.Backoff.Jitter)), Base: d(p.Backoff.Base), Cap: d(p.Backoff.Cap),
+			Multiplier: ptr.To(p.Backoff.Multiplier)},
 		Deadline:     *d(p.Deadline),
 		MinRemaining: d(p.MinRemaining),
 		RetryAfter:   &v1.RetryAfter{MaxDelay: d(p.RetryAfterMaxDelay)},

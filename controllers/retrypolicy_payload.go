@@ -31,7 +31,7 @@ func BuildPayload(p *v1.RetryPolicy, budget *v1.RetryBudget, leafAttempts int64,
 			MaxAttempts:  s.MaxAttempts,
 			LeafAttempts: int32(min(leafAttempts, math.MaxInt32)),
 			Backoff: policyconfig.Backoff{
-				Jitter:     string(s.Backoff.Jitter),
+				Jitter:     string(*s.Backoff.Jitter),
 				Base:       dur(s.Backoff.Base.Duration()),
 				Cap:        dur(s.Backoff.Cap.Duration()),
 				Multiplier: *s.Backoff.Multiplier,

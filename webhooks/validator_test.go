@@ -46,7 +46,7 @@ func validator(stored ...*v1.RetryPolicy) *webhooks.RetryPolicyValidator {
 // cannot state, a label selector that parses.
 func TestRetryPolicyValidatorJudgesWhatTheCRDCannot(t *testing.T) {
 	p := policyIn("ns", "lockstep", "connector", 1)
-	p.Spec.Backoff.Jitter = v1.JitterNone
+	p.Spec.Backoff.Jitter = ptr.To(v1.JitterNone)
 	p.Spec.BudgetRef = nil
 	if _, err := validator().ValidateCreate(context.Background(), p); err != nil {
 		t.Fatalf("the webhook restates a CRD rule: %v", err)

@@ -37,7 +37,7 @@ func MaxBackoff(s *v1.RetryPolicySpec, retry int) time.Duration {
 // maxBackoff is MaxBackoff for a spec whose defaults are already applied.
 func maxBackoff(d *v1.RetryPolicySpec, retry int) time.Duration {
 	base, capd := d.Backoff.Base.Duration(), d.Backoff.Cap.Duration()
-	if d.Backoff.Jitter == v1.JitterDecorrelated {
+	if *d.Backoff.Jitter == v1.JitterDecorrelated {
 		return backoff.DecorrelatedMax(base, capd, retry)
 	}
 	return backoff.Window(base, capd, *d.Backoff.Multiplier, retry)

@@ -219,7 +219,7 @@ var _ = Describe("Samples", func() {
 		}
 		want := minimal.Spec.WithDefaults()
 		Expect(k8s.Create(ctx, minimal)).To(Succeed())
-		Expect(minimal.Spec.Backoff.Jitter).To(Equal(v1.JitterFull))
+		Expect(minimal.Spec.Backoff.Jitter).To(HaveValue(Equal(v1.JitterFull)))
 		Expect(minimal.Spec.Backoff.Base.Duration().String()).To(Equal("100ms"))
 		Expect(minimal.Spec.Backoff.Cap.Duration().String()).To(Equal("3s"))
 		Expect(minimal.Spec.MinRemaining.Duration().String()).To(Equal("500ms"))
@@ -271,7 +271,7 @@ var _ = Describe("Every default", func() {
 			Expect(k8s.Create(ctx, p)).To(Succeed())
 			defaulted := p.DeepCopy()
 			Expect(defaulted.Spec).To(Equal(p.Spec.WithDefaults()))
-			Expect(defaulted.Spec.Backoff).To(Equal(v1.Backoff{Jitter: v1.JitterFull, Base: dur("100ms"), Cap: dur("3s"),
+			Expect(defaulted.Spec.Backoff).To(Equal(&v1.Backoff{Jitter: ptr.To(v1.JitterFull), Base: dur("100ms"), Cap: dur("3s"),
 				Multiplier: ptr.To[int32](2)}))
 			Expect(crdvalidation.Validate(ctx, defaulted)).To(BeEmpty())
 			again := &v1.RetryPolicy{ObjectMeta: metav1.ObjectMeta{Name: p.Name + "-again"}, Spec: defaulted.Spec}

@@ -22,8 +22,11 @@ func mustDuration(s string) *Duration {
 // deadline (RetryAfterMaxDelay).
 func (s *RetryPolicySpec) WithDefaults() RetryPolicySpec {
 	out := *s.DeepCopy()
-	if out.Backoff.Jitter == "" {
-		out.Backoff.Jitter = DefaultBackoffJitter
+	if out.Backoff == nil {
+		out.Backoff = &Backoff{}
+	}
+	if out.Backoff.Jitter == nil {
+		out.Backoff.Jitter = ptr.To(DefaultBackoffJitter)
 	}
 	if out.Backoff.Base == nil {
 		out.Backoff.Base = mustDuration(DefaultBackoffBase)

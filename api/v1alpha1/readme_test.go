@@ -9,6 +9,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
@@ -50,7 +51,7 @@ var _ = Describe("The README's example refusal", func() {
 		for range 20 {
 			p := policyFor(GinkgoTB(), policyCase{Mutate: func(s *v1.RetryPolicySpec) {
 				s.MaxAttempts = 5
-				s.Backoff.Jitter = v1.JitterNone
+				s.Backoff.Jitter = ptr.To(v1.JitterNone)
 				s.Backoff.Base = dur("0s")
 				s.BudgetRef = nil
 			}})

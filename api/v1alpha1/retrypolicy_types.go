@@ -196,7 +196,7 @@ type Backoff struct {
 	// None is rejected.
 	// +optional
 	// +default="Full"
-	Jitter JitterMode `json:"jitter,omitempty"`
+	Jitter *JitterMode `json:"jitter,omitempty"`
 
 	// base is the first backoff window. It must be positive.
 	// +optional
@@ -426,7 +426,7 @@ type RetryPolicySpec struct {
 	// single-attempt policy never waits, so it needs none.
 	// +optional
 	// +default={}
-	Backoff Backoff `json:"backoff,omitzero"`
+	Backoff *Backoff `json:"backoff,omitempty"`
 
 	// deadline is the end-to-end deadline of one logical operation; attempts
 	// spend it, they do not reset it.

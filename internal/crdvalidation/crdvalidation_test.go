@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
@@ -90,7 +91,7 @@ func TestSamplesAreValid(t *testing.T) {
 // on it, and the answer says so.
 func TestUnknownEnumsAreRefused(t *testing.T) {
 	p := testenv.Sample[v1.RetryPolicy](t, "policy_v1alpha1_retrypolicy.yaml")
-	p.Spec.Backoff.Jitter = "Sometimes"
+	p.Spec.Backoff.Jitter = ptr.To[v1.JitterMode]("Sometimes")
 	p.Spec.RetryOn.Errors = append(p.Spec.RetryOn.Errors, "Gremlins")
 	crit := v1.Criticality("Meh")
 	p.Spec.Criticality = &crit

@@ -44,7 +44,7 @@ func FuzzValidateRetryPolicy(f *testing.F) {
 		switch {
 		case s.MaxAttempts < 1 || s.MaxAttempts > 3:
 			t.Fatalf("accepted maxAttempts %d", s.MaxAttempts)
-		case s.Backoff.Jitter == v1.JitterNone || s.Backoff.Base.Duration() <= 0:
+		case *s.Backoff.Jitter == v1.JitterNone || s.Backoff.Base.Duration() <= 0:
 			t.Fatalf("accepted an immediate or unjittered retry: %+v", s.Backoff)
 		case s.Backoff.Cap.Duration() < s.Backoff.Base.Duration():
 			t.Fatalf("accepted cap < base: %+v", s.Backoff)

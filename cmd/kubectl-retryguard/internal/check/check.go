@@ -256,7 +256,7 @@ func Probe(namespace string) *v1.RetryPolicy {
 			Target:      v1.RetryTarget{Service: "retryguard-check", Operation: ptr.To("GET /retryguard-check")},
 			Layer:       v1.RetryLayer{Name: "check", ParentRef: &v1.ParentReference{Name: probeName}},
 			MaxAttempts: 1,
-			Backoff:     v1.Backoff{Jitter: v1.JitterFull},
+			Backoff:     &v1.Backoff{Jitter: ptr.To(v1.JitterFull)},
 			Deadline:    v1.DurationOf(time.Second),
 		},
 	}

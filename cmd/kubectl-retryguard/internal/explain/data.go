@@ -67,7 +67,7 @@ func Explain(ctx context.Context, in Input) (output.Explanation, error) {
 	}
 	s, rows := scheduleRows(&p.Spec)
 	e.Schedule = output.ExplainedSchedule{Deadline: s.Deadline.String(), MinRemaining: s.MinRemaining.String(),
-		Jitter: string(p.Spec.Backoff.Jitter), FeasibleAttempts: s.FeasibleAttempts, Duration: s.Duration.String(),
+		Jitter: writtenJitter(&p.Spec), FeasibleAttempts: s.FeasibleAttempts, Duration: s.Duration.String(),
 		Attempts: []output.ScheduledAttempt{}}
 	if s.PerAttemptTimeout > 0 {
 		e.Schedule.PerAttemptTimeout = s.PerAttemptTimeout.String()

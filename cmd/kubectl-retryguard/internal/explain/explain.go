@@ -118,7 +118,7 @@ func writeLayers(ctx context.Context, w io.Writer, in Input) error {
 func sleepBounds(spec *v1.RetryPolicySpec, s policygraph.Schedule) (lo, hi []time.Duration) {
 	d := spec.WithDefaults()
 	strategy := backoff.Strategy{
-		Jitter: backoff.Jitter(d.Backoff.Jitter), Base: d.Backoff.Base.Duration(), Cap: d.Backoff.Cap.Duration(),
+		Jitter: backoff.Jitter(*d.Backoff.Jitter), Base: d.Backoff.Base.Duration(), Cap: d.Backoff.Cap.Duration(),
 		Multiplier: *d.Backoff.Multiplier, Rand: func(int64) int64 { return 0 },
 	}
 	var prev time.Duration
@@ -129,6 +129,16 @@ func sleepBounds(spec *v1.RetryPolicySpec, s policygraph.Schedule) (lo, hi []tim
 	return lo, s.Backoffs
 }
 
+// writtenJitter is the jitter as the spec writes it, "" when backoff or its
+// jitter is absent (the API server defaults both, so that is a spec read
+// from a file).
+func writtenJitter(spec *v1.RetryPolicySpec) string {
+	if spec.Backoff == nil || spec.Backoff.Jitter == nil {
+		return ""
+	}
+	return string(*spec.Backoff.Jitter)
+}
+
 func writeSchedule(w io.Writer, spec *v1.RetryPolicySpec) {
 	s, rows := scheduleRows(spec)
 	cost := "unbounded (no perAttemptTimeout: one attempt may use the whole deadline)"
@@ -136,7 +146,7 @@ func writeSchedule(w io.Writer, spec *v1.RetryPolicySpec) {
 		cost = s.PerAttemptTimeout.String() + " (perAttemptTimeout)"
 	}
 	fmt.Fprintf(w, "\nWorst-case schedule: deadline %s, minRemaining %s, each attempt %s, jitter %s\n",
-		s.Deadline, s.MinRemaining, cost, spec.Backoff.Jitter)
+		s.Deadline, s.MinRemaining, cost, writtenJitter(spec))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  ATTEMPT\tSLEEP BEFORE\tREMAINING BEFORE SLEEP\tSTARTS AT\tENDS BY\tRUNS")
 	for _, r := range rows {
