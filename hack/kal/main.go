@@ -50,16 +50,6 @@ const rangedInCEL = "its bounds are a CEL rule carrying a stable ERR_ code (the 
 const emptyListMeansNone = "an empty list is a value of its own (retry no status, see maxAttempts); omitempty would turn it " +
 	"into the default on every write from a Go client, omitzero omits only an absent list"
 
-// absentIsDefaulted is the reason for the optional backoff and its jitter:
-// their zero values are not values of their own (an empty jitter is outside
-// the enum, an empty backoff has only defaulted fields), so absent and zero
-// mean the same, "take the default", which the API server applies and
-// WithDefaults mirrors; omitzero omits the zero backoff, and a pointer would
-// only add a nil check to every reader of a field that is never nil after
-// defaulting.
-const absentIsDefaulted = "absent and zero mean the same (take the default, which the API server and WithDefaults apply); " +
-	"the zero value is not a value of its own, so the field needs no pointer"
-
 // exceptions excuses one field ("Type.Field") from one linter, with the reason.
 var exceptions = map[string]map[string]string{
 	"defaults": {
@@ -70,12 +60,12 @@ var exceptions = map[string]map[string]string{
 		"RetryPolicySpec.Deadline":      rangedInCEL,
 		"RetryBudgetSpec.RetryPercent":  rangedInCEL,
 		"ConnectionPool.MaxConnections": rangedInCEL,
+		"Hedging.MaxHedges":             rangedInCEL,
+		"HedgeLatency.Percentile":       rangedInCEL,
 		"RetryBudget.Spec":              "RetryBudgetSpec's only required field, retryPercent, is " + rangedInCEL,
 	},
 	"optionalfields": {
 		"RetryOn.StatusCodes":                  emptyListMeansNone,
-		"RetryPolicySpec.Backoff":              absentIsDefaulted,
-		"Backoff.Jitter":                       absentIsDefaulted,
 		"RetryPolicyStatus.ObservedGeneration": writtenByControllers,
 		"RetryPolicyStatus.LeafAttempts":       writtenByControllers,
 		"RetryPolicyStatus.ConfigMapName":      writtenByControllers,
