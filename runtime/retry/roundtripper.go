@@ -52,6 +52,11 @@ const DefaultMaxBufferedBody = 64 << 10
 // attempt. net/http's own re-send of a request already sent (on a reused
 // keep-alive connection) is refused: the next attempt, if any, is the
 // policy's, after its backoff and with its budget.
+//
+// A hedging policy hedges a request that is replay-safe and whose body can
+// be sent again: each attempt is its own copy of the request, with the
+// same key; the first success is returned and the other attempts are
+// cancelled and closed before RoundTrip returns (docs/runtime.md, "Hedging").
 type RoundTripper struct {
 	Executor *Executor
 	Policy   string
@@ -137,7 +142,8 @@ func (rt *RoundTripper) base(req *http.Request) (http.RoundTripper, error) {
 
 // call is one RoundTrip: the caller's request, the body kept to send again,
 // and the attempt in flight. Its attempts run one after another on the
-// caller's goroutine.
+// caller's goroutine, except a hedging policy's: each of those runs as a
+// call forked from this one, on a goroutine of its own (hedge.go).
 type call struct {
 	req        *http.Request
 	base       http.RoundTripper
