@@ -177,3 +177,100 @@ func TestRoundTripperDoesNotHedgeAKeylessPost(t *testing.T) {
 		t.Fatalf("%d requests, want 1: a keyless POST is sent once", n)
 	}
 }
+
+// The deadline and its reserve bound every hedge: a hedge is not sent once
+// the time left is below minRemaining, and a hedge that is sent ends with
+// the deadline, as its attempt does.
+func TestRoundTripperHedgesAreBoundByTheDeadline(t *testing.T) {
+	defer goleak.VerifyNone(t, leakOptions...)
+	var requests, ended atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body) // the server sees the client go only once the body is read
+		requests.Add(1)
+		select { // never answers in time
+		case <-r.Context().Done():
+			ended.Add(1)
+		case <-time.After(5 * time.Second):
+		}
+	}))
+	defer srv.Close()
+	defer srv.Client().CloseIdleConnections()
+	for _, tc := range []struct {
+		name, deadline, reserve string
+		requests                int32
+	}{
+		{"reserve refuses the hedge", "100ms", "90ms", 1},
+		{"hedge sent, both cut at the deadline", "300ms", "10ms", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			requests.Store(0)
+			ended.Store(0)
+			p := hedgePolicy(t, "20ms")
+			p.Policy.Deadline, p.Policy.MinRemaining = d(tc.deadline), d(tc.reserve)
+			start := time.Now()
+			res, err := hedgedPost(t, hedgingClient(srv, p), srv.URL, "{}")
+			if err == nil {
+				_ = res.Body.Close()
+				t.Fatal("an answer past the deadline was returned")
+			}
+			var e *Error
+			if tc.requests == 2 && (!errors.As(err, &e) || e.State != UnknownOutcome) {
+				t.Fatalf("got %v, want UNKNOWN_OUTCOME: both attempts may have been applied", err)
+			}
+			if took := time.Since(start); took > time.Second+d(tc.deadline).D() {
+				t.Fatalf("took %s, past the %s deadline", took, tc.deadline)
+			}
+			if n := requests.Load(); n != tc.requests {
+				t.Fatalf("%d requests, want %d", n, tc.requests)
+			}
+			deadline := time.Now().Add(3 * time.Second)
+			for ended.Load() != tc.requests && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			if n := ended.Load(); n != tc.requests {
+				t.Fatalf("%d of %d requests were cancelled at the deadline", n, tc.requests)
+			}
+		})
+	}
+}
+
+// A body without GetBody is hedged from the RoundTripper's buffer: every
+// attempt sends the same bytes.
+func TestRoundTripperHedgesABufferedBody(t *testing.T) {
+	var (
+		requests atomic.Int32
+		mu       sync.Mutex
+		bodies   []string
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies = append(bodies, string(b))
+		mu.Unlock()
+		if requests.Add(1) == 1 {
+			select {
+			case <-r.Context().Done():
+			case <-time.After(5 * time.Second):
+			}
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	p := hedgePolicy(t, "20ms")
+	req, _ := http.NewRequestWithContext(WithVars(t.Context(), smsVars), http.MethodPost, srv.URL, io.NopCloser(strings.NewReader(`{"to":"+15550100"}`)))
+	if req.GetBody != nil {
+		t.Fatal("the request has GetBody: the test would not use the buffer")
+	}
+	res, err := hedgingClient(srv, p).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(res.Body)
+	_ = res.Body.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	if string(got) != "ok" || len(bodies) != 2 || bodies[0] != `{"to":"+15550100"}` || bodies[1] != bodies[0] {
+		t.Fatalf("answer %q, bodies sent %q: want the hedge's answer and the same body twice", got, bodies)
+	}
+}
