@@ -32,6 +32,31 @@ func hedgedPost(t *testing.T, c *http.Client, url, body string) (*http.Response,
 	return c.Do(req)
 }
 
+// slowServer answers 200 after delay, counting the requests it gets.
+func slowServer(t *testing.T, delay time.Duration) (*httptest.Server, *atomic.Int32) {
+	requests := new(atomic.Int32)
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		requests.Add(1)
+		time.Sleep(delay)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, requests
+}
+
+// ambiguousServer answers 504 to every request, the first after 100 ms:
+// a gateway cannot say whether the request was applied.
+func ambiguousServer(t *testing.T) (*httptest.Server, *atomic.Int32) {
+	requests := new(atomic.Int32)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if requests.Add(1) == 1 {
+			time.Sleep(100 * time.Millisecond)
+		}
+		w.WriteHeader(http.StatusGatewayTimeout)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, requests
+}
+
 var leakOptions = []goleak.Option{goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
 	goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"), goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
 	goleak.IgnoreCurrent()}
@@ -106,13 +131,7 @@ func TestRoundTripperHedgeWinsAndCancelsTheSlowAttempt(t *testing.T) {
 
 // A hedge the budget refuses is not sent through the RoundTripper either.
 func TestRoundTripperHedgeRefusedByTheBudgetIsNotSent(t *testing.T) {
-	var requests atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		requests.Add(1)
-		time.Sleep(150 * time.Millisecond)
-		_, _ = io.WriteString(w, "ok")
-	}))
-	defer srv.Close()
+	srv, requests := slowServer(t, 150*time.Millisecond)
 	p := hedgePolicy(t, "20ms")
 	zero := int32(0)
 	p.Budget.MaxRetriesPerSecond = &zero // no retry, so no hedge
@@ -130,14 +149,7 @@ func TestRoundTripperHedgeRefusedByTheBudgetIsNotSent(t *testing.T) {
 // An ambiguous hedge keeps the outcome unknown: both attempts answer 504,
 // maxAttempts is spent, and the dead letter records both.
 func TestRoundTripperAmbiguousHedgeKeepsTheOutcomeUnknown(t *testing.T) {
-	var requests atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if requests.Add(1) == 1 {
-			time.Sleep(100 * time.Millisecond)
-		}
-		w.WriteHeader(http.StatusGatewayTimeout)
-	}))
-	defer srv.Close()
+	srv, requests := ambiguousServer(t)
 	p := hedgePolicy(t, "20ms")
 	letters := &memoryLetters{}
 	res, err := hedgedPost(t, hedgingClient(srv, p, WithDeadLetters(letters)), srv.URL, "{}")
@@ -159,12 +171,7 @@ func TestRoundTripperAmbiguousHedgeKeepsTheOutcomeUnknown(t *testing.T) {
 // A POST without the policy's key is not replay-safe: it is never hedged,
 // whatever the policy says.
 func TestRoundTripperDoesNotHedgeAKeylessPost(t *testing.T) {
-	var requests atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		requests.Add(1)
-		time.Sleep(100 * time.Millisecond)
-	}))
-	defer srv.Close()
+	srv, requests := slowServer(t, 100*time.Millisecond)
 	p := hedgePolicy(t, "20ms")
 	p.Policy.KeyTemplate, p.Policy.Operation = "", "GET /v1/status" // a policy that hedges, without a key
 	c := hedgingClient(srv, p)
