@@ -395,7 +395,7 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 		default:
 			c.budget.PrimaryAt(now)
 		}
-		if c.hedge != nil && r.call == nil {
+		if c.hedge != nil && (r.call == nil || r.call.canHedge(r.key)) {
 			err, n = r.hedged(ctx, op, Attempt{Number: n, Policy: c.name, Key: r.key, Header: c.header}, elapsed)
 		} else {
 			err = r.attempt(ctx, op, Attempt{Number: n, Policy: c.name, Key: r.key, Header: c.header}, elapsed)

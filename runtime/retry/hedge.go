@@ -88,11 +88,13 @@ type hedgeResult struct {
 	number int
 	err    error
 	took   time.Duration
+	call   *call // the RoundTripper's forked attempt, or nil
 }
 
 // hedged runs attempt a and, while it is pending, its hedges. The first
 // success wins and the others are cancelled (an Operation's ctx ends; it
-// drains what it read). When every attempt sent fails, it returns the
+// drains what it read; a RoundTripper's attempt has its context ended and
+// its response closed). When every attempt sent fails, it returns the
 // failure of the last one sent, for the retry loop to decide on, and records
 // the others as attempts. last is the number of the last attempt sent.
 // Nothing is sent once the deadline, less its reserve, cannot hold an
@@ -108,6 +110,14 @@ func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.
 		// round may end past the first attempt's number, so it is made here.
 		r.start = e.realBase.Add(r.startOffset)
 	}
+	// The RoundTripper's attempts each run as a call of their own (fork).
+	var first *call
+	if r.call != nil {
+		var ferr error
+		if first, ferr = r.call.fork(a.Number == 1); ferr != nil {
+			return NotDispatched(ferr), a.Number
+		}
+	}
 	now := e.clock.Now()
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -116,12 +126,20 @@ func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.
 	// must not escape, or every Do would allocate it, hedging or not.
 	cp := new(run)
 	*cp = *r
-	launch := func(n int, at time.Time, elapsed time.Duration) {
+	var calls []*call // the RoundTripper's attempts sent, to cancel the losers
+	launch := func(n int, at time.Time, elapsed time.Duration, f *call) {
 		b := a
 		b.Number = n
+		ar := cp
+		if f != nil {
+			ar = new(run)
+			*ar = *cp
+			ar.call = f
+			calls = append(calls, f)
+		}
 		go func() {
-			err := cp.attempt(actx, op, b, elapsed)
-			results <- hedgeResult{number: n, err: err, took: e.clock.Now().Sub(at)}
+			err := ar.attempt(actx, op, b, elapsed)
+			results <- hedgeResult{number: n, err: err, took: e.clock.Now().Sub(at), call: f}
 		}()
 	}
 	fire := make(chan struct{}, 1)
@@ -132,7 +150,7 @@ func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.
 			}
 		}()
 	}
-	launch(a.Number, now, elapsed)
+	launch(a.Number, now, elapsed, first)
 	arm()
 	last, inFlight := a.Number, 1
 	var failed []hedgeResult
@@ -146,13 +164,28 @@ func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.
 				// this call runs after Do returns, and each has drained and
 				// closed what it read. Their results are dropped.
 				cancel()
+				for _, f := range calls {
+					if f != res.call {
+						f.stop()
+					}
+				}
 				for ; inFlight > 0; inFlight-- {
-					<-results
+					if lost := <-results; lost.call != nil {
+						lost.call.drop()
+					}
 				}
 				if h.observed != nil {
 					h.observed.observe(res.took)
 				}
+				for _, f := range failed {
+					if f.call != nil {
+						f.call.drop()
+					}
+				}
 				r.recordHedges(failed, e.clock.Now())
+				if res.call != nil {
+					r.call.adopt(res.call)
+				}
 				if a.Number == 1 && res.number > 1 {
 					c.metrics.started() // not a first-attempt success, as the retry loop counts one
 				}
@@ -164,14 +197,31 @@ func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.
 				continue
 			}
 			at := e.clock.Now()
-			if !backoff.CanStart(r.remaining(ctx, at), c.perAttemptTimeout, c.minRemaining) || !r.hedgeGranted() {
+			if !backoff.CanStart(r.remaining(ctx, at), c.perAttemptTimeout, c.minRemaining) {
+				stopped = true
+				continue
+			}
+			var f *call
+			if r.call != nil {
+				// The body is made before the budget is asked: no token for
+				// a hedge that cannot be sent.
+				var ferr error
+				if f, ferr = r.call.fork(false); ferr != nil {
+					stopped = true
+					continue
+				}
+			}
+			if !r.hedgeGranted() {
+				if f != nil {
+					f.drop() // a refused hedge is not sent
+				}
 				stopped = true
 				continue
 			}
 			last++
 			c.metrics.retried(at)
 			r.emit(Attempting, Attempting, last, "")
-			launch(last, at, r.sinceStart(at))
+			launch(last, at, r.sinceStart(at), f)
 			inFlight++
 			if last-a.Number < hedges {
 				arm()
@@ -182,6 +232,14 @@ func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.
 	// others are recorded here, each as an attempt.
 	i := slices.IndexFunc(failed, func(f hedgeResult) bool { return f.number == last })
 	err = failed[i].err
+	if f := failed[i].call; f != nil {
+		r.call.adopt(f) // its response, if any, is the one the retry loop keeps or discards
+	}
+	for j, f := range failed {
+		if j != i && f.call != nil {
+			f.call.drop()
+		}
+	}
 	r.recordHedges(slices.Delete(failed, i, i+1), e.clock.Now())
 	if a.Number == 1 && last > 1 {
 		c.metrics.started() // the retry loop counts it for a first attempt that failed alone

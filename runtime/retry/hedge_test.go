@@ -111,12 +111,7 @@ func TestHedgeWinsAndCancelsTheSlowAttempt(t *testing.T) {
 // A hedge the budget refuses is not sent: the operation waits for its one
 // attempt.
 func TestHedgeRefusedByTheBudgetIsNotSent(t *testing.T) {
-	var requests atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		requests.Add(1)
-		time.Sleep(150 * time.Millisecond)
-	}))
-	defer srv.Close()
+	srv, requests := slowServer(t, 150*time.Millisecond)
 	p := hedgePolicy(t, "20ms")
 	zero := int32(0)
 	p.Budget.MaxRetriesPerSecond = &zero // no retry, so no hedge
@@ -133,14 +128,7 @@ func TestHedgeRefusedByTheBudgetIsNotSent(t *testing.T) {
 // answer that may have been applied and maxAttempts is spent, the outcome is
 // unknown, and the dead letter records both attempts.
 func TestFailedHedgesAreRecordedAsAttempts(t *testing.T) {
-	var requests atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if requests.Add(1) == 1 {
-			time.Sleep(100 * time.Millisecond)
-		}
-		w.WriteHeader(http.StatusGatewayTimeout) // a gateway cannot say whether it was applied
-	}))
-	defer srv.Close()
+	srv, requests := ambiguousServer(t)
 	p := hedgePolicy(t, "20ms")
 	letters := &memoryLetters{}
 	ex := New(staticSource{p.Policy.Name: p}, WithClock(clock.Real{}), WithDeadLetters(letters))

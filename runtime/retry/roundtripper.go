@@ -52,6 +52,11 @@ const DefaultMaxBufferedBody = 64 << 10
 // attempt. net/http's own re-send of a request already sent (on a reused
 // keep-alive connection) is refused: the next attempt, if any, is the
 // policy's, after its backoff and with its budget.
+//
+// A hedging policy hedges a request that is replay-safe and whose body can
+// be sent again: each attempt is its own copy of the request, with the
+// same key; the first success is returned and the other attempts are
+// cancelled and closed before RoundTrip returns (docs/runtime.md, "Hedging").
 type RoundTripper struct {
 	Executor *Executor
 	Policy   string
@@ -137,7 +142,8 @@ func (rt *RoundTripper) base(req *http.Request) (http.RoundTripper, error) {
 
 // call is one RoundTrip: the caller's request, the body kept to send again,
 // and the attempt in flight. Its attempts run one after another on the
-// caller's goroutine.
+// caller's goroutine, except a hedging policy's: each of those runs as a
+// call forked from this one, on a goroutine of its own (hedge.go).
 type call struct {
 	req        *http.Request
 	base       http.RoundTripper
@@ -168,6 +174,55 @@ type call struct {
 	cancel   context.CancelFunc // nil when the attempt has no context of its own
 	res      *http.Response
 	body     releasingBody
+
+	// A hedged attempt runs as a call of its own, forked from the caller's
+	// (fork): stop ends its context (a losing hedge is cancelled by it), and
+	// its body is made before it is launched (given, givenLen).
+	stop     context.CancelFunc
+	given    io.ReadCloser
+	givenLen int64
+}
+
+// canHedge reports whether the request may have attempts in flight side by
+// side: it may be sent again once it may have reached the dependency, and
+// its body can be sent again.
+func (c *call) canHedge(key string) bool { return c.replaySafe(key) && c.unrepeatable == "" }
+
+// fork makes the call of one hedged attempt, on the retry loop's goroutine:
+// its own request, trace hooks and context (ended by stop, or by the
+// caller's), with the body made here from the parent's (the caller's own
+// the first time, a copy or GetBody's after). An error is the body's: the
+// attempt cannot be sent.
+func (c *call) fork(first bool) (*call, error) {
+	body, length, err := c.newBody(first)
+	if err != nil {
+		return nil, err
+	}
+	f := &call{req: c.req, base: c.base, idempotent: c.idempotent, buffered: c.buffered, hasBuffer: c.hasBuffer,
+		sentBody: true, given: body, givenLen: length}
+	f.hooks = &hooks{call: f}
+	f.hooks.trace = f.hooks.clientTrace()
+	var ctx context.Context
+	ctx, f.stop = context.WithCancel(c.req.Context())
+	f.ctx = httptrace.WithClientTrace(ctx, &f.hooks.trace)
+	return f, nil
+}
+
+// adopt makes f's attempt the parent's: its response, if any, is the one
+// kept, ended with f's context.
+func (c *call) adopt(f *call) {
+	c.res, c.cancel, c.out, c.url = f.res, f.cancel, f.out, f.url
+}
+
+// drop ends a forked attempt that is not kept: its context is cancelled,
+// its response (if any) closed unread, and a body never sent closed.
+func (f *call) drop() {
+	f.discard()
+	f.stop()
+	if f.given != nil {
+		_ = f.given.Close()
+		f.given = nil
+	}
 }
 
 // hooks are a call's httptrace hooks. They are pooled: the two hooks are
@@ -318,7 +373,21 @@ func (c *call) attempt(_ context.Context, a Attempt, limit time.Duration) error 
 	if limit > 0 {
 		ctx, c.cancel = context.WithTimeout(c.ctx, limit)
 	}
-	body, length, err := c.newBody(a.Number == 1)
+	var (
+		body   io.ReadCloser
+		length int64
+		err    error
+	)
+	if c.stop != nil { // a forked attempt: its body is made, its context ends with stop
+		body, length, c.given = c.given, c.givenLen, nil
+		if stop, timeout := c.stop, c.cancel; timeout != nil {
+			c.cancel = func() { timeout(); stop() }
+		} else {
+			c.cancel = stop
+		}
+	} else {
+		body, length, err = c.newBody(a.Number == 1)
+	}
 	if err != nil {
 		c.end()
 		return NotDispatched(err)
@@ -338,9 +407,12 @@ func (c *call) attempt(_ context.Context, a Attempt, limit time.Duration) error 
 		// refuses once this attempt reached the dependency.
 		out.GetBody = c.resend
 	}
-	if a.Key != "" {
+	if a.Key != "" || c.stop != nil {
+		// Hedged attempts in flight side by side each own their header map.
 		out.Header = c.req.Header.Clone()
-		out.Header.Set(a.Header, a.Key)
+		if a.Key != "" {
+			out.Header.Set(a.Header, a.Key)
+		}
 	}
 	if err := c.ctx.Err(); err != nil {
 		c.end()
