@@ -153,7 +153,7 @@ func BenchmarkHedgeTail(b *testing.B) {
 		run("retryguard", func(srv *tailServer) func(context.Context) error {
 			ex, p := hedgedRead("hedged-read-" + load.name)
 			return func(ctx context.Context) error {
-				return ex.Do(ctx, p.Policy.Name, nil, func(ctx context.Context, _ retry.Attempt) error { return fetch(ctx, client, srv.URL) })
+				return ex.DoHedged(ctx, p.Policy.Name, nil, func(ctx context.Context, _ retry.Attempt) error { return fetch(ctx, client, srv.URL) })
 			}
 		})
 		run("failsafe-go", func(srv *tailServer) func(context.Context) error {

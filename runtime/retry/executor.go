@@ -272,16 +272,29 @@ func (c *compiled) retryOnError(name string) bool {
 // not printable ASCII, fails before any attempt. A policy that is unknown,
 // published NoRetry, or whose key template cannot render gets exactly one
 // attempt. For HTTP, use the RoundTripper (see Operation).
+//
+// Do never runs two attempts of one operation at once, whatever the policy:
+// under a policy with hedging, its attempts are made one after another, as
+// retries. Use DoHedged for an Operation that is safe for concurrent use.
 func (e *Executor) Do(ctx context.Context, policy string, vars Vars, op Operation) error {
-	return e.do(ctx, policy, vars, op, nil)
+	return e.do(ctx, policy, vars, op, nil, false)
+}
+
+// DoHedged is Do for an Operation that is safe for concurrent use: under a
+// policy with hedging, an attempt still pending after the hedging delay is
+// hedged, so that two or more attempts of the operation run at once (each
+// with its own Attempt), and the first success wins (see docs/runtime.md,
+// Hedging). Without hedging, it is Do.
+func (e *Executor) DoHedged(ctx context.Context, policy string, vars Vars, op Operation) error {
+	return e.do(ctx, policy, vars, op, nil, true)
 }
 
 // do is Do for an Operation, or for the RoundTripper's call when call is
 // not nil: its attempts are HTTP requests whose replay safety is the
 // request's own, and which own their contexts.
-func (e *Executor) do(ctx context.Context, policy string, vars Vars, op Operation, call *call) error {
+func (e *Executor) do(ctx context.Context, policy string, vars Vars, op Operation, call *call, concurrent bool) error {
 	c := e.policy(policy)
-	r := run{e: e, c: c, call: call}
+	r := run{e: e, c: c, call: call, concurrent: concurrent}
 	if c.key != nil {
 		key, err := c.key.render(vars)
 		if err != nil {
@@ -310,6 +323,9 @@ type run struct {
 	// every later stop ends UNKNOWN_OUTCOME.
 	applied bool
 	call    *call // the RoundTripper's request, or nil
+	// concurrent: op is safe for concurrent use (DoHedged), so a hedging
+	// policy may run its attempts at once.
+	concurrent bool
 }
 
 // id is the operation's number, taken from the executor's sequence the
@@ -395,7 +411,7 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 		default:
 			c.budget.PrimaryAt(now)
 		}
-		if c.hedge != nil && (r.call == nil || r.call.canHedge(r.key)) {
+		if c.hedge != nil && r.hedgeable() {
 			err, n = r.hedged(ctx, op, Attempt{Number: n, Policy: c.name, Key: r.key, Header: c.header}, elapsed)
 		} else {
 			err = r.attempt(ctx, op, Attempt{Number: n, Policy: c.name, Key: r.key, Header: c.header}, elapsed)

@@ -192,6 +192,11 @@ func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.
 				return nil, res.number
 			}
 			failed = append(failed, res)
+			// An answer that failed ends the hedging: what follows it is the
+			// retry loop's, with its backoff, jitter and the answer's
+			// Retry-After (INV-RTY-02, and 002's "do not retry before a
+			// valid Retry-After"). Attempts in flight may still win.
+			stopped = true
 		case <-fire:
 			if stopped || last-a.Number >= hedges {
 				continue
@@ -228,9 +233,9 @@ func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.
 			}
 		}
 	}
-	// Every attempt sent failed: the last sent goes to the retry loop, the
+	// Every attempt sent failed: the decisive one goes to the retry loop, the
 	// others are recorded here, each as an attempt.
-	i := slices.IndexFunc(failed, func(f hedgeResult) bool { return f.number == last })
+	i := r.decisive(failed, last)
 	err = failed[i].err
 	if f := failed[i].call; f != nil {
 		r.call.adopt(f) // its response, if any, is the one the retry loop keeps or discards
@@ -245,6 +250,40 @@ func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.
 		c.metrics.started() // the retry loop counts it for a first attempt that failed alone
 	}
 	return err, last
+}
+
+// hedgeable says whether this operation's attempts may run at once: the
+// RoundTripper's when the request itself is replay-safe and its body can be
+// sent again, Do's only when its Operation is safe for concurrent use
+// (DoHedged).
+func (r *run) hedgeable() bool {
+	if r.call != nil {
+		return r.call.canHedge(r.key)
+	}
+	return r.concurrent
+}
+
+// decisive is the index of the failure, of a round whose attempts all
+// failed, that the retry loop decides on: one after which no attempt may
+// follow (a permanent answer, such as a 4xx other than 429 (INV-RTY-03), an
+// unparseable Retry-After (MC-FM-01), or a Final error) over any other, then
+// the longest Retry-After (MC-PO-01), then the last sent. A round never
+// retries past what one of its answers forbade.
+func (r *run) decisive(failed []hedgeResult, last int) int {
+	c, now := r.c, r.e.clock.Now()
+	best, bestStops, bestAfter := -1, false, time.Duration(0)
+	for i, f := range failed {
+		ev := classify(clientResent(f.err, r.call == nil, r.key != ""), c.retryOnStatus, c.retryOnError, now)
+		stops := ev.Class == Permanent || ev.RetryAfterUnparseable || finalOf(f.err) != ""
+		better := best < 0 || (stops && !bestStops)
+		if !better && stops == bestStops {
+			better = ev.RetryAfter > bestAfter || (ev.RetryAfter == bestAfter && f.number == last)
+		}
+		if better {
+			best, bestStops, bestAfter = i, stops, ev.RetryAfter
+		}
+	}
+	return best
 }
 
 // hedgeGranted asks the budget for a hedge as the retry loop asks it for a

@@ -2,6 +2,7 @@ package retry
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -87,7 +88,7 @@ func TestHedgeWinsAndCancelsTheSlowAttempt(t *testing.T) {
 		defer running.Add(-1)
 		return get(client, srv.URL)(ctx, a)
 	}
-	if err := ex.Do(context.Background(), p.Policy.Name, smsVars, op); err != nil {
+	if err := ex.DoHedged(context.Background(), p.Policy.Name, smsVars, op); err != nil {
 		t.Fatalf("the hedge should have won: %v", err)
 	}
 	if took := time.Since(start); took > 2*time.Second {
@@ -116,7 +117,7 @@ func TestHedgeRefusedByTheBudgetIsNotSent(t *testing.T) {
 	zero := int32(0)
 	p.Budget.MaxRetriesPerSecond = &zero // no retry, so no hedge
 	ex := New(staticSource{p.Policy.Name: p}, WithClock(clock.Real{}))
-	if err := ex.Do(context.Background(), p.Policy.Name, smsVars, get(srv.Client(), srv.URL)); err != nil {
+	if err := ex.DoHedged(context.Background(), p.Policy.Name, smsVars, get(srv.Client(), srv.URL)); err != nil {
 		t.Fatal(err)
 	}
 	if n := requests.Load(); n != 1 {
@@ -132,7 +133,7 @@ func TestFailedHedgesAreRecordedAsAttempts(t *testing.T) {
 	p := hedgePolicy(t, "20ms")
 	letters := &memoryLetters{}
 	ex := New(staticSource{p.Policy.Name: p}, WithClock(clock.Real{}), WithDeadLetters(letters))
-	err := ex.Do(context.Background(), p.Policy.Name, smsVars, get(srv.Client(), srv.URL))
+	err := ex.DoHedged(context.Background(), p.Policy.Name, smsVars, get(srv.Client(), srv.URL))
 	e, ok := err.(*Error)
 	if !ok || e.State != UnknownOutcome || e.Attempts != 2 {
 		t.Fatalf("got %v, want UNKNOWN_OUTCOME after 2 attempts", err)
@@ -171,7 +172,7 @@ func TestHedgesStayWithinTheBudgetUnderHalfSlowAnswers(t *testing.T) {
 	for range workers {
 		wg.Go(func() {
 			for next.Add(1) <= ops {
-				if err := ex.Do(context.Background(), p.Policy.Name, smsVars, get(client, srv.URL)); err != nil {
+				if err := ex.DoHedged(context.Background(), p.Policy.Name, smsVars, get(client, srv.URL)); err != nil {
 					t.Error(err)
 				}
 			}
@@ -186,5 +187,57 @@ func TestHedgesStayWithinTheBudgetUnderHalfSlowAnswers(t *testing.T) {
 	}
 	if hedges == 0 {
 		t.Fatal("no hedge was sent: the test no longer hedges")
+	}
+}
+
+// Do never runs two attempts of one operation at once, even under a policy
+// that hedges: an Operation not declared safe for concurrent use (DoHedged)
+// is never hedged, so a slow first answer is waited for, alone.
+func TestDoNeverOverlapsAttempts(t *testing.T) {
+	srv, requests := slowServer(t, 150*time.Millisecond)
+	p := hedgePolicy(t, "20ms")
+	ex := New(staticSource{p.Policy.Name: p}, WithClock(clock.Real{}))
+	var running, most atomic.Int32
+	op := func(ctx context.Context, a Attempt) error {
+		if n := running.Add(1); n > most.Load() {
+			most.Store(n)
+		}
+		defer running.Add(-1)
+		return get(srv.Client(), srv.URL)(ctx, a)
+	}
+	if err := ex.Do(context.Background(), p.Policy.Name, smsVars, op); err != nil {
+		t.Fatal(err)
+	}
+	if n, m := requests.Load(), most.Load(); n != 1 || m != 1 {
+		t.Fatalf("%d requests, at most %d at once: Do must not hedge an Operation", n, m)
+	}
+}
+
+// A hedged round decides on its most restrictive answer: when the first
+// attempt is answered 400 (permanent, INV-RTY-03) while its hedge is in
+// flight, and the hedge then fails with a 503, no third attempt is sent,
+// and the caller hears the 400.
+func TestAHedgedRoundNeverRetriesPastAPermanentAnswer(t *testing.T) {
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		n := requests.Add(1)
+		time.Sleep(60 * time.Millisecond) // the hedge (at 20 ms) is sent before the first answer
+		if n == 1 {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	p := hedgePolicy(t, "20ms")
+	p.Policy.MaxAttempts = 3
+	ex := New(staticSource{p.Policy.Name: p}, WithClock(clock.Real{}))
+	err := ex.DoHedged(context.Background(), p.Policy.Name, smsVars, get(srv.Client(), srv.URL))
+	var se *StatusError
+	if !errors.As(err, &se) || se.Code != http.StatusBadRequest {
+		t.Fatalf("got %v, want the first attempt's 400", err)
+	}
+	if n := requests.Load(); n != 2 {
+		t.Fatalf("%d requests, want 2: a 400 in the round forbids a retry", n)
 	}
 }

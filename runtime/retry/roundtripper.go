@@ -85,7 +85,7 @@ func (rt *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	defer c.hooks.done()
 	c.ctx = httptrace.WithClientTrace(req.Context(), &c.hooks.trace)
 	vars, _ := req.Context().Value(varsKey{}).(Vars)
-	err = rt.Executor.do(req.Context(), rt.Policy, vars, nil, c)
+	err = rt.Executor.do(req.Context(), rt.Policy, vars, nil, c, false)
 	if !c.sentBody {
 		closeBody(req) // no attempt took the body, and RoundTrip must close it (net/http's contract)
 	}
