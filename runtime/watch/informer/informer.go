@@ -270,30 +270,37 @@ func (i *Informer) rejoin(budget string) {
 
 // upsertShard reads this pod's shard of a budget's members and joins it
 // to the count. A shard that does not parse, that the operator did not
-// publish, or of another shard than the pod's leaves the last good one; a
-// shard of another UID than the count's names no one (WithShards).
+// publish, or of another shard than the pod's names no one: what the
+// ConfigMap named before is forgotten (a shard has no freshness of its own,
+// so a last good one kept would name a pod its update removed); a shard of
+// another UID than the count's names no one either (WithShards).
 func (i *Informer) upsertShard(cm *corev1.ConfigMap) {
 	log := i.Logger.With("configmap", cm.Namespace+"/"+cm.Name)
 	if reason := untrustedMeta(cm, policyconfig.BudgetOwnerKind); reason != "" {
 		i.ignore(log, reason)
+		i.removeShard(cm)
 		return
 	}
 	s, err := policyconfig.ParseMemberShard([]byte(cm.Data[policyconfig.MembersDataKey]))
 	if err != nil {
 		i.store.Reject()
-		log.Error("member shard rejected; keeping the last good one", "err", err)
+		log.Error("member shard rejected; it names no one", "err", err)
+		i.removeShard(cm)
 		return
 	}
 	owner := metav1.GetControllerOfNoCopy(cm)
 	switch {
 	case s.Namespace != cm.Namespace || cm.Name != policyconfig.MemberShardConfigMapName(s.Shard, s.Budget):
 		i.ignore(log, fmt.Sprintf("shard %s of %s/%s in ConfigMap %s/%s", s.Shard, s.Namespace, s.Budget, cm.Namespace, cm.Name))
+		i.removeShard(cm)
 		return
 	case owner.Name != s.Budget || string(owner.UID) != s.UID:
 		i.ignore(log, fmt.Sprintf("controlled by RetryBudget %q (uid %q), not %q (uid %q)", owner.Name, owner.UID, s.Budget, s.UID))
+		i.removeShard(cm)
 		return
 	case s.Shard != policyconfig.ShardOf(i.PodUID):
 		i.ignore(log, fmt.Sprintf("shard %s, not this pod's %s", s.Shard, policyconfig.ShardOf(i.PodUID)))
+		i.removeShard(cm)
 		return
 	}
 	i.mu.Lock()
@@ -302,7 +309,8 @@ func (i *Informer) upsertShard(cm *corev1.ConfigMap) {
 	i.rejoin(s.Budget)
 }
 
-// removeShard forgets a deleted shard: no count names this pod then.
+// removeShard forgets the shard cm held (deleted, or no longer one that
+// names anyone): no count names this pod by it then.
 func (i *Informer) removeShard(cm *corev1.ConfigMap) {
 	i.mu.Lock()
 	defer i.mu.Unlock()

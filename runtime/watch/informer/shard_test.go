@@ -177,3 +177,38 @@ func TestInformerJoinsItsOwnShard(t *testing.T) {
 		t.Fatalf("a pod without a UID: %+v", c)
 	}
 }
+
+// A shard update that does not parse names no one: the pod it named holds
+// no share afterwards (the shard it replaced is not kept, since a shard has
+// no freshness of its own and the update may have removed the pod).
+func TestAShardThatDoesNotParseNamesNoOne(t *testing.T) {
+	cs := startAPIServer(t)
+	ctx := context.Background()
+	cms := cs.CoreV1().ConfigMaps("auth")
+	pod := fixtures.FleetPods()[0]
+	if _, err := cms.Create(ctx, published(countedPolicy("p-0")), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cms.Create(ctx, shardedCount(4, 20), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	shard, err := cms.Create(ctx, shardConfigMap(policyconfig.ShardOf(pod), 4, pod), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := informer.New(cs, "auth")
+	w.Logger, w.PodUID = slog.New(slog.DiscardHandler), pod
+	if err := w.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if !joinedCount(w, "p-0").Includes(pod) {
+		t.Fatal("the pod is not named by its shard")
+	}
+	bad := shard.DeepCopy()
+	bad.Data[policyconfig.MembersDataKey] = `{"schemaVersion": "members/v9"}`
+	if _, err := cms.Update(ctx, bad, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the shard rejected", func() bool { return w.Rejected() > 0 })
+	waitFor(t, "the pod no longer named", func() bool { return !joinedCount(w, "p-0").Includes(pod) })
+}
