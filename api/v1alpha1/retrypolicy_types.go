@@ -361,6 +361,7 @@ type Hedging struct {
 // HedgeLatency is a hedge delay taken from observed latency. Until enough
 // answers are observed, the delay is cap.
 // +kubebuilder:validation:XValidation:rule="!has(self.floor) || !has(self.cap) || !self.floor.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.cap.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.cap) >= duration(self.floor)",message="ERR_OUT_OF_RANGE: hedging.latency.cap must be at least floor",fieldPath=".cap"
+// +kubebuilder:validation:XValidation:rule="!has(self.floor) || !self.floor.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.floor) > duration('0s')",message="ERR_OUT_OF_RANGE: hedging.latency.floor must be positive",fieldPath=".floor"
 type HedgeLatency struct {
 	// percentile of the observed latency a hedge waits for, from 50 to 99
 	// (95 hedges the slowest 5% of attempts).
