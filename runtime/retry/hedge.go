@@ -224,7 +224,10 @@ func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.
 				continue
 			}
 			last++
-			c.metrics.retried(at)
+			// Not counted in the recovery window (retried): a hedge answers
+			// a slow attempt, not a fault, and a policy that hedges at a
+			// steady rate would otherwise never be back at the baseline of
+			// retries, and its recovery lag would grow after every fault.
 			r.emit(Attempting, Attempting, last, "")
 			launch(last, at, r.sinceStart(at), f)
 			inFlight++
