@@ -642,3 +642,21 @@ func FuzzShare(f *testing.F) {
 		}
 	})
 }
+
+// A new generation of the budget that arrives with the same count keeps
+// what that count now says of this pod: a pod its shard dropped holds no
+// share, though the count it was named under is kept.
+func TestANewGenerationNeverUndoesARemoval(t *testing.T) {
+	clk := clock.NewFake(start.Add(30 * time.Second))
+	r := NewRegistry(clk, WithPod(thisPod), WithLogger(slog.New(slog.DiscardHandler)))
+	t20 := start.Add(20 * time.Second)
+	if _, err := r.Resolve("shop", counted(1, 4, t20, thisPod)); err != nil || Denominator(r.budgets["shop/shared"].config, clk.Now()) != 4 {
+		t.Fatalf("named: %v", err)
+	}
+	if _, err := r.Resolve("shop", counted(2, 4, t20)); err != nil {
+		t.Fatal(err)
+	}
+	if d := Denominator(r.budgets["shop/shared"].config, clk.Now()); d != ZeroShare {
+		t.Fatalf("dropped from the same count under a new generation: denominator %d, want no share", d)
+	}
+}

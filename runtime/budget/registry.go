@@ -254,8 +254,14 @@ func (r *Registry) Resolve(namespace string, b *policyconfig.Budget) (*Budget, e
 		return e.budget, nil
 	case b.Generation > e.generation:
 		if !newerCount(offered, e.offered) && offered.Counted {
-			// An older count never replaces a newer one.
+			// An older count never replaces a newer one. The same count
+			// keeps what it says of this pod now (its shard may have
+			// dropped it since): a removal is never undone.
+			included, same := offered.Included, sameCount(offered.Consumers, e.offered.Consumers)
 			c, offered = withCountOf(c, e.config), withCountOf(offered, e.offered)
+			if same {
+				c.Included, offered.Included = included, included
+			}
 		}
 		e.generation = b.Generation
 	case !equal(c.figures(), e.config.figures()):
