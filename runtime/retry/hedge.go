@@ -95,8 +95,9 @@ type hedgeResult struct {
 // success wins and the others are cancelled (an Operation's ctx ends; it
 // drains what it read; a RoundTripper's attempt has its context ended and
 // its response closed). When every attempt sent fails, it returns the
-// failure of the last one sent, for the retry loop to decide on, and records
-// the others as attempts. last is the number of the last attempt sent.
+// decisive failure (decisive), for the retry loop to decide on, and records
+// the others as attempts. last is the number of the last attempt sent,
+// whichever won: the operation made them all.
 // Nothing is sent once the deadline, less its reserve, cannot hold an
 // attempt, or once the budget refuses.
 func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.Duration) (err error, last int) {
@@ -186,10 +187,14 @@ func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.
 				if res.call != nil {
 					r.call.adopt(res.call)
 				}
-				if a.Number == 1 && res.number > 1 {
+				// The operation made every attempt sent, the winner's and the
+				// cancelled ones': the retry loop counts them all (its
+				// attempts per operation, and no first-try success when a
+				// hedge was sent, so no deposit either: fewer tokens, never more).
+				if a.Number == 1 && last > 1 {
 					c.metrics.started() // not a first-attempt success, as the retry loop counts one
 				}
-				return nil, res.number
+				return nil, last
 			}
 			failed = append(failed, res)
 			// An answer that failed ends the hedging: what follows it is the

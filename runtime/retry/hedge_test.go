@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
 	"github.com/retryguard/retryguard/runtime/clock"
@@ -239,5 +240,43 @@ func TestAHedgedRoundNeverRetriesPastAPermanentAnswer(t *testing.T) {
 	}
 	if n := requests.Load(); n != 2 {
 		t.Fatalf("%d requests, want 2: a 400 in the round forbids a retry", n)
+	}
+}
+
+// An operation whose first attempt wins while its hedge is in flight made
+// two attempts: its attempts per operation say 2, not a first-try success.
+func TestAHedgeSentIsCountedWhoeverWins(t *testing.T) {
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if requests.Add(1) == 1 {
+			time.Sleep(80 * time.Millisecond) // the first answer comes after the hedge is sent, and wins
+			return
+		}
+		<-r.Context().Done() // the hedge never answers: it is cancelled
+	}))
+	defer srv.Close()
+	p := hedgePolicy(t, "20ms")
+	reg := prometheus.NewRegistry()
+	ex := New(staticSource{p.Policy.Name: p}, WithClock(clock.Real{}), WithMetrics(NewMetrics(reg)))
+	client := srv.Client()
+	defer client.CloseIdleConnections()
+	if err := ex.DoHedged(context.Background(), p.Policy.Name, smsVars, get(client, srv.URL)); err != nil {
+		t.Fatal(err)
+	}
+	if n := requests.Load(); n != 2 {
+		t.Fatalf("%d requests, want the attempt and its hedge", n)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range families {
+		if mf.GetName() == "retryguard_attempts_per_operation" {
+			sum = mf.GetMetric()[0].GetHistogram().GetSampleSum()
+		}
+	}
+	if sum != 2 {
+		t.Fatalf("attempts per operation sum %v, want 2", sum)
 	}
 }
