@@ -244,6 +244,16 @@ func (e *Executor) compile(name string, p *policyconfig.Payload, ok bool) *compi
 		Cap: pol.Backoff.Cap.D(), Multiplier: pol.Backoff.Multiplier, Rand: e.rand}
 	c.replaySafe = c.key != nil || httprules.IsIdempotentOperation(pol.Operation)
 	c.hedge = compileHedging(pol, c.replaySafe)
+	if h := c.hedge; h != nil && h.observed != nil {
+		// The observed latency outlives a recompile: a counted budget's
+		// renewal recompiles every 15 s, and a window started again each
+		// time would hedge at cap forever on a policy with few answers.
+		if m := e.compiled.Load(); m != nil {
+			if old := (*m)[name]; old != nil && old.hedge != nil && old.hedge.observed != nil {
+				h.observed = old.hedge.observed
+			}
+		}
+	}
 	c.perAttemptTimeout, c.minRemaining, c.retryAfterMaxDelay = pol.PerAttemptTimeout.D(), pol.MinRemaining.D(), pol.RetryAfterMaxDelay.D()
 	if b := p.Budget; b != nil {
 		var err error

@@ -280,3 +280,29 @@ func TestAHedgeSentIsCountedWhoeverWins(t *testing.T) {
 		t.Fatalf("attempts per operation sum %v, want 2", sum)
 	}
 }
+
+// The latency a policy hedges by outlives a recompile (a new payload for the
+// same policy, as every count renewal brings): the window is not started
+// again, so the hedge does not fall back to cap.
+func TestObservedLatencyOutlivesARecompile(t *testing.T) {
+	p := hedgePolicy(t, "20ms")
+	p.Policy.Hedging = &policyconfig.Hedging{Percentile: 95, Floor: d("1ms"), Cap: d("500ms"), MaxHedges: 1}
+	src := staticSource{p.Policy.Name: p}
+	ex := New(src, WithClock(clock.Real{}))
+	first := ex.policy(p.Policy.Name)
+	if first.hedge == nil || first.hedge.observed == nil {
+		t.Fatal("the policy does not hedge by observed latency")
+	}
+	for range 64 {
+		first.hedge.observed.observe(5 * time.Millisecond)
+	}
+	next := *p // a new payload, as a renewal publishes
+	src[p.Policy.Name] = &next
+	again := ex.policy(p.Policy.Name)
+	if again == first {
+		t.Fatal("the policy was not recompiled")
+	}
+	if w := again.hedge.wait(); w != 5*time.Millisecond {
+		t.Fatalf("after a recompile the hedge waits %s, want the observed 5ms", w)
+	}
+}
