@@ -9,7 +9,11 @@ import (
 	"github.com/retryguard/retryguard/runtime/codes"
 )
 
-// Event is one lifecycle transition of one operation.
+// Event is one lifecycle transition of one operation, or a hedge: an event
+// whose From and To are both ATTEMPTING is no transition (the lifecycle
+// stays ATTEMPTING, and RETRY-SMS-001's state machine is unchanged) but
+// attempt Attempt sent while an earlier one is pending (docs/runtime.md,
+// Hedging).
 type Event struct {
 	// OperationID numbers operations within this process, to order and group events.
 	OperationID uint64     `json:"operation"`
