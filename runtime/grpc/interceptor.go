@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/retryguard/retryguard/runtime/codes"
 	"github.com/retryguard/retryguard/runtime/retry"
@@ -104,6 +105,9 @@ func (i *Interceptor) unary(ctx context.Context, watched bool, method string, re
 			vars = v.vars
 		}
 	}
+	if m, ok := reply.(proto.Message); ok && i.executor.Hedges(i.policy) {
+		return i.hedged(ctx, watched, method, req, m, cc, invoker, opts, vars)
+	}
 	op := &operation{i: i, watched: watched, method: method, req: req, reply: reply, cc: cc, invoker: invoker, opts: opts}
 	err := i.executor.Do(ctx, i.policy, vars, op.attempt)
 	if err == nil {
@@ -180,6 +184,12 @@ func (o *operation) attempt(ctx context.Context, a retry.Attempt) error {
 	if c.fromServer() {
 		o.answered = err
 	}
+	return o.judge(c, ev, hidden)
+}
+
+// judge is a failed attempt's error for the executor: its evidence, or
+// final when grpc-go retried by itself or could not be watched.
+func (o *operation) judge(c *call, ev error, hidden int) error {
 	switch {
 	case hidden > 0:
 		// The retries grpc-go sent cannot be recalled; none of the
