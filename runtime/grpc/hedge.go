@@ -72,6 +72,8 @@ type hedgedOperation struct {
 	trailer []*metadata.MD
 	peer    []*peer.Peer
 	winner  *hedgedAttempt
+	// inflight counts the attempts invoking now.
+	inflight int
 }
 
 // hedgedAttempt is what one attempt received.
@@ -83,10 +85,18 @@ type hedgedAttempt struct {
 
 func (o *hedgedOperation) attempt(ctx context.Context, a retry.Attempt) error {
 	o.mu.Lock()
-	if a.Key == "" && o.applied {
+	if a.Key == "" && (o.applied || o.inflight > 0) {
+		// Every gRPC call is a POST: without the key, a hedge beside an
+		// attempt still in flight is a replay of what may be applied.
 		o.mu.Unlock()
 		return retry.NotDispatched(ErrNotReplaySafe)
 	}
+	o.inflight++
+	defer func() {
+		o.mu.Lock()
+		o.inflight--
+		o.mu.Unlock()
+	}()
 	if a.Key != "" {
 		if o.md == nil {
 			hk := o.i.metadataKey(a.Header)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -47,7 +48,7 @@ type slowFirst struct {
 func (s *slowFirst) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	s.mu.Lock()
-	s.keys = append(s.keys, md.Get("idempotency-key")...)
+	s.keys = append(s.keys, strings.Join(md.Get("idempotency-key"), ","))
 	n := len(s.keys)
 	s.mu.Unlock()
 	_ = grpc.SetHeader(ctx, metadata.Pairs("call", strconv.Itoa(n)))
@@ -151,4 +152,22 @@ func connOf(t *testing.T, addr string, ic *retrygrpc.Interceptor) *grpc.ClientCo
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	return conn
+}
+
+// A policy without a key may hedge an idempotent HTTP operation, but a gRPC
+// call is a POST: without the key, no hedge is sent beside the attempt in
+// flight, and the call gets that attempt's reply.
+func TestUnaryKeylessCallIsNotHedged(t *testing.T) {
+	s, addr := serveSlowFirst(t, 200*time.Millisecond)
+	p := hedging(t)
+	p.Policy.KeyTemplate, p.Policy.Operation = "", "GET /v1/status"
+	ic := retrygrpc.New(retry.New(watch.NewStatic(p), retry.WithClock(clock.Real{})), p.Policy.Name)
+	reply := &healthpb.HealthCheckResponse{}
+	err := connOf(t, addr, ic).Invoke(context.Background(), checkMethod, &healthpb.HealthCheckRequest{}, reply)
+	if keys := s.seen(); len(keys) != 1 {
+		t.Fatalf("the server saw %d calls, want 1: a keyless call is not hedged", len(keys))
+	}
+	if err != nil || reply.Status != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("got %v, %v; want the one attempt's NOT_SERVING", reply.Status, err)
+	}
 }
