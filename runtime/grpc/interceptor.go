@@ -36,8 +36,9 @@ var ErrWithoutDialOptions = errors.New("retryguard: the channel was not built wi
 var ErrNotReplaySafe = errors.New("retryguard: a gRPC call without an idempotency key is not sent again after it may have been applied")
 
 // Interceptor enforces one published policy on a channel's unary calls
-// through retry.Executor.Do. It is also the stats.Handler that shows it what
-// grpc-go did below it: how many attempts a call made and whether any of them
+// through retry.Executor.Do (DoHedged under a hedging policy). It is also
+// the stats.Handler that shows it what grpc-go did below it: how many
+// attempts a call made and whether any of them
 // left the process. It is safe for concurrent use; one Interceptor serves any
 // number of channels, and judges each call by what its own channel showed.
 type Interceptor struct {
