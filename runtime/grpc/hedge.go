@@ -53,11 +53,17 @@ func (i *Interceptor) hedged(ctx context.Context, watched bool, method string, r
 		return nil
 	}
 	var re *retry.Error
-	op.mu.Lock()
-	answered := op.answered
-	op.mu.Unlock()
-	if errors.As(err, &re) && re.Code == codes.PermanentFailure && re.Last.Class == retry.Permanent && answered != nil {
-		return answered
+	if errors.As(err, &re) && re.Code == codes.PermanentFailure && re.Last.Class == retry.Permanent {
+		op.mu.Lock()
+		defer op.mu.Unlock()
+		// The server's own status of the decisive attempt, as the caller
+		// would have had it; attempts ran side by side, so it is the one
+		// whose status the executor decided on, never merely the last.
+		for _, a := range op.statuses {
+			if a.code == re.Last.Status {
+				return a.err
+			}
+		}
 	}
 	return err
 }
@@ -74,6 +80,14 @@ type hedgedOperation struct {
 	winner  *hedgedAttempt
 	// inflight counts the attempts invoking now.
 	inflight int
+	// statuses are the server's own answers of the failed attempts.
+	statuses []answer
+}
+
+// answer is a server's status and its HTTP mapping.
+type answer struct {
+	code int
+	err  error
 }
 
 // hedgedAttempt is what one attempt received.
@@ -135,8 +149,9 @@ func (o *hedgedOperation) attempt(ctx context.Context, a retry.Attempt) error {
 	ev := c.evidence(err)
 	o.mu.Lock()
 	o.applied = o.applied || c.mayHaveApplied(err)
-	if c.fromServer() {
-		o.answered = err
+	var se *retry.StatusError
+	if c.fromServer() && errors.As(ev, &se) {
+		o.statuses = append(o.statuses, answer{code: se.Code, err: err})
 	}
 	o.mu.Unlock()
 	return o.judge(c, ev, hidden)

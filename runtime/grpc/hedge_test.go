@@ -2,6 +2,7 @@ package retrygrpc_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strconv"
 	"strings"
@@ -10,9 +11,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	grpccodes "google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/retryguard/retryguard/runtime/clock"
 	retrygrpc "github.com/retryguard/retryguard/runtime/grpc"
@@ -169,5 +172,22 @@ func TestUnaryKeylessCallIsNotHedged(t *testing.T) {
 	}
 	if err != nil || reply.Status != healthpb.HealthCheckResponse_NOT_SERVING {
 		t.Fatalf("got %v, %v; want the one attempt's NOT_SERVING", reply.Status, err)
+	}
+}
+
+// A permanent answer under a hedging policy reaches the caller as the
+// server's own status, as it does without hedging.
+func TestUnaryHedgedPermanentAnswerIsTheServersOwn(t *testing.T) {
+	h := &health{answer: always(grpccodes.InvalidArgument)}
+	p := hedging(t)
+	ic := retrygrpc.New(retry.New(watch.NewStatic(p), retry.WithClock(clock.Real{})), p.Policy.Name)
+	err := connOf(t, serve(t, h), ic).Invoke(context.Background(), checkMethod, &healthpb.HealthCheckRequest{}, &healthpb.HealthCheckResponse{},
+		retrygrpc.WithVars(smsVars))
+	var re *retry.Error
+	if status.Code(err) != grpccodes.InvalidArgument || errors.As(err, &re) {
+		t.Fatalf("got %v, want the server's own INVALID_ARGUMENT", err)
+	}
+	if n := h.calls(); n != 1 {
+		t.Fatalf("the server saw %d calls, want 1", n)
 	}
 }
