@@ -14,6 +14,14 @@
 // context bounded by what is left of the deadline, which grpc-go sends to
 // the server as grpc-timeout.
 //
+// Under a policy with hedging, a unary call whose reply is a proto.Message
+// runs through retry.Executor.DoHedged: an attempt still pending after the
+// hedging delay is hedged, with the same key, if the budget allows; each
+// attempt invokes into a reply, header, trailer and peer of its own, and
+// only the winner's reach the caller (docs/runtime.md, Hedging). A call
+// without the key sends no hedge beside an attempt in flight. Streams are
+// not intercepted, so they never hedge.
+//
 // # Status codes
 //
 // Policies list HTTP statuses in retryOn.statusCodes and transport failures

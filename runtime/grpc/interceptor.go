@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/retryguard/retryguard/runtime/codes"
 	"github.com/retryguard/retryguard/runtime/retry"
@@ -35,8 +36,9 @@ var ErrWithoutDialOptions = errors.New("retryguard: the channel was not built wi
 var ErrNotReplaySafe = errors.New("retryguard: a gRPC call without an idempotency key is not sent again after it may have been applied")
 
 // Interceptor enforces one published policy on a channel's unary calls
-// through retry.Executor.Do. It is also the stats.Handler that shows it what
-// grpc-go did below it: how many attempts a call made and whether any of them
+// through retry.Executor.Do (DoHedged under a hedging policy). It is also
+// the stats.Handler that shows it what grpc-go did below it: how many
+// attempts a call made and whether any of them
 // left the process. It is safe for concurrent use; one Interceptor serves any
 // number of channels, and judges each call by what its own channel showed.
 type Interceptor struct {
@@ -103,6 +105,9 @@ func (i *Interceptor) unary(ctx context.Context, watched bool, method string, re
 		if v, ok := o.(varsOption); ok {
 			vars = v.vars
 		}
+	}
+	if m, ok := reply.(proto.Message); ok && i.executor.Hedges(i.policy) {
+		return i.hedged(ctx, watched, method, req, m, cc, invoker, opts, vars)
 	}
 	op := &operation{i: i, watched: watched, method: method, req: req, reply: reply, cc: cc, invoker: invoker, opts: opts}
 	err := i.executor.Do(ctx, i.policy, vars, op.attempt)
@@ -180,6 +185,12 @@ func (o *operation) attempt(ctx context.Context, a retry.Attempt) error {
 	if c.fromServer() {
 		o.answered = err
 	}
+	return o.judge(c, ev, hidden)
+}
+
+// judge is a failed attempt's error for the executor: its evidence, or
+// final when grpc-go retried by itself or could not be watched.
+func (o *operation) judge(c *call, ev error, hidden int) error {
 	switch {
 	case hidden > 0:
 		// The retries grpc-go sent cannot be recalled; none of the

@@ -299,6 +299,11 @@ func (e *Executor) DoHedged(ctx context.Context, policy string, vars Vars, op Op
 	return e.do(ctx, policy, vars, op, nil, true)
 }
 
+// Hedges reports whether the named policy, as now published, hedges: an
+// Operation that needs its own state per attempt to run hedged (a gRPC
+// reply message) pays for it only under such a policy.
+func (e *Executor) Hedges(policy string) bool { return e.policy(policy).hedge != nil }
+
 // do is Do for an Operation, or for the RoundTripper's call when call is
 // not nil: its attempts are HTTP requests whose replay safety is the
 // request's own, and which own their contexts.
