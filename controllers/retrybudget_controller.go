@@ -161,7 +161,7 @@ func (r *RetryBudgetReconciler) publishMembers(ctx context.Context, b *v1.RetryB
 	for s, l := range live {
 		shards[s], current[s] = true, l.Members
 	}
-	fits := len(policyconfig.MemberShardConfigMapName("00", b.Name)) <= limits.MaxObjectNameLength
+	fits := shardNamesFit(b.Name) // else evaluateBudget reports NameTooLongToCount
 	for s := range shards {
 		if keep := policyconfig.IntersectMembers(current[s], desired[s]); live[s] != nil && keep != current[s] && fits {
 			if err := r.publishShard(ctx, b, s, live[s].Generation, keep); err != nil {
@@ -184,6 +184,13 @@ func (r *RetryBudgetReconciler) publishMembers(ctx context.Context, b *v1.RetryB
 	}
 	return nil
 }
+
+// maxCountedBudgetName is the longest name of a fleet budget whose member
+// shards' ConfigMap names stay within the object name limit.
+var maxCountedBudgetName = limits.MaxObjectNameLength - len(policyconfig.MemberShardConfigMapName("00", ""))
+
+// shardNamesFit reports whether a budget named name can publish its member shards.
+func shardNamesFit(name string) bool { return len(name) <= maxCountedBudgetName }
 
 // publishShard makes the budget's shard s name members, as written for
 // membership generation gen.
