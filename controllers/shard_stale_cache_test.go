@@ -9,8 +9,10 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/retryguard/retryguard/api/policygraph"
+	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/controllers"
 	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
@@ -70,20 +72,28 @@ func (c *staleConfigMaps) List(ctx context.Context, l client.ObjectList, opts ..
 // next reconcile: the shard's write is decided from the API server's
 // shard, not from a stale cached one equal to what is wanted (which would
 // leave the pod named, holding a share the shrunken count does not count).
-func TestAShardWriteTheCacheHasNotSeenIsUndone(t *testing.T) {
+// startFleetBudget starts an API server with namespace ns and the fleet
+// budget name of the pods labelled app=app in it.
+func startFleetBudget(t *testing.T, ns, name, app string) (*envtest.Environment, client.Client, *v1.RetryBudget) {
+	t.Helper()
 	env, cfg := testenv.StartEnvironment(t, false)
-	base, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	b := fleetBudget(ns, name, app, 5)
+	if err := c.Create(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+	return env, c, b
+}
+
+func TestAShardWriteTheCacheHasNotSeenIsUndone(t *testing.T) {
+	env, base, b := startFleetBudget(t, "shop", "checkout", "sender")
 	ctx := t.Context()
-	if err := base.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}); err != nil {
-		t.Fatal(err)
-	}
-	b := fleetBudget("shop", "checkout", "sender", 5)
-	if err := base.Create(ctx, b); err != nil {
-		t.Fatal(err)
-	}
 	stale := &staleConfigMaps{noPolicies: noPolicies{base}}
 	r := &controllers.RetryBudgetReconciler{Client: stale, APIReader: base, Scheme: env.Scheme, Limits: policygraph.DefaultLimits()}
 	reconcile := func() {
