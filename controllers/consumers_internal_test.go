@@ -13,6 +13,7 @@ import (
 	"github.com/retryguard/retryguard/api/policygraph"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
+	rlimits "github.com/retryguard/retryguard/runtime/limits"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
@@ -119,5 +120,41 @@ func TestBudgetAboveThePlatformCapSaysWhatAdmissionSays(t *testing.T) {
 	b.Spec.RetryPercent = limits.MaxRetryPercent
 	if c := evaluateBudget(b, 0, limits); c.Reason == v1.ReasonAbovePlatformCap || limits.AboveRetryPercentCap(b) != "" {
 		t.Errorf("at the cap: %+v", c)
+	}
+}
+
+// A fleet budget whose name leaves no room for its member shards' names is
+// not Ready: no shard is written, so no pod holds a share, whatever the
+// count. The longest name that fits is Ready; an uncounted budget of any
+// admitted name does not need shards.
+func TestFleetBudgetNameTooLongToCount(t *testing.T) {
+	limits := policygraph.DefaultLimits()
+	counted := func(name string) *v1.RetryBudget {
+		b := fixtures.Budget("ns", name, 10)
+		b.Spec.Consumers = &v1.BudgetConsumers{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "a"}}}
+		b.Status.Consumers = ptr.To[int32](3)
+		return b
+	}
+	longest := strings.Repeat("b", maxCountedBudgetName)
+	if n := len(policyconfig.MemberShardConfigMapName("00", longest)); n != rlimits.MaxObjectNameLength {
+		t.Fatalf("the longest counted name gives shard names of %d characters, want %d", n, rlimits.MaxObjectNameLength)
+	}
+	for name, tc := range map[string]struct {
+		b      *v1.RetryBudget
+		status metav1.ConditionStatus
+		reason string
+	}{
+		"the longest name that fits":    {counted(longest), metav1.ConditionTrue, v1.ReasonAccepted},
+		"one character more":            {counted(longest + "b"), metav1.ConditionFalse, v1.ReasonNameTooLongToCount},
+		"238 characters":                {counted(strings.Repeat("c", 238)), metav1.ConditionFalse, v1.ReasonNameTooLongToCount},
+		"an uncounted budget that long": {fixtures.Budget("ns", strings.Repeat("c", 240), 10), metav1.ConditionTrue, v1.ReasonAccepted},
+	} {
+		c := evaluateBudget(tc.b, 1, limits)
+		if c.Status != tc.status || c.Reason != tc.reason {
+			t.Errorf("%s: %+v, want %s %s", name, c, tc.status, tc.reason)
+		}
+		if c.Reason == v1.ReasonNameTooLongToCount && !strings.Contains(c.Message, "no pod holds a share") {
+			t.Errorf("%s: the message tells better than the truth: %q", name, c.Message)
+		}
 	}
 }

@@ -27,14 +27,17 @@ type publishedConfigMap struct {
 	// a count is delivered to every counted pod at every renewal, and its
 	// hash, in the object and its managed fields, would be a sixth of it.
 	Unhashed bool
+	// Reader, when set, is where the live ConfigMap is read instead of the
+	// cache (a budget's shards: see RetryBudgetReconciler.APIReader).
+	Reader client.Reader
 }
 
 // publishConfigMap makes owner's ConfigMap hold want, owner as its
 // controller. It compares the live ConfigMap with the desired one, never
 // trusting the hash annotation, and writes only on a difference, by
 // server-side apply under FieldOwner (forcing ownership back from whoever
-// edited our fields). The live object is read from the label-filtered
-// cache only: one the cache does not hold (a new owner's, or one whose
+// edited our fields). The live object is read from want.Reader if set,
+// else from the label-filtered cache only: one the cache does not hold (a new owner's, or one whose
 // managed-by label was removed) is applied without a read, since the apply
 // both creates it and repairs it. A read by name from the API server first
 // would cost every new policy a request and save no write.
@@ -49,8 +52,12 @@ func publishConfigMap(ctx context.Context, c client.Client, owner client.Object,
 	if want.Unhashed {
 		annotations = nil
 	}
+	var reader client.Reader = c
+	if want.Reader != nil {
+		reader = want.Reader
+	}
 	var live corev1.ConfigMap
-	switch err := c.Get(ctx, client.ObjectKey{Namespace: owner.GetNamespace(), Name: want.Name}, &live); {
+	switch err := reader.Get(ctx, client.ObjectKey{Namespace: owner.GetNamespace(), Name: want.Name}, &live); {
 	case apierrors.IsNotFound(err):
 	case err != nil:
 		return err

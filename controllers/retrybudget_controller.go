@@ -46,6 +46,12 @@ type RetryBudgetReconciler struct {
 	// again with a new observedAt; 0 means policyconfig.ConsumerCountRefresh,
 	// which the pods' staleness bound assumes.
 	ConsumerCountRefresh time.Duration
+	// APIReader reads the member shards from the API server before their
+	// writes are decided: the cache may not yet hold a shard this
+	// controller wrote, and a stale shard equal to the one wanted would
+	// keep a removed pod named, with a share nobody counts. nil reads
+	// through Client (tests without a cache).
+	APIReader client.Reader
 
 	leases consumerLeases
 }
@@ -104,13 +110,13 @@ func (r *RetryBudgetReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	return res, nil
 }
 
-// liveMembers reads from the cache the budget's published shards of its
+// liveMembers reads from the API server the budget's published shards of its
 // members (those of this budget's UID; shard → shard), and raises the
 // lease's generations above every one published, the count's included, so
 // that a restarted controller never publishes a generation again.
 func (r *RetryBudgetReconciler) liveMembers(ctx context.Context, b *v1.RetryBudget) (map[string]*policyconfig.MemberShard, error) {
 	var cms corev1.ConfigMapList
-	if err := r.List(ctx, &cms, client.InNamespace(b.Namespace), client.MatchingLabels{
+	if err := r.shardReader().List(ctx, &cms, client.InNamespace(b.Namespace), client.MatchingLabels{
 		policyconfig.ManagedByLabel: policyconfig.ManagedByValue, policyconfig.MembersLabel: labelValue(b.Name)}); err != nil {
 		return nil, fmt.Errorf("reading the member shards of RetryBudget %s: %w", b.Name, err)
 	}
@@ -155,7 +161,7 @@ func (r *RetryBudgetReconciler) publishMembers(ctx context.Context, b *v1.RetryB
 	for s, l := range live {
 		shards[s], current[s] = true, l.Members
 	}
-	fits := len(policyconfig.MemberShardConfigMapName("00", b.Name)) <= limits.MaxObjectNameLength
+	fits := shardNamesFit(b.Name) // else evaluateBudget reports NameTooLongToCount
 	for s := range shards {
 		if keep := policyconfig.IntersectMembers(current[s], desired[s]); live[s] != nil && keep != current[s] && fits {
 			if err := r.publishShard(ctx, b, s, live[s].Generation, keep); err != nil {
@@ -179,6 +185,13 @@ func (r *RetryBudgetReconciler) publishMembers(ctx context.Context, b *v1.RetryB
 	return nil
 }
 
+// maxCountedBudgetName is the longest name of a fleet budget whose member
+// shards' ConfigMap names stay within the object name limit.
+var maxCountedBudgetName = limits.MaxObjectNameLength - len(policyconfig.MemberShardConfigMapName("00", ""))
+
+// shardNamesFit reports whether a budget named name can publish its member shards.
+func shardNamesFit(name string) bool { return len(name) <= maxCountedBudgetName }
+
 // publishShard makes the budget's shard s name members, as written for
 // membership generation gen.
 func (r *RetryBudgetReconciler) publishShard(ctx context.Context, b *v1.RetryBudget, s string, gen int64, members string) error {
@@ -191,8 +204,16 @@ func (r *RetryBudgetReconciler) publishShard(ctx context.Context, b *v1.RetryBud
 		Name: policyconfig.MemberShardConfigMapName(s, b.Name),
 		Labels: map[string]string{policyconfig.ManagedByLabel: policyconfig.ManagedByValue, policyconfig.MembersLabel: labelValue(b.Name),
 			policyconfig.ShardLabel: s},
-		DataKey: policyconfig.MembersDataKey, Data: data, Unhashed: true,
+		DataKey: policyconfig.MembersDataKey, Data: data, Unhashed: true, Reader: r.shardReader(),
 	})
+}
+
+// shardReader is where the shards are read before a write is decided.
+func (r *RetryBudgetReconciler) shardReader() client.Reader {
+	if r.APIReader == nil {
+		return r.Client
+	}
+	return r.APIReader
 }
 
 // publishCount makes the budget's ConfigMap hold its count, of membership

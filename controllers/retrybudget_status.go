@@ -9,6 +9,7 @@ import (
 
 	"github.com/retryguard/retryguard/api/policygraph"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
 // evaluateBudget decides a budget's Ready condition from its spec and its
@@ -31,6 +32,11 @@ func evaluateBudget(b *v1.RetryBudget, policyCount int32, limits policygraph.Lim
 			"%v; no consumer count is published, so each pod takes the conservative share (the absolute figures over partitions)",
 			err,
 		)
+	}
+	if sel, err := consumerSelector(b); err == nil && sel != nil && !shardNamesFit(b.Name) {
+		return notReady(v1.ReasonNameTooLongToCount,
+			"the name is %d characters: its member shards (%s) would be above the object name limit, so none is published and no pod holds a share;"+
+				" rename the budget to at most %d characters", len(b.Name), policyconfig.MemberShardConfigMapName("XX", "NAME"), maxCountedBudgetName)
 	}
 	msg := fmt.Sprintf("%d policies draw on this budget", policyCount)
 	if n := b.Status.Consumers; n != nil {

@@ -104,7 +104,7 @@ func SetupWithManager(_ context.Context, mgr ctrl.Manager, opts Options) error {
 	if err := setupVirtualServices(mgr, policies, pr); err != nil {
 		return err
 	}
-	br := &RetryBudgetReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Limits: opts.Limits,
+	br := &RetryBudgetReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), Limits: opts.Limits,
 		Recorder: mgr.GetEventRecorder("retryguard-retrybudget")}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("retrybudget").

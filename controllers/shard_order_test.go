@@ -8,15 +8,12 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/retryguard/retryguard/api/policygraph"
 	"github.com/retryguard/retryguard/controllers"
-	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
@@ -50,19 +47,8 @@ func (c *orderingClient) Apply(ctx context.Context, obj runtime.ApplyConfigurati
 // that gains members after it, at the count's generation; a shard whose
 // members stay is not written at all.
 func TestShardsAreWrittenAroundTheCount(t *testing.T) {
-	env, cfg := testenv.StartEnvironment(t, false)
-	base, err := client.New(cfg, client.Options{Scheme: env.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, base, b := startFleetBudget(t, "shop", "checkout", "checkout")
 	ctx := t.Context()
-	if err := base.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}); err != nil {
-		t.Fatal(err)
-	}
-	b := fleetBudget("shop", "checkout", "checkout", 5)
-	if err := base.Create(ctx, b); err != nil {
-		t.Fatal(err)
-	}
 	// Pods of three shards: leaving (x), staying (y), joining (z); and a
 	// shard that both loses and gains (w1 out, w2 in).
 	pick := func(prefix string, avoid ...string) (string, string) {

@@ -116,6 +116,7 @@ func TestSetProgressConditions(t *testing.T) {
 		"a shared failure domain stalls":            {ready(metav1.ConditionFalse, v1.ReasonSharedFailureDomain), v1.ConditionStalled},
 		"a refusing parent stalls":                  {ready(metav1.ConditionFalse, v1.ReasonParentNotPermitted), v1.ConditionStalled},
 		"a budget above the platform cap stalls":    {ready(metav1.ConditionFalse, v1.ReasonAbovePlatformCap), v1.ConditionStalled},
+		"a name too long to count stalls":           {ready(metav1.ConditionFalse, v1.ReasonNameTooLongToCount), v1.ConditionStalled},
 		"a missing parent is waited for":            {ready(metav1.ConditionFalse, v1.ReasonParentNotFound), v1.ConditionReconciling},
 		"a missing budget is waited for":            {ready(metav1.ConditionFalse, v1.ReasonBudgetNotFound), v1.ConditionReconciling},
 		"a failed publish is retried":               {ready(metav1.ConditionFalse, v1.ReasonPublishFailed), v1.ConditionReconciling},

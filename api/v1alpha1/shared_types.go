@@ -48,6 +48,10 @@ const (
 const (
 	ReasonAccepted         = "Accepted"
 	ReasonAbovePlatformCap = "AbovePlatformCap"
+	// ReasonNameTooLongToCount: a fleet budget whose name leaves its member
+	// shards' ConfigMap names above the object name limit; no shard can be
+	// written, so no pod is named and none holds a share.
+	ReasonNameTooLongToCount = "NameTooLongToCount"
 )
 
 // Reasons of the events the controller records on a RetryBudget about its
