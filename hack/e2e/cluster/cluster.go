@@ -507,14 +507,19 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	// The enforcer reads its Node object at start and exits without one.
-	if err := c.startNetworkPolicy(ctx); err != nil {
-		return err
-	}
+	// kube-proxy's first sync runs before the enforcer starts: the
+	// enforcer's first iptables-restore of the filter table, at the same
+	// moment, removed the KUBE-SERVICES chain kube-proxy was jumping to
+	// ("Chain 'KUBE-SERVICES' does not exist"), and kube-proxy then waited
+	// its 30 s retry period, or longer, with the Service unprogrammed.
 	if err := c.poll(ctx, "kube-proxy to program the kubernetes Service", 500*time.Millisecond, func(ctx context.Context) (bool, error) {
 		out, err := exec.CommandContext(ctx, "iptables", "-t", "nat", "-S", "KUBE-SERVICES").Output()
 		return err == nil && strings.Contains(string(out), kubernetesServiceIP), err
 	}); err != nil {
+		return err
+	}
+	// The enforcer reads its Node object at start and exits without one.
+	if err := c.startNetworkPolicy(ctx); err != nil {
 		return err
 	}
 	if err := c.waitNetworkPolicy(ctx); err != nil {
