@@ -34,13 +34,15 @@ import (
 // +kubebuilder:rbac:groups=policy.retryguard.io,resources=retrypolicies/status,verbs=patch
 // +kubebuilder:rbac:groups=policy.retryguard.io,resources=retrybudgets,verbs=get;list;watch
 // ConfigMaps, least privilege: list and watch feed the label-filtered
-// cache, the only place a ConfigMap is read (one it does not hold, a new
-// one or one whose label was removed, is applied unread); patch is
+// cache, where a policy's ConfigMap is read (one it does not hold, a new
+// one or one whose label was removed, is applied unread); get and list
+// read a fleet budget's member shards from the API server, since a shard
+// write the cache has not seen must not hide a removal; patch is
 // server-side apply; create because the API server
 // authorizes an apply that creates the object as a create. No update (apply
 // replaces it) and no delete (the owner reference lets the garbage
 // collector delete a policy's ConfigMap with it).
-// +kubebuilder:rbac:groups="",resources=configmaps,verbs=list;watch;create;patch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch
 // Setting blockOwnerDeletion on the owner reference needs update on the
 // owner's finalizers where the OwnerReferencesPermissionEnforcement admission
 // plugin is enabled (OpenShift, hardened clusters).
