@@ -88,7 +88,8 @@ type hedgeResult struct {
 	number int
 	err    error
 	took   time.Duration
-	call   *call // the RoundTripper's forked attempt, or nil
+	call   *call    // the RoundTripper's forked attempt, or nil
+	ev     Evidence // err classified, once every attempt sent has failed
 }
 
 // hedged runs attempt a and, while it is pending, its hedges. The first
@@ -243,7 +244,11 @@ func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.
 	}
 	// Every attempt sent failed: the decisive one goes to the retry loop, the
 	// others are recorded here, each as an attempt.
-	i := r.decisive(failed, last)
+	now = e.clock.Now()
+	for j, f := range failed {
+		failed[j].ev = classify(clientResent(f.err, r.call == nil, r.key != ""), c.retryOnStatus, c.retryOnError, now)
+	}
+	i := decisive(failed, last)
 	err = failed[i].err
 	if f := failed[i].call; f != nil {
 		r.call.adopt(f) // its response, if any, is the one the retry loop keeps or discards
@@ -253,7 +258,7 @@ func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.
 			f.call.drop()
 		}
 	}
-	r.recordHedges(slices.Delete(failed, i, i+1), e.clock.Now())
+	r.recordHedges(slices.Delete(failed, i, i+1), now)
 	if a.Number == 1 && last > 1 {
 		c.metrics.started() // the retry loop counts it for a first attempt that failed alone
 	}
@@ -277,11 +282,10 @@ func (r *run) hedgeable() bool {
 // unparseable Retry-After (MC-FM-01), or a Final error) over any other, then
 // the longest Retry-After (MC-PO-01), then the last sent. A round never
 // retries past what one of its answers forbade.
-func (r *run) decisive(failed []hedgeResult, last int) int {
-	c, now := r.c, r.e.clock.Now()
+func decisive(failed []hedgeResult, last int) int {
 	best, bestStops, bestAfter := -1, false, time.Duration(0)
 	for i, f := range failed {
-		ev := classify(clientResent(f.err, r.call == nil, r.key != ""), c.retryOnStatus, c.retryOnError, now)
+		ev := f.ev
 		stops := ev.Class == Permanent || ev.RetryAfterUnparseable || finalOf(f.err) != ""
 		better := best < 0 || (stops && !bestStops)
 		if !better && stops == bestStops {
@@ -314,7 +318,7 @@ func (r *run) hedgeGranted() bool {
 func (r *run) recordHedges(failed []hedgeResult, now time.Time) {
 	c := r.c
 	for _, f := range failed {
-		ev := classify(clientResent(f.err, r.call == nil, r.key != ""), c.retryOnStatus, c.retryOnError, now)
+		ev := f.ev
 		c.metrics.attempt(ev.Class)
 		if f.number == 1 {
 			c.metrics.primaryFailed(ev.Class, now)

@@ -275,38 +275,46 @@ func (i *Informer) rejoin(budget string) {
 // so a last good one kept would name a pod its update removed); a shard of
 // another UID than the count's names no one either (WithShards).
 func (i *Informer) upsertShard(cm *corev1.ConfigMap) {
-	log := i.Logger.With("configmap", cm.Namespace+"/"+cm.Name)
-	if reason := untrustedMeta(cm, policyconfig.BudgetOwnerKind); reason != "" {
-		i.ignore(log, reason)
-		i.removeShard(cm)
-		return
-	}
-	s, err := policyconfig.ParseMemberShard([]byte(cm.Data[policyconfig.MembersDataKey]))
-	if err != nil {
-		i.store.Reject()
-		log.Error("member shard rejected; it names no one", "err", err)
-		i.removeShard(cm)
-		return
-	}
-	owner := metav1.GetControllerOfNoCopy(cm)
-	switch {
-	case s.Namespace != cm.Namespace || cm.Name != policyconfig.MemberShardConfigMapName(s.Shard, s.Budget):
-		i.ignore(log, fmt.Sprintf("shard %s of %s/%s in ConfigMap %s/%s", s.Shard, s.Namespace, s.Budget, cm.Namespace, cm.Name))
-		i.removeShard(cm)
-		return
-	case owner.Name != s.Budget || string(owner.UID) != s.UID:
-		i.ignore(log, fmt.Sprintf("controlled by RetryBudget %q (uid %q), not %q (uid %q)", owner.Name, owner.UID, s.Budget, s.UID))
-		i.removeShard(cm)
-		return
-	case s.Shard != policyconfig.ShardOf(i.PodUID):
-		i.ignore(log, fmt.Sprintf("shard %s, not this pod's %s", s.Shard, policyconfig.ShardOf(i.PodUID)))
-		i.removeShard(cm)
+	s := i.shardOf(cm)
+	if s == nil {
+		i.removeShard(cm) // what it named before, it names no more
 		return
 	}
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	i.shards[s.Budget] = s
 	i.rejoin(s.Budget)
+}
+
+// shardOf is cm as this pod's member shard of a budget, or nil, logged and
+// counted, when it names no one: not the operator's, not parseable, not
+// where its own name and owner put it, or another pod's shard.
+func (i *Informer) shardOf(cm *corev1.ConfigMap) *policyconfig.MemberShard {
+	log := i.Logger.With("configmap", cm.Namespace+"/"+cm.Name)
+	if reason := untrustedMeta(cm, policyconfig.BudgetOwnerKind); reason != "" {
+		i.ignore(log, reason)
+		return nil
+	}
+	s, err := policyconfig.ParseMemberShard([]byte(cm.Data[policyconfig.MembersDataKey]))
+	if err != nil {
+		i.store.Reject()
+		log.Error("member shard rejected; it names no one", "err", err)
+		return nil
+	}
+	owner := metav1.GetControllerOfNoCopy(cm)
+	var reason string
+	switch {
+	case s.Namespace != cm.Namespace || cm.Name != policyconfig.MemberShardConfigMapName(s.Shard, s.Budget):
+		reason = fmt.Sprintf("shard %s of %s/%s in ConfigMap %s/%s", s.Shard, s.Namespace, s.Budget, cm.Namespace, cm.Name)
+	case owner.Name != s.Budget || string(owner.UID) != s.UID:
+		reason = fmt.Sprintf("controlled by RetryBudget %q (uid %q), not %q (uid %q)", owner.Name, owner.UID, s.Budget, s.UID)
+	case s.Shard != policyconfig.ShardOf(i.PodUID):
+		reason = fmt.Sprintf("shard %s, not this pod's %s", s.Shard, policyconfig.ShardOf(i.PodUID))
+	default:
+		return s
+	}
+	i.ignore(log, reason)
+	return nil
 }
 
 // removeShard forgets the shard cm held (deleted, or no longer one that
