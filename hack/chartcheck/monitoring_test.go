@@ -322,6 +322,35 @@ func TestEveryAlertHasARunbook(t *testing.T) {
 	}
 }
 
+// An operator whose alerts link an internal copy of the runbooks sets
+// metrics.prometheusRule.runbookBaseURL: every alert follows it, and a value
+// that is no URL, or already has an anchor, is refused by the schema.
+func TestRunbookBaseURLIsHonoured(t *testing.T) {
+	const base = "https://wiki.example.com/retryguard/runbooks"
+	n := 0
+	for _, g := range rules(t, "metrics.prometheusRule.runbookBaseURL="+base) {
+		for _, r := range g.(object)["rules"].([]any) {
+			name, ok := r.(object)["alert"].(string)
+			if !ok {
+				continue
+			}
+			n++
+			if url, _ := r.(object)["annotations"].(object)["runbook_url"].(string); url != base+"#"+strings.ToLower(name) {
+				t.Errorf("alert %s: runbook_url %q, want %q", name, url, base+"#"+strings.ToLower(name))
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no alert rendered")
+	}
+	for _, bad := range []string{"", "wiki/runbooks", "https://wiki.example.com/runbooks#top"} {
+		if _, err := template(t, "metrics.prometheusRule.enabled=true", "metrics.prometheusRule.runbookBaseURL="+bad); err == nil ||
+			!strings.Contains(err.Error(), "runbookBaseURL") {
+			t.Errorf("runbookBaseURL %q: %v, want the schema's refusal naming runbookBaseURL", bad, err)
+		}
+	}
+}
+
 // Recording rules are named level:metric:operation, and the dashboard
 // works alone: no panel queries a recording rule, which exists only when
 // metrics.prometheusRule.enabled is set.
