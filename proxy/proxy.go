@@ -75,6 +75,19 @@ type placeholders struct {
 // sidecar's memory limit, however many connections the application opens.
 const DefaultMaxInFlight = 256
 
+// Transport returns the transport a route's upstream is reached through
+// when its policy names no connection pool: http.DefaultTransport's
+// settings, but keeping an idle connection for each request a route may
+// serve at once (DefaultMaxInFlight). http.DefaultTransport keeps 2 a host,
+// so under more concurrent requests than that a proxy on it closes a
+// connection after nearly every answer and dials a new one for the next
+// request (httputil.ReverseProxy's default does; docs/benchmarks.md).
+func Transport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns, t.MaxIdleConnsPerHost = 0, DefaultMaxInFlight // 0: the per-host bound and IdleConnTimeout alone
+	return t
+}
+
 // Runtime is what the routes of every port share: the two executors (see
 // NewRuntime), the pools, the base transport and the source.
 type Runtime struct {
@@ -94,10 +107,10 @@ type Runtime struct {
 // registry, dead-letter sink, event sink and metrics), so a request counts
 // once in the pod's share whichever carries its key. A policy that names a
 // connection pool is sent through pools; any other through base
-// (http.DefaultTransport when nil).
+// (Transport() when nil).
 func NewRuntime(src retry.Source, pools *retry.Pools, base http.RoundTripper, opts ...retry.Option) *Runtime {
 	if base == nil {
-		base = http.DefaultTransport
+		base = Transport()
 	}
 	keyed := &keyedSource{Source: src}
 	return &Runtime{src: src, plain: retry.New(src, opts...), caller: retry.New(keyed, opts...), pools: pools, base: base}
