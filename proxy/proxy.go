@@ -205,24 +205,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			Detail: fmt.Sprintf("the route %s already serves its %d requests at once; nothing was sent", strconv.Quote(rt.PathPrefix), cap(rt.inFlight))})
 		return
 	}
-	out := r.Clone(r.Context())
-	out.RequestURI = ""
-	// The request's trailers arrive as its body ends, in r.Trailer's map:
-	// the clone's copy of it would stay empty.
-	out.Trailer = r.Trailer
-	u := *rt.upstream
-	u.Path = rt.upstream.Path + r.URL.Path
-	u.RawPath = ""
-	if r.URL.RawPath != "" {
-		u.RawPath = rt.upstream.EscapedPath() + r.URL.RawPath
-	}
-	u.RawQuery = r.URL.RawQuery
-	out.URL, out.Host = &u, ""
-	removeHop(out.Header)
-	if r.ContentLength == 0 {
-		out.Body = nil // no body to buffer or send
-	}
 	keyed, pooled := 0, 0
+	ctx := r.Context()
 	payload, known := p.src.Policy(rt.Policy)
 	if known && payload.Policy.ConnectionPool != nil {
 		pooled = 1
@@ -231,10 +215,28 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if key := r.Header.Get(payload.Policy.IdempotencyHeader); key != "" && payload.Policy.IdempotencyHeader != "" {
 			// The caller's own key is the operation's key (docs/proxy.md).
 			keyed = 1
-			out = out.WithContext(retry.WithVars(out.Context(), retry.Vars{callerKey: key}))
+			ctx = retry.WithVars(ctx, retry.Vars{callerKey: key})
 		} else {
-			out = out.WithContext(retry.WithVars(out.Context(), rt.vars(payload, r.Header)))
+			ctx = retry.WithVars(ctx, rt.vars(payload, r.Header))
 		}
+	}
+	out := r.Clone(ctx) // one copy of the request, its context already the operation's
+	out.RequestURI = ""
+	// The request's trailers arrive as its body ends, in r.Trailer's map:
+	// the clone's copy of it would stay empty.
+	out.Trailer = r.Trailer
+	u := out.URL // the clone's own
+	*u = *rt.upstream
+	u.Path = rt.upstream.Path + r.URL.Path
+	u.RawPath = ""
+	if r.URL.RawPath != "" {
+		u.RawPath = rt.upstream.EscapedPath() + r.URL.RawPath
+	}
+	u.RawQuery = r.URL.RawQuery
+	out.Host = ""
+	removeHop(out.Header)
+	if r.ContentLength == 0 {
+		out.Body = nil // no body to buffer or send
 	}
 	for name := range out.Header {
 		if len(name) > len(VarHeaderPrefix) && strings.EqualFold(name[:len(VarHeaderPrefix)], VarHeaderPrefix) {
