@@ -16,11 +16,11 @@ import (
 	"strings"
 )
 
-// goal is a bound on one reported figure of one benchmark: an upper bound
-// (max), or a lower one when atLeast is set.
+// goal is a bound on one reported figure of one benchmark: an upper one,
+// or a lower one when atLeast is set.
 type goal struct {
 	bench, unit string
-	max         float64
+	bound       float64
 	what        string
 	atLeast     bool
 }
@@ -72,8 +72,8 @@ func parse(r io.Reader) (map[string]map[string][]float64, error) {
 }
 
 // verdict judges one goal's figures: their median, the noise, and whether
-// the median is past the goal (above a max, below an atLeast) by more than
-// the noise.
+// the median is past the goal (above its bound, or below it when atLeast)
+// by more than the noise.
 func verdict(g goal, runs []float64) (median, noise float64, ok bool) {
 	s := slices.Sorted(slices.Values(runs))
 	median = s[len(s)/2]
@@ -82,9 +82,9 @@ func verdict(g goal, runs []float64) (median, noise float64, ok bool) {
 	}
 	noise = (s[len(s)-1] - s[0]) / 2
 	if g.atLeast {
-		return median, noise, median >= g.max-noise
+		return median, noise, median >= g.bound-noise
 	}
-	return median, noise, median <= g.max+noise
+	return median, noise, median <= g.bound+noise
 }
 
 func (g goal) op() string {
@@ -100,7 +100,7 @@ func check(figures map[string]map[string][]float64, w io.Writer) int {
 	for _, g := range goals {
 		runs := figures[g.bench][g.unit]
 		if len(runs) == 0 {
-			fmt.Fprintf(w, "FAIL %s %s: no figure (goal %s %g, %s)\n", g.bench, g.unit, g.op(), g.max, g.what)
+			fmt.Fprintf(w, "FAIL %s %s: no figure (goal %s %g, %s)\n", g.bench, g.unit, g.op(), g.bound, g.what)
 			failed++
 			continue
 		}
@@ -110,7 +110,7 @@ func check(figures map[string]map[string][]float64, w io.Writer) int {
 			state = "FAIL"
 			failed++
 		}
-		fmt.Fprintf(w, "%s %s %s: median %.3g ± %.2g over %d runs, goal %s %g (%s)\n", state, g.bench, g.unit, median, noise, len(runs), g.op(), g.max, g.what)
+		fmt.Fprintf(w, "%s %s %s: median %.3g ± %.2g over %d runs, goal %s %g (%s)\n", state, g.bench, g.unit, median, noise, len(runs), g.op(), g.bound, g.what)
 	}
 	for _, f := range floors {
 		if runs := figures[f.bench][f.unit]; len(runs) > 0 {

@@ -44,14 +44,14 @@ func TestTheMedianIsJudgedAgainstTheGoalPlusTheNoise(t *testing.T) {
 		}
 	}
 	// A median past the goal by less than the noise is within the run's noise.
-	if _, _, ok := verdict(goal{max: 0.20}, []float64{0.19, 0.205, 0.23}); !ok {
+	if _, _, ok := verdict(goal{bound: 0.20}, []float64{0.19, 0.205, 0.23}); !ok {
 		t.Error("a median of 0.205 with a noise of 0.02 failed a goal of 0.20")
 	}
 	// A lower bound: a median below it by more than the noise fails.
-	if _, _, ok := verdict(goal{max: 1, atLeast: true}, []float64{0.97, 0.98, 0.99}); ok {
+	if _, _, ok := verdict(goal{bound: 1, atLeast: true}, []float64{0.97, 0.98, 0.99}); ok {
 		t.Error("a median of 0.98 with a noise of 0.01 met a goal of at least 1")
 	}
-	if _, _, ok := verdict(goal{max: 1, atLeast: true}, []float64{0.9, 0.99, 1.2}); !ok {
+	if _, _, ok := verdict(goal{bound: 1, atLeast: true}, []float64{0.9, 0.99, 1.2}); !ok {
 		t.Error("a median of 0.99 with a noise of 0.15 failed a goal of at least 1")
 	}
 }
