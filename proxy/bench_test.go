@@ -20,24 +20,24 @@ import (
 
 // The sidecar's cost under concurrent load, against its peer in the same
 // run. The same POST /v1/messages (a 19-byte JSON body; a 201 with a 30-byte
-// body back) goes to one loopback upstream four ways: straight to it
-// (direct), through httputil.ReverseProxy as NewSingleHostReverseProxy
-// builds it (bare, the peer: http.DefaultTransport, no BufferPool), through
+// body back) goes to one loopback upstream five ways: straight to it
+// (direct); through httputil.ReverseProxy as NewSingleHostReverseProxy
+// builds it (bare, the peer: http.DefaultTransport, no BufferPool); through
 // a ReverseProxy given a transport that keeps an idle connection for every
-// caller and a BufferPool (tuned, for reference), and through the sidecar's
+// caller and a BufferPool (tuned, for reference); through the sidecar's
 // handler under RETRY-SMS-001's policy, its key rendered from
 // Retryguard-Var-* headers (governed, built as cmd/retryguard-proxy builds
-// it: the policy's connection pool of 50), and the same without the pool
+// it: the policy's connection pool of 50); and the same without the pool
 // (unpooled: the sidecar's Transport). One b.N is a round of each path in a
 // rotating order, so that a load that changes on the shared machine weighs
-// on all five alike; a round is
-// proxyClients callers sending proxyRequests requests each, every request
-// timed alone. Added latency is a path's percentile minus direct's: each
-// round's percentile, median over the rounds (see median), and the pooled
-// p99 of every request of the run beside it; throughput is a path's
-// requests over the wall time of its rounds.
+// on all five alike; a round is proxyClients callers sending proxyRequests
+// requests each, every request timed alone. Added latency is a path's
+// percentile minus direct's: each round's percentile, median over the
+// rounds, and the pooled p99 of every request of the run beside it;
+// throughput is a path's requests over the wall time of its rounds
+// (docs/benchmarks.md):
 //
-//	go test -run '^$' -bench BenchmarkProxyPaired -benchtime 150x -cpu 1 -count 6 ./proxy/
+//	go test -run '^$' -bench BenchmarkProxyPaired -benchtime 100x -cpu 1 -count 6 ./proxy/
 func BenchmarkProxyPaired(b *testing.B) {
 	const proxyClients, proxyRequests = 32, 8
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
