@@ -150,6 +150,8 @@ bench-check: ## Run the paired benchmarks three times; fail when a median is pas
 		> $(BENCH_CHECK_OUT) || { cat $(BENCH_CHECK_OUT); exit 1; }
 	$(GO) -C runtime/grpc test -run '^$$' -bench '^BenchmarkUnaryPaired$$' -count 3 -benchtime 2s . \
 		>> $(BENCH_CHECK_OUT) || { cat $(BENCH_CHECK_OUT); exit 1; }
+	$(GO) test -run '^$$' -bench '^BenchmarkProxyPaired$$' -cpu 1 -count 3 -benchtime 150x ./proxy/ \
+		>> $(BENCH_CHECK_OUT) || { cat $(BENCH_CHECK_OUT); exit 1; }
 	$(GO) -C runtime/benchmarks run ./internal/benchcheck < $(BENCH_CHECK_OUT)
 
 .PHONY: dev-cluster

@@ -75,6 +75,19 @@ type placeholders struct {
 // sidecar's memory limit, however many connections the application opens.
 const DefaultMaxInFlight = 256
 
+// Transport returns the transport a route's upstream is reached through
+// when its policy names no connection pool: http.DefaultTransport's
+// settings, but keeping an idle connection for each request a route may
+// serve at once (DefaultMaxInFlight). http.DefaultTransport keeps 2 a host,
+// so under more concurrent requests than that a proxy on it closes a
+// connection after nearly every answer and dials a new one for the next
+// request (httputil.ReverseProxy's default does; docs/benchmarks.md).
+func Transport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns, t.MaxIdleConnsPerHost = 0, DefaultMaxInFlight // 0: the per-host bound and IdleConnTimeout alone
+	return t
+}
+
 // Runtime is what the routes of every port share: the two executors (see
 // NewRuntime), the pools, the base transport and the source.
 type Runtime struct {
@@ -94,10 +107,10 @@ type Runtime struct {
 // registry, dead-letter sink, event sink and metrics), so a request counts
 // once in the pod's share whichever carries its key. A policy that names a
 // connection pool is sent through pools; any other through base
-// (http.DefaultTransport when nil).
+// (Transport() when nil).
 func NewRuntime(src retry.Source, pools *retry.Pools, base http.RoundTripper, opts ...retry.Option) *Runtime {
 	if base == nil {
-		base = http.DefaultTransport
+		base = Transport()
 	}
 	keyed := &keyedSource{Source: src}
 	return &Runtime{src: src, plain: retry.New(src, opts...), caller: retry.New(keyed, opts...), pools: pools, base: base}
@@ -192,24 +205,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			Detail: fmt.Sprintf("the route %s already serves its %d requests at once; nothing was sent", strconv.Quote(rt.PathPrefix), cap(rt.inFlight))})
 		return
 	}
-	out := r.Clone(r.Context())
-	out.RequestURI = ""
-	// The request's trailers arrive as its body ends, in r.Trailer's map:
-	// the clone's copy of it would stay empty.
-	out.Trailer = r.Trailer
-	u := *rt.upstream
-	u.Path = rt.upstream.Path + r.URL.Path
-	u.RawPath = ""
-	if r.URL.RawPath != "" {
-		u.RawPath = rt.upstream.EscapedPath() + r.URL.RawPath
-	}
-	u.RawQuery = r.URL.RawQuery
-	out.URL, out.Host = &u, ""
-	removeHop(out.Header)
-	if r.ContentLength == 0 {
-		out.Body = nil // no body to buffer or send
-	}
 	keyed, pooled := 0, 0
+	ctx := r.Context()
 	payload, known := p.src.Policy(rt.Policy)
 	if known && payload.Policy.ConnectionPool != nil {
 		pooled = 1
@@ -218,10 +215,28 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if key := r.Header.Get(payload.Policy.IdempotencyHeader); key != "" && payload.Policy.IdempotencyHeader != "" {
 			// The caller's own key is the operation's key (docs/proxy.md).
 			keyed = 1
-			out = out.WithContext(retry.WithVars(out.Context(), retry.Vars{callerKey: key}))
+			ctx = retry.WithVars(ctx, retry.Vars{callerKey: key})
 		} else {
-			out = out.WithContext(retry.WithVars(out.Context(), rt.vars(payload, r.Header)))
+			ctx = retry.WithVars(ctx, rt.vars(payload, r.Header))
 		}
+	}
+	out := r.Clone(ctx) // one copy of the request, its context already the operation's
+	out.RequestURI = ""
+	// The request's trailers arrive as its body ends, in r.Trailer's map:
+	// the clone's copy of it would stay empty.
+	out.Trailer = r.Trailer
+	u := out.URL // the clone's own
+	*u = *rt.upstream
+	u.Path = rt.upstream.Path + r.URL.Path
+	u.RawPath = ""
+	if r.URL.RawPath != "" {
+		u.RawPath = rt.upstream.EscapedPath() + r.URL.RawPath
+	}
+	u.RawQuery = r.URL.RawQuery
+	out.Host = ""
+	removeHop(out.Header)
+	if r.ContentLength == 0 {
+		out.Body = nil // no body to buffer or send
 	}
 	for name := range out.Header {
 		if len(name) > len(VarHeaderPrefix) && strings.EqualFold(name[:len(VarHeaderPrefix)], VarHeaderPrefix) {

@@ -325,7 +325,7 @@ func trust(caFile string) (http.RoundTripper, *retry.Pools, error) {
 	if !roots.AppendCertsFromPEM(pem) {
 		return nil, nil, fmt.Errorf("--ca-file: %s holds no PEM certificate", caFile)
 	}
-	base := http.DefaultTransport.(*http.Transport).Clone()
+	base := proxy.Transport()
 	base.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
 	return base, &retry.Pools{New: func(maxConnections int) *http.Transport {
 		t := base.Clone()

@@ -47,6 +47,13 @@ func requestContext() (context.Context, context.CancelFunc) {
 
 func ok(context.Context, retry.Attempt) error { return nil }
 
+// processStart and sinceStart are clock-read-paired's reading, kept where
+// the compiler cannot drop it.
+var (
+	processStart = time.Now()
+	sinceStart   time.Duration
+)
+
 // paired runs peer and ours alternately, block ops at a time, timing each
 // block, so that a load that comes and goes on a shared machine weighs on
 // both alike. It reports medians over the pairs of blocks, which a block
@@ -101,6 +108,13 @@ func BenchmarkDoSuccess(b *testing.B) {
 		p.Policy.Name, p.Policy.Operation, p.Policy.KeyTemplate = "ledger-read", "GET /v1/balance", ""
 		metered := retry.New(watch.NewStatic(p), retry.WithMetrics(retry.NewMetrics(prometheus.NewRegistry())))
 		paired(b, 256, func() { _ = plain.Do(ctx, name, nil, ok) }, func() { _ = metered.Do(ctx, name, nil, ok) })
+	})
+	// Do followed by one monotonic clock reading (ours) against Do alone
+	// (the peer): what the reading an operation's duration ends with costs
+	// on this machine, the floor of metrics-paired's delta.
+	b.Run("clock-read-paired", func(b *testing.B) {
+		plain, name := readPolicy()
+		paired(b, 256, func() { _ = plain.Do(ctx, name, nil, ok) }, func() { _ = plain.Do(ctx, name, nil, ok); sinceStart = time.Since(processStart) })
 	})
 	b.Run("retryguard-keyed", func(b *testing.B) {
 		p := fixtures.SMS()

@@ -137,6 +137,7 @@ func BenchmarkUnaryPaired(b *testing.B) {
 	b.ReportMetric(float64(cpu[guardedCall])/float64(cpu[bareCall]), "cpu-ratio")
 	b.ReportMetric(float64(cpu[guardedCall])/float64(cpu[byHandCall]), "cpu-ratio-to-byhand")
 	b.ReportMetric(float64(cpu[handledCall])/float64(cpu[bareCall]), "handled-cpu-ratio")
+	b.ReportMetric(float64(cpu[byHandCall])/float64(cpu[bareCall]), "byhand-cpu-ratio")
 	b.ReportMetric(float64(cpu[guardedCall])/float64(cpu[handledCall]), "cpu-ratio-to-handled")
 }
 

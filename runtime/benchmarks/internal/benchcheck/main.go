@@ -16,20 +16,31 @@ import (
 	"strings"
 )
 
-// goal is an upper bound on one reported figure of one benchmark.
+// goal is a bound on one reported figure of one benchmark: an upper one,
+// or a lower one when atLeast is set.
 type goal struct {
 	bench, unit string
-	max         float64
+	bound       float64
 	what        string
+	atLeast     bool
 }
 
 // goals are the paired figures the hot paths are held to.
 var goals = []goal{
-	{"BenchmarkDoSuccess/failsafe-paired", "ratio", 0.20, "plain Do over failsafe-go's success path"},
-	{"BenchmarkDoSuccess/metrics-paired", "delta-ns/op", 25, "Do with metrics minus plain Do, ns"},
-	{"BenchmarkBudget/success-path-paired", "ratio", 0.50, "Primary and Success over rate.Allow"},
-	{"BenchmarkBudget/try-retry-paired", "ratio", 1.00, "TryRetry and Success over rate.Allow"},
-	{"BenchmarkUnaryPaired", "cpu-ratio", 1.10, "the gRPC interceptor's unary call over a bare one, CPU (runtime/grpc)"},
+	{"BenchmarkDoSuccess/failsafe-paired", "ratio", 0.20, "plain Do over failsafe-go's success path", false},
+	{"BenchmarkDoSuccess/metrics-paired", "delta-ns/op", 25, "Do with metrics minus plain Do, ns", false},
+	{"BenchmarkBudget/success-path-paired", "ratio", 0.50, "Primary and Success over rate.Allow", false},
+	{"BenchmarkBudget/try-retry-paired", "ratio", 1.00, "TryRetry and Success over rate.Allow", false},
+	{"BenchmarkUnaryPaired", "cpu-ratio", 1.10, "the gRPC interceptor's unary call over a bare one, CPU (runtime/grpc)", false},
+	{"BenchmarkProxyPaired", "governed/bare-added-p99", 0.50, "the sidecar's added p99 over httputil.ReverseProxy's (proxy)", false},
+	{"BenchmarkProxyPaired", "governed/bare-req/s", 1.00, "the sidecar's throughput over httputil.ReverseProxy's (proxy)", true},
+}
+
+// floors are figures reported beside the goals, not judged: what a goal's
+// figure cannot go below on the machine that ran it.
+var floors = []goal{
+	{"BenchmarkDoSuccess/clock-read-paired", "delta-ns/op", 0, "one monotonic clock reading after plain Do, ns: the floor of metrics-paired", false},
+	{"BenchmarkUnaryPaired", "byhand-cpu-ratio", 0, "the bare call carrying the deadline and the key by hand, CPU: the floor of cpu-ratio", false},
 }
 
 // procs is the -cpu suffix go test adds to a name when GOMAXPROCS is not 1.
@@ -61,7 +72,8 @@ func parse(r io.Reader) (map[string]map[string][]float64, error) {
 }
 
 // verdict judges one goal's figures: their median, the noise, and whether
-// the median is past the goal by more than the noise.
+// the median is past the goal (above its bound, or below it when atLeast)
+// by more than the noise.
 func verdict(g goal, runs []float64) (median, noise float64, ok bool) {
 	s := slices.Sorted(slices.Values(runs))
 	median = s[len(s)/2]
@@ -69,7 +81,17 @@ func verdict(g goal, runs []float64) (median, noise float64, ok bool) {
 		median = (s[len(s)/2-1] + s[len(s)/2]) / 2
 	}
 	noise = (s[len(s)-1] - s[0]) / 2
-	return median, noise, median <= g.max+noise
+	if g.atLeast {
+		return median, noise, median >= g.bound-noise
+	}
+	return median, noise, median <= g.bound+noise
+}
+
+func (g goal) op() string {
+	if g.atLeast {
+		return ">="
+	}
+	return "<="
 }
 
 // check writes one line a goal to w and returns how many failed.
@@ -78,7 +100,7 @@ func check(figures map[string]map[string][]float64, w io.Writer) int {
 	for _, g := range goals {
 		runs := figures[g.bench][g.unit]
 		if len(runs) == 0 {
-			fmt.Fprintf(w, "FAIL %s %s: no figure (goal <= %g, %s)\n", g.bench, g.unit, g.max, g.what)
+			fmt.Fprintf(w, "FAIL %s %s: no figure (goal %s %g, %s)\n", g.bench, g.unit, g.op(), g.bound, g.what)
 			failed++
 			continue
 		}
@@ -88,7 +110,13 @@ func check(figures map[string]map[string][]float64, w io.Writer) int {
 			state = "FAIL"
 			failed++
 		}
-		fmt.Fprintf(w, "%s %s %s: median %.3g ± %.2g over %d runs, goal <= %g (%s)\n", state, g.bench, g.unit, median, noise, len(runs), g.max, g.what)
+		fmt.Fprintf(w, "%s %s %s: median %.3g ± %.2g over %d runs, goal %s %g (%s)\n", state, g.bench, g.unit, median, noise, len(runs), g.op(), g.bound, g.what)
+	}
+	for _, f := range floors {
+		if runs := figures[f.bench][f.unit]; len(runs) > 0 {
+			median, noise, _ := verdict(f, runs)
+			fmt.Fprintf(w, "     %s %s: median %.3g ± %.2g over %d runs (%s)\n", f.bench, f.unit, median, noise, len(runs), f.what)
+		}
 	}
 	return failed
 }
