@@ -13,9 +13,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
-	"github.com/retryguard/retryguard/runtime/codes"
-	"github.com/retryguard/retryguard/runtime/httprules"
-	"github.com/retryguard/retryguard/runtime/limits"
+	"github.com/retryguard/retryguard/contract/codes"
+	"github.com/retryguard/retryguard/contract/httprules"
+	"github.com/retryguard/retryguard/contract/limits"
 )
 
 // The CRD's markers restate facts whose home is Go: the codes, the bounds in

@@ -5,7 +5,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/retryguard/retryguard/runtime/limits"
+	"github.com/retryguard/retryguard/contract/limits"
 )
 
 // Defaults of RetryPolicy, applied by the API server and assumed by the

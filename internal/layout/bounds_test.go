@@ -20,7 +20,7 @@ import (
 // value is refused: the API's validators, the webhooks, the payload parser
 // and the manager's options. api/v1alpha1/fixtures holds test cases (values
 // to refuse, not messages) and is left out.
-var validationRoots = []string{"api", "webhooks", "runtime/policyconfig", "internal/options"}
+var validationRoots = []string{"api", "webhooks", "contract/policyconfig", "internal/options"}
 
 const fixturesDir = "api/v1alpha1/fixtures/"
 
@@ -36,7 +36,7 @@ var (
 // limits, the home of the API's bounds.
 func limitValues(t *testing.T) (ints map[int64]string, durations map[time.Duration]string) {
 	t.Helper()
-	dir := filepath.Join(repoRoot(t), "runtime", "limits")
+	dir := filepath.Join(repoRoot(t), "contract", "limits")
 	fset := token.NewFileSet()
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -54,7 +54,7 @@ func limitValues(t *testing.T) (ints map[int64]string, durations map[time.Durati
 		files = append(files, f)
 	}
 	conf := types.Config{Importer: importer.ForCompiler(fset, "source", nil)}
-	pkg, err := conf.Check("github.com/retryguard/retryguard/runtime/limits", fset, files, nil)
+	pkg, err := conf.Check("github.com/retryguard/retryguard/contract/limits", fset, files, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func literalBounds(msg string, ints map[int64]string, durations map[time.Duratio
 
 // A validation message formats the bounds of package limits; it never types
 // one out again, or a bound changed in limits leaves the message stating the
-// old one (the guide: a bound is defined once, in runtime/limits).
+// old one (the guide: a bound is defined once, in contract/limits).
 func TestValidationMessagesFormatTheLimits(t *testing.T) {
 	ints, durations := limitValues(t)
 	fset := token.NewFileSet()

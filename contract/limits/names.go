@@ -1,8 +1,8 @@
 package limits
 
 // The enum names a policy is written with, shared by the CRD (api/v1alpha1
-// types its constants from these), the payload parser (runtime/policyconfig)
-// and the runtime (runtime/backoff, runtime/retry). A test holds the CRD's
+// types its constants from these), the payload parser (contract/policyconfig)
+// and the runtime (contract/backoff, runtime/retry). A test holds the CRD's
 // enum markers to these sets.
 
 // Jitter modes a pod draws from. None is not one: admission refuses it

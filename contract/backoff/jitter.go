@@ -4,7 +4,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/retryguard/retryguard/runtime/limits"
+	"github.com/retryguard/retryguard/contract/limits"
 )
 
 // Jitter names a way of drawing a delay from a backoff window.

@@ -6,8 +6,8 @@ import (
 	"regexp"
 	"slices"
 
-	"github.com/retryguard/retryguard/runtime/httprules"
-	"github.com/retryguard/retryguard/runtime/limits"
+	"github.com/retryguard/retryguard/contract/httprules"
+	"github.com/retryguard/retryguard/contract/limits"
 )
 
 // ErrInvalidPayload is matched by every ParseError.
