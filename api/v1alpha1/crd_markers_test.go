@@ -19,9 +19,11 @@ import (
 )
 
 // The CRD's markers restate facts whose home is Go: the codes, the bounds in
-// package limits, the enum sets, the duration syntax. Markers cannot import
-// constants, so this test reads the generated CRD and holds each copy to its
-// home; a bound changed on one side only fails here.
+// package limits, the enum sets, the duration syntax. A CEL rule names its
+// bound as ${limits.Name}, which make manifests (hack/crdbounds) replaces with
+// the value; numeric markers (MaxLength, MaxItems) and patterns cannot, so
+// this test reads the generated CRD and holds each copy to its home: a bound
+// changed on one side only, or a CRD not regenerated, fails here.
 
 // admissionCodes are the codes a CRD rule may carry.
 var admissionCodes = []codes.Code{
