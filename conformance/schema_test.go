@@ -11,6 +11,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/retryguard/retryguard/conformance"
+	"github.com/retryguard/retryguard/contract/backoff"
 	"github.com/retryguard/retryguard/contract/limits"
 	"github.com/retryguard/retryguard/contract/policyconfig"
 )
@@ -161,7 +162,7 @@ func TestTheSchemaBoundsAreTheLimits(t *testing.T) {
 		{"schemaVersion", num(get("properties", "schemaVersion", "const")), policyconfig.SchemaVersion},
 		{"maxAttempts", num(policy("maxAttempts", "maximum")), num(limits.MaxAttemptsCeiling)},
 		{"multiplier", num(policy("backoff", "properties", "multiplier", "maximum")), num(limits.MaxBackoffMultiplier)},
-		{"jitter", enum(policy("backoff", "properties", "jitter")), fmt.Sprint(limits.JitterModes)},
+		{"jitter", enum(policy("backoff", "properties", "jitter")), fmt.Sprint(backoff.Jitters)},
 		{"criticality", enum(policy("criticality")), fmt.Sprint(limits.Criticalities)},
 		{"retryOnErrors", enum(policy("retryOnErrors", "items")), fmt.Sprint(limits.TransportErrors)},
 		{"retryOnStatusCodes", num(policy("retryOnStatusCodes", "maxItems")), num(limits.MaxRetryOnStatusCodes)},

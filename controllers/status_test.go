@@ -21,7 +21,7 @@ func TestEvaluatePolicy(t *testing.T) {
 	graphErr := func(c codes.Code) field.ErrorList {
 		return field.ErrorList{v1.Invalid(field.NewPath("spec", "x"), 1, c, "because")}
 	}
-	ok := policygraph.Verdict{Analysis: policygraph.Analysis{Self: policygraph.Layer{Attempts: 3}}}
+	ok := policygraph.Verdict{Analysis: policygraph.Analysis{Self: policygraph.Layer{MaxAttempts: 3}}}
 	for name, tc := range map[string]struct {
 		facts  policyFacts
 		reason string

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/contract/backoff"
 	"github.com/retryguard/retryguard/contract/codes"
 	"github.com/retryguard/retryguard/contract/httprules"
 	"github.com/retryguard/retryguard/contract/limits"
@@ -188,12 +189,16 @@ func TestCRDEnumsAreTheGoSets(t *testing.T) {
 		return out
 	}
 	set := func(vs ...string) []string { slices.Sort(vs); return vs }
+	// The CRD also names None, only to refuse it with ERR_JITTER_REQUIRED.
+	jitters := []string{string(v1.JitterNone)}
+	for _, j := range backoff.Jitters {
+		jitters = append(jitters, string(j))
+	}
 	for _, tc := range []struct {
 		path string
 		want []string
 	}{
-		// The CRD also names None, only to refuse it with ERR_JITTER_REQUIRED.
-		{"backoff.jitter", set(append(slices.Clone(limits.JitterModes), string(v1.JitterNone))...)},
+		{"backoff.jitter", set(jitters...)},
 		{"retryOn.errors.[]", set(slices.Clone(limits.TransportErrors)...)},
 		{"criticality", set(slices.Clone(limits.Criticalities)...)},
 	} {

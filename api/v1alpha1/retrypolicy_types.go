@@ -5,6 +5,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/retryguard/retryguard/contract/backoff"
 	"github.com/retryguard/retryguard/contract/limits"
 )
 
@@ -43,11 +44,11 @@ type JitterMode string
 
 const (
 	// JitterFull draws uniform(0, min(cap, base·multiplier^n)).
-	JitterFull JitterMode = limits.JitterFull
+	JitterFull JitterMode = JitterMode(backoff.Full)
 	// JitterEqual draws half the window plus uniform(0, half the window).
-	JitterEqual JitterMode = limits.JitterEqual
+	JitterEqual JitterMode = JitterMode(backoff.Equal)
 	// JitterDecorrelated draws uniform(base, previous·3), capped.
-	JitterDecorrelated JitterMode = limits.JitterDecorrelated
+	JitterDecorrelated JitterMode = JitterMode(backoff.Decorrelated)
 	// JitterNone exists only so that it can be rejected with ERR_JITTER_REQUIRED.
 	JitterNone JitterMode = "None"
 )
