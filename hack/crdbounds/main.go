@@ -14,12 +14,7 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"go/ast"
 	"go/constant"
-	"go/importer"
-	"go/parser"
-	"go/token"
-	"go/types"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -27,12 +22,13 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/retryguard/retryguard/internal/limitsource"
 )
 
 const (
-	limitsDir  = "contract/limits"
-	limitsPath = "github.com/retryguard/retryguard/contract/limits"
-	crdDir     = "config/crd/bases"
+	limitsDir = "contract/limits"
+	crdDir    = "config/crd/bases"
 )
 
 // reference is how a marker names a bound: ${limits.MaxAttemptsCeiling}.
@@ -91,7 +87,7 @@ func substitute(file string, data []byte, values map[string]string) ([]byte, err
 			v, ok := values[name]
 			if !ok {
 				problems = append(problems, fmt.Sprintf("%q names %s, which %s does not define as an integer, duration or string constant",
-					s, name, limitsPath))
+					s, name, limitsource.Path))
 				return ref
 			}
 			return v
@@ -129,56 +125,35 @@ func replace(v any, f func(string) string) any {
 	return v
 }
 
-// limitValues evaluates every constant of package limits from its source
-// (the package imports only the standard library), by name.
+// limitValues is the text of every constant of package limits a CRD can
+// state, by name.
 func limitValues(dir string) (map[string]string, error) {
-	fset := token.NewFileSet()
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	var files []*ast.File
-	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, filepath.Join(dir, e.Name()), nil, 0)
-		if err != nil {
-			return nil, err
-		}
-		files = append(files, f)
-	}
-	conf := types.Config{Importer: importer.ForCompiler(fset, "source", nil)}
-	pkg, err := conf.Check(limitsPath, fset, files, nil)
+	consts, err := limitsource.Read(dir)
 	if err != nil {
 		return nil, err
 	}
 	values := map[string]string{}
-	for _, name := range pkg.Scope().Names() {
-		c, ok := pkg.Scope().Lookup(name).(*types.Const)
-		if !ok || !c.Exported() {
-			continue
-		}
+	for _, c := range consts {
 		if v, ok := literal(c); ok {
-			values[name] = v
+			values[c.Name] = v
 		}
 	}
 	return values, nil
 }
 
-// literal is the text a CEL rule or message states c's value with; false for
-// a constant a CRD cannot state (none today).
-func literal(c *types.Const) (string, bool) {
-	switch c.Val().Kind() {
+// literal is the text a CEL rule or message states c's value with: an
+// integer in decimal, a duration as CEL's duration() reads it, a string as
+// is; false for a constant a CRD cannot state.
+func literal(c limitsource.Const) (string, bool) {
+	switch c.Value.Kind() {
 	case constant.String:
-		return constant.StringVal(c.Val()), true
+		return constant.StringVal(c.Value), true
 	case constant.Int:
-		n, exact := constant.Int64Val(c.Val())
+		n, exact := constant.Int64Val(c.Value)
 		if !exact {
 			return "", false
 		}
-		if named, ok := c.Type().(*types.Named); ok && named.Obj().Pkg() != nil &&
-			named.Obj().Pkg().Path() == "time" && named.Obj().Name() == "Duration" {
+		if c.Duration {
 			return durationLiteral(time.Duration(n)), true
 		}
 		return fmt.Sprint(n), true
