@@ -9,14 +9,15 @@ GOFMT ?= $(shell $(GO) env GOROOT)/bin/gofmt
 ENVTEST_ASSETS = $(shell hack/envtest-assets.sh)
 TEST_FLAGS ?= -race -count=1
 TEST_PKGS ?= ./...
-# The runtime is a module of its own (applications import it without the
-# operator's dependencies), with nested modules for the client-go informer,
+# The contract (what the API and the pods share, on the standard library
+# alone) and the runtime are modules of their own (applications import them
+# without the operator's dependencies), the runtime with nested modules for the client-go informer,
 # the Kafka sink, the gRPC interceptor and the peer benchmarks; the
 # conformance vectors (conformance/) run against it from a module of their own.
 # make test, fmt and vet cover each.
-RUNTIME_MODULES = runtime runtime/watch/informer runtime/events/kafka runtime/grpc runtime/benchmarks conformance
+RUNTIME_MODULES = contract runtime runtime/watch/informer runtime/events/kafka runtime/grpc runtime/benchmarks conformance
 # runtime/benchmarks holds benchmarks only: vet compiles it, make bench runs it.
-RUNTIME_TEST_MODULES = runtime runtime/watch/informer runtime/events/kafka runtime/grpc conformance
+RUNTIME_TEST_MODULES = contract runtime runtime/watch/informer runtime/events/kafka runtime/grpc conformance
 FUZZTIME ?= 60s
 
 SHELL := /usr/bin/env bash -o pipefail
@@ -50,11 +51,12 @@ api-lint: ## Run Kube API Linter over the API types (api/v1alpha1: the other api
 	bin/kal -test=false ./api/v1alpha1/
 
 .PHONY: manifests
-manifests: ## Generate CRDs, RBAC and webhook configuration from markers.
+manifests: ## Generate CRDs, RBAC and webhook configuration from markers, with the bounds of contract/limits written into the CRDs.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths="./..." \
 		output:crd:artifacts:config=config/crd/bases \
 		output:rbac:artifacts:config=config/rbac \
 		output:webhook:artifacts:config=config/webhook
+	$(GO) run ./hack/crdbounds
 	hack/chart-crds.sh config/crd/bases charts/retryguard/templates
 	$(GO) run ./hack/apiref
 	mkdir -p charts/retryguard/files
@@ -78,7 +80,7 @@ vet: ## go vet the code.
 	for m in $(RUNTIME_MODULES); do $(GO) -C $$m vet ./...; done
 
 .PHONY: exports
-exports: ## Regenerate runtime/exports.txt, the runtime's exported identifiers (make test fails until a new export is listed there and reviewed).
+exports: ## Regenerate runtime/exports.txt and contract/exports.txt, the exported identifiers (make test fails until a new export is listed and reviewed).
 	$(GO) -C runtime test -count=1 ./internal/exports -run TestExportsAreTheGolden -update
 
 .PHONY: verify-gen

@@ -44,7 +44,7 @@ func constants(t *testing.T, path string, keep func(group *ast.GenDecl, spec *as
 	return out
 }
 
-// docs/troubleshooting.md has a section for every code of runtime/codes
+// docs/troubleshooting.md has a section for every code of contract/codes
 // and every reason a Ready condition that is not True gives, and none for
 // a code or reason that does not exist.
 func TestTroubleshootingCoversEveryCodeAndReason(t *testing.T) {
@@ -53,12 +53,12 @@ func TestTroubleshootingCoversEveryCodeAndReason(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc := string(raw)
-	codes := constants(t, "runtime/codes/codes.go", func(_ *ast.GenDecl, s *ast.ValueSpec) bool {
+	codes := constants(t, "contract/codes/codes.go", func(_ *ast.GenDecl, s *ast.ValueSpec) bool {
 		id, ok := s.Type.(*ast.Ident)
 		return ok && id.Name == "Code"
 	})
 	if len(codes) < 30 {
-		t.Fatalf("only %d codes read from runtime/codes", len(codes))
+		t.Fatalf("only %d codes read from contract/codes", len(codes))
 	}
 	documented := map[string]bool{}
 	for _, m := range regexp.MustCompile(`(?m)^#### (ERR_[A-Z_]+)$`).FindAllStringSubmatch(doc, -1) {
@@ -71,7 +71,7 @@ func TestTroubleshootingCoversEveryCodeAndReason(t *testing.T) {
 		delete(documented, c)
 	}
 	for c := range documented {
-		t.Errorf("docs/troubleshooting.md documents %s, which runtime/codes does not define", c)
+		t.Errorf("docs/troubleshooting.md documents %s, which contract/codes does not define", c)
 	}
 
 	reasons := constants(t, "api/v1alpha1/shared_types.go", func(g *ast.GenDecl, s *ast.ValueSpec) bool {

@@ -3,6 +3,7 @@ module github.com/retryguard/retryguard/conformance
 go 1.26.0
 
 require (
+	github.com/retryguard/retryguard/contract v0.1.0
 	github.com/retryguard/retryguard/runtime v0.1.0
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.2
 )

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/retryguard/retryguard/conformance"
-	"github.com/retryguard/retryguard/runtime/backoff"
+	"github.com/retryguard/retryguard/contract/backoff"
+	"github.com/retryguard/retryguard/contract/policyconfig"
 	"github.com/retryguard/retryguard/runtime/budget"
 	"github.com/retryguard/retryguard/runtime/clock"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
 	"github.com/retryguard/retryguard/runtime/retry"
 	"github.com/retryguard/retryguard/runtime/watch"
 )

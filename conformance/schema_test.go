@@ -11,8 +11,9 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/retryguard/retryguard/conformance"
-	"github.com/retryguard/retryguard/runtime/limits"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
+	"github.com/retryguard/retryguard/contract/backoff"
+	"github.com/retryguard/retryguard/contract/limits"
+	"github.com/retryguard/retryguard/contract/policyconfig"
 )
 
 func compileSchema(t *testing.T) *jsonschema.Schema {
@@ -129,7 +130,7 @@ func TestTheDurationPatternIsTheGrammar(t *testing.T) {
 	}
 }
 
-// Every bound and enum the schema states is runtime/limits': the schema is a
+// Every bound and enum the schema states is contract/limits': the schema is a
 // copy, held to its one home.
 func TestTheSchemaBoundsAreTheLimits(t *testing.T) {
 	raw, _ := conformance.Files.ReadFile(conformance.SchemaFile)
@@ -161,7 +162,7 @@ func TestTheSchemaBoundsAreTheLimits(t *testing.T) {
 		{"schemaVersion", num(get("properties", "schemaVersion", "const")), policyconfig.SchemaVersion},
 		{"maxAttempts", num(policy("maxAttempts", "maximum")), num(limits.MaxAttemptsCeiling)},
 		{"multiplier", num(policy("backoff", "properties", "multiplier", "maximum")), num(limits.MaxBackoffMultiplier)},
-		{"jitter", enum(policy("backoff", "properties", "jitter")), fmt.Sprint(limits.JitterModes)},
+		{"jitter", enum(policy("backoff", "properties", "jitter")), fmt.Sprint(backoff.Jitters)},
 		{"criticality", enum(policy("criticality")), fmt.Sprint(limits.Criticalities)},
 		{"retryOnErrors", enum(policy("retryOnErrors", "items")), fmt.Sprint(limits.TransportErrors)},
 		{"retryOnStatusCodes", num(policy("retryOnStatusCodes", "maxItems")), num(limits.MaxRetryOnStatusCodes)},
@@ -183,7 +184,7 @@ func TestTheSchemaBoundsAreTheLimits(t *testing.T) {
 		{"consumers.count", num(budget("consumers", "properties", "count", "maximum")), num(policyconfig.MaxConsumerCount)},
 	} {
 		if c.got != c.want {
-			t.Errorf("schema %s is %s, runtime/limits says %s", c.what, c.got, c.want)
+			t.Errorf("schema %s is %s, contract/limits says %s", c.what, c.got, c.want)
 		}
 	}
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
+	"github.com/retryguard/retryguard/contract/policyconfig"
 )
 
 // BudgetsSelecting exposes budgetsSelecting to the benchmarks of the

@@ -13,8 +13,8 @@ import (
 	"github.com/retryguard/retryguard/api/policygraph"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
-	rlimits "github.com/retryguard/retryguard/runtime/limits"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
+	rlimits "github.com/retryguard/retryguard/contract/limits"
+	"github.com/retryguard/retryguard/contract/policyconfig"
 )
 
 func TestConsumerLeaseRenewal(t *testing.T) {

@@ -24,9 +24,9 @@ import (
 	"github.com/retryguard/retryguard/api/policygraph"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
+	"github.com/retryguard/retryguard/contract/policyconfig"
 	"github.com/retryguard/retryguard/controllers"
 	"github.com/retryguard/retryguard/runtime/clock"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
 // envtest runs no kubelet and no scheduler: the pods created here stay

@@ -15,8 +15,8 @@ import (
 
 	"github.com/retryguard/retryguard/api/policygraph"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/contract/policyconfig"
 	"github.com/retryguard/retryguard/controllers"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
 // forgeHash sets the hash annotation to match whatever the payload now is,

@@ -22,8 +22,8 @@ import (
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
+	"github.com/retryguard/retryguard/contract/policyconfig"
 	"github.com/retryguard/retryguard/internal/testenv"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
 // BenchmarkManagerAtScale measures the manager's memory with 10,000

@@ -11,10 +11,10 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/contract/policyconfig"
 	"github.com/retryguard/retryguard/controllers"
 	"github.com/retryguard/retryguard/internal/crdvalidation"
 	"github.com/retryguard/retryguard/internal/testenv"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
 // specOf rebuilds a RetryPolicySpec from a parsed payload: the inverse of

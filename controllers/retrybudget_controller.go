@@ -17,9 +17,9 @@ import (
 	"github.com/retryguard/retryguard/api/policygraph"
 	"github.com/retryguard/retryguard/api/policygraph/policyindex"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/contract/limits"
+	"github.com/retryguard/retryguard/contract/policyconfig"
 	"github.com/retryguard/retryguard/runtime/clock"
-	"github.com/retryguard/retryguard/runtime/limits"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
 // +kubebuilder:rbac:groups=policy.retryguard.io,resources=retrybudgets/status,verbs=patch

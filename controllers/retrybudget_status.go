@@ -9,7 +9,7 @@ import (
 
 	"github.com/retryguard/retryguard/api/policygraph"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
+	"github.com/retryguard/retryguard/contract/policyconfig"
 )
 
 // evaluateBudget decides a budget's Ready condition from its spec and its

@@ -17,8 +17,8 @@ import (
 	"github.com/retryguard/retryguard/api/policygraph"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
+	"github.com/retryguard/retryguard/contract/policyconfig"
 	"github.com/retryguard/retryguard/controllers"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
 var _ = Describe("Publishing", func() {

@@ -6,7 +6,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
+	"github.com/retryguard/retryguard/contract/policyconfig"
 )
 
 // BuildPayload turns a policy (defaults applied), its resolved budget (nil

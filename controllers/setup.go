@@ -22,7 +22,7 @@ import (
 	"github.com/retryguard/retryguard/api/policygraph"
 	"github.com/retryguard/retryguard/api/policygraph/policyindex"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
+	"github.com/retryguard/retryguard/contract/policyconfig"
 )
 
 // LeaderElectionID names the Lease the manager's replicas elect their

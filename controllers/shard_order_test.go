@@ -13,8 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/retryguard/retryguard/api/policygraph"
+	"github.com/retryguard/retryguard/contract/policyconfig"
 	"github.com/retryguard/retryguard/controllers"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
 // orderingClient applies through to the API server and records, in

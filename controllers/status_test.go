@@ -13,15 +13,15 @@ import (
 	"github.com/retryguard/retryguard/api/policygraph"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
-	"github.com/retryguard/retryguard/runtime/codes"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
+	"github.com/retryguard/retryguard/contract/codes"
+	"github.com/retryguard/retryguard/contract/policyconfig"
 )
 
 func TestEvaluatePolicy(t *testing.T) {
 	graphErr := func(c codes.Code) field.ErrorList {
 		return field.ErrorList{v1.Invalid(field.NewPath("spec", "x"), 1, c, "because")}
 	}
-	ok := policygraph.Verdict{Analysis: policygraph.Analysis{Self: policygraph.Layer{Attempts: 3}}}
+	ok := policygraph.Verdict{Analysis: policygraph.Analysis{Self: policygraph.Layer{MaxAttempts: 3}}}
 	for name, tc := range map[string]struct {
 		facts  policyFacts
 		reason string

@@ -21,8 +21,8 @@ import (
 	"github.com/retryguard/retryguard/api/policygraph"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
+	"github.com/retryguard/retryguard/contract/policyconfig"
 	"github.com/retryguard/retryguard/internal/testenv"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
 // The controller suite runs the manager with its controllers for real and

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/retryguard/retryguard/runtime/policyconfig"
+	"github.com/retryguard/retryguard/contract/policyconfig"
 )
 
 // hedged makes a payload hedge once after 20 ms.

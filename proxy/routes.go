@@ -18,9 +18,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/retryguard/retryguard/runtime/codes"
-	"github.com/retryguard/retryguard/runtime/limits"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
+	"github.com/retryguard/retryguard/contract/codes"
+	"github.com/retryguard/retryguard/contract/limits"
+	"github.com/retryguard/retryguard/contract/policyconfig"
 )
 
 // RoutesAnnotation holds a pod's route table, the JSON Parse reads. The

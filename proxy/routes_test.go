@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/retryguard/retryguard/runtime/codes"
+	"github.com/retryguard/retryguard/contract/codes"
 )
 
 func TestParseAcceptsTheDocumentedTable(t *testing.T) {

@@ -7,6 +7,7 @@ require (
 	github.com/prometheus/client_golang v1.24.0
 	github.com/prometheus/client_model v0.6.2
 	github.com/prometheus/common v0.70.0
+	github.com/retryguard/retryguard/contract v0.1.0
 	go.uber.org/goleak v1.3.0
 )
 

@@ -8,7 +8,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
-	"github.com/retryguard/retryguard/runtime/codes"
+	"github.com/retryguard/retryguard/contract/codes"
 )
 
 // Bounds on the work of RetryPolicy reviews (docs/webhooks.md, bounded

@@ -17,9 +17,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/retryguard/retryguard/contract/codes"
 	"github.com/retryguard/retryguard/proxy"
 	"github.com/retryguard/retryguard/runtime/budget"
-	"github.com/retryguard/retryguard/runtime/codes"
 )
 
 // The injector's contract with pods (docs/proxy.md).

@@ -16,10 +16,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/retryguard/retryguard/contract/codes"
 	"github.com/retryguard/retryguard/internal/testenv"
 	"github.com/retryguard/retryguard/proxy"
 	"github.com/retryguard/retryguard/runtime/budget"
-	"github.com/retryguard/retryguard/runtime/codes"
 	"github.com/retryguard/retryguard/webhooks"
 )
 

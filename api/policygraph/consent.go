@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
-	"github.com/retryguard/retryguard/runtime/codes"
+	"github.com/retryguard/retryguard/contract/codes"
 )
 
 // FromOf is the parent's layer.allowedChildren.namespaces.from, Same when unset.

@@ -106,21 +106,22 @@ type Layer struct {
 	Namespace string
 	Policy    string
 	Layer     string
-	Attempts  int32
+	// MaxAttempts is the policy's maxAttempts, as AttemptsOf charges it.
+	MaxAttempts int32
 	// Hidden is layer.hiddenAttempts: the attempts someone else's code (an
-	// SDK, a proxy) makes for each of Attempts. 0 reads as 1, nothing hidden.
+	// SDK, a proxy) makes for each of MaxAttempts. 0 reads as 1, nothing hidden.
 	Hidden int32
 }
 
 // Calls is what the layer multiplies a chain by: its own attempts times
 // the hidden ones.
 func (l Layer) Calls() int64 {
-	return int64(max(l.Attempts, 0)) * int64(max(l.Hidden, 1))
+	return int64(max(l.MaxAttempts, 0)) * int64(max(l.Hidden, 1))
 }
 
 // LayerOf is p's layer as a chain holds it, hidden attempts included.
 func LayerOf(p *v1.RetryPolicy) Layer {
-	return Layer{Namespace: p.Namespace, Policy: p.Name, Layer: p.Spec.Layer.Name, Attempts: AttemptsOf(&p.Spec),
+	return Layer{Namespace: p.Namespace, Policy: p.Name, Layer: p.Spec.Layer.Name, MaxAttempts: AttemptsOf(&p.Spec),
 		Hidden: ptr.Deref(p.Spec.Layer.HiddenAttempts, v1.DefaultHiddenAttempts)}
 }
 
@@ -183,10 +184,10 @@ func (c Chain) render(named func(Layer) bool) string {
 				name = l.Namespace + "/" + name
 			}
 			if l.Hidden > 1 {
-				parts = append(parts, fmt.Sprintf("%s(%d×%d hidden)", name, l.Attempts, l.Hidden))
+				parts = append(parts, fmt.Sprintf("%s(%d×%d hidden)", name, l.MaxAttempts, l.Hidden))
 				continue
 			}
-			parts = append(parts, fmt.Sprintf("%s(%d)", name, l.Attempts))
+			parts = append(parts, fmt.Sprintf("%s(%d)", name, l.MaxAttempts))
 		}
 	})
 	return fmt.Sprintf("%s = %d", strings.Join(parts, " × "), c.Product())
@@ -370,9 +371,9 @@ func Analyze(ctx context.Context, lk Lookup, p *v1.RetryPolicy) (Analysis, error
 			// every caller above it.
 			if cur == p {
 				a.NotPermitted = &Refusal{Parent: key, From: FromOf(parent)}
-				a.Self.Attempts = min(a.Self.Attempts, 1)
+				a.Self.MaxAttempts = min(a.Self.MaxAttempts, 1)
 			} else {
-				a.Ancestors[0].Attempts = min(a.Ancestors[0].Attempts, 1)
+				a.Ancestors[0].MaxAttempts = min(a.Ancestors[0].MaxAttempts, 1)
 			}
 		}
 		layer, err := LayerIn(ctx, lk, parent)

@@ -17,7 +17,7 @@ import (
 	"github.com/retryguard/retryguard/api/policygraph"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
-	"github.com/retryguard/retryguard/runtime/codes"
+	"github.com/retryguard/retryguard/contract/codes"
 )
 
 var (

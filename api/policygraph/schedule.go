@@ -6,7 +6,7 @@ import (
 	"time"
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
-	"github.com/retryguard/retryguard/runtime/backoff"
+	"github.com/retryguard/retryguard/contract/backoff"
 )
 
 // Schedule is a policy's worst case: every attempt takes perAttemptTimeout

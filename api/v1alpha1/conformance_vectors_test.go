@@ -9,9 +9,9 @@ import (
 	"testing"
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/contract/policyconfig"
 	"github.com/retryguard/retryguard/controllers"
 	"github.com/retryguard/retryguard/internal/testenv"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
 var updateVectors = flag.Bool("update-vectors", false, "rewrite conformance/vectors/payload-admission.json from the admission table")

@@ -13,15 +13,18 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
-	"github.com/retryguard/retryguard/runtime/codes"
-	"github.com/retryguard/retryguard/runtime/httprules"
-	"github.com/retryguard/retryguard/runtime/limits"
+	"github.com/retryguard/retryguard/contract/backoff"
+	"github.com/retryguard/retryguard/contract/codes"
+	"github.com/retryguard/retryguard/contract/httprules"
+	"github.com/retryguard/retryguard/contract/limits"
 )
 
 // The CRD's markers restate facts whose home is Go: the codes, the bounds in
-// package limits, the enum sets, the duration syntax. Markers cannot import
-// constants, so this test reads the generated CRD and holds each copy to its
-// home; a bound changed on one side only fails here.
+// package limits, the enum sets, the duration syntax. A CEL rule names its
+// bound as ${limits.Name}, which make manifests (hack/crdbounds) replaces with
+// the value; numeric markers (MaxLength, MaxItems) and patterns cannot, so
+// this test reads the generated CRD and holds each copy to its home: a bound
+// changed on one side only, or a CRD not regenerated, fails here.
 
 // admissionCodes are the codes a CRD rule may carry.
 var admissionCodes = []codes.Code{
@@ -186,12 +189,16 @@ func TestCRDEnumsAreTheGoSets(t *testing.T) {
 		return out
 	}
 	set := func(vs ...string) []string { slices.Sort(vs); return vs }
+	// The CRD also names None, only to refuse it with ERR_JITTER_REQUIRED.
+	jitters := []string{string(v1.JitterNone)}
+	for _, j := range backoff.Jitters {
+		jitters = append(jitters, string(j))
+	}
 	for _, tc := range []struct {
 		path string
 		want []string
 	}{
-		// The CRD also names None, only to refuse it with ERR_JITTER_REQUIRED.
-		{"backoff.jitter", set(append(slices.Clone(limits.JitterModes), string(v1.JitterNone))...)},
+		{"backoff.jitter", set(jitters...)},
 		{"retryOn.errors.[]", set(slices.Clone(limits.TransportErrors)...)},
 		{"criticality", set(slices.Clone(limits.Criticalities)...)},
 	} {

@@ -20,19 +20,19 @@ type RetryBudgetSpec struct {
 	// token and each retry withdraws one; retries are also capped at
 	// retryPercent% of primary attempts over window.
 	// +required
-	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 100",message="ERR_OUT_OF_RANGE: retryPercent must be between 1 and 100"
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= ${limits.MaxBudgetRetryPercent}",message="ERR_OUT_OF_RANGE: retryPercent must be between 1 and ${limits.MaxBudgetRetryPercent}"
 	RetryPercent int32 `json:"retryPercent"`
 
 	// window is the rolling window of the ratio cap, from 1s to 1h.
 	// +optional
 	// +default="60s"
-	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || (duration(self) >= duration('1s') && duration(self) <= duration('1h'))",message="ERR_OUT_OF_RANGE: window must be between 1s and 1h"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || (duration(self) >= duration('${limits.MinBudgetWindow}') && duration(self) <= duration('${limits.MaxBudgetWindow}'))",message="ERR_OUT_OF_RANGE: window must be between ${limits.MinBudgetWindow} and ${limits.MaxBudgetWindow}"
 	Window *Duration `json:"window,omitempty"`
 
 	// maxTokens is the bucket's capacity, the largest burst of retries, from 1 to 1000.
 	// +optional
 	// +default=10
-	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 1000",message="ERR_OUT_OF_RANGE: maxTokens must be between 1 and 1000"
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= ${limits.MaxBudgetTokens}",message="ERR_OUT_OF_RANGE: maxTokens must be between 1 and ${limits.MaxBudgetTokens}"
 	MaxTokens *int32 `json:"maxTokens,omitempty"`
 
 	// minRetriesPerSecond is a floor of retries allowed whatever the tokens,
@@ -41,7 +41,7 @@ type RetryBudgetSpec struct {
 	// ratio rules (INV-RTY-04).
 	// +optional
 	// +default=0
-	// +kubebuilder:validation:XValidation:rule="self >= 0 && self <= 10000",message="ERR_OUT_OF_RANGE: minRetriesPerSecond must be between 0 and 10000"
+	// +kubebuilder:validation:XValidation:rule="self >= 0 && self <= ${limits.MaxBudgetMinRetriesPerSecond}",message="ERR_OUT_OF_RANGE: minRetriesPerSecond must be between 0 and ${limits.MaxBudgetMinRetriesPerSecond}"
 	MinRetriesPerSecond *int32 `json:"minRetriesPerSecond,omitempty"`
 
 	// partitions is the number of pods that share the budget. Each pod gets
@@ -52,7 +52,7 @@ type RetryBudgetSpec struct {
 	// count names (a stale count included) takes nothing.
 	// +optional
 	// +default=1
-	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 1000",message="ERR_OUT_OF_RANGE: partitions must be between 1 and 1000"
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= ${limits.MaxBudgetPartitions}",message="ERR_OUT_OF_RANGE: partitions must be between 1 and ${limits.MaxBudgetPartitions}"
 	Partitions *int32 `json:"partitions,omitempty"`
 
 	// maxRetriesPerSecond is an absolute retry allowance for the whole fleet
@@ -61,7 +61,7 @@ type RetryBudgetSpec struct {
 	// allowance (the ratio and the tokens still apply); 0 allows no retry.
 	// From 0 to 100000.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="self >= 0 && self <= 100000",message="ERR_OUT_OF_RANGE: maxRetriesPerSecond must be between 0 and 100000"
+	// +kubebuilder:validation:XValidation:rule="self >= 0 && self <= ${limits.MaxBudgetRetriesPerSecond}",message="ERR_OUT_OF_RANGE: maxRetriesPerSecond must be between 0 and ${limits.MaxBudgetRetriesPerSecond}"
 	MaxRetriesPerSecond *int32 `json:"maxRetriesPerSecond,omitempty"`
 
 	// consumers are the pods that share the budget. The controller counts

@@ -5,7 +5,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/retryguard/retryguard/runtime/limits"
+	"github.com/retryguard/retryguard/contract/backoff"
+	"github.com/retryguard/retryguard/contract/limits"
 )
 
 // Defaults of RetryPolicy, applied by the API server and assumed by the
@@ -43,11 +44,11 @@ type JitterMode string
 
 const (
 	// JitterFull draws uniform(0, min(cap, base·multiplier^n)).
-	JitterFull JitterMode = limits.JitterFull
+	JitterFull JitterMode = JitterMode(backoff.Full)
 	// JitterEqual draws half the window plus uniform(0, half the window).
-	JitterEqual JitterMode = limits.JitterEqual
+	JitterEqual JitterMode = JitterMode(backoff.Equal)
 	// JitterDecorrelated draws uniform(base, previous·3), capped.
-	JitterDecorrelated JitterMode = limits.JitterDecorrelated
+	JitterDecorrelated JitterMode = JitterMode(backoff.Decorrelated)
 	// JitterNone exists only so that it can be rejected with ERR_JITTER_REQUIRED.
 	JitterNone JitterMode = "None"
 )
@@ -129,7 +130,7 @@ type RetryLayer struct {
 	// runtime never makes these attempts itself. From 1 to 10; 1 hides nothing.
 	// +optional
 	// +default=1
-	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 10",message="ERR_OUT_OF_RANGE: layer.hiddenAttempts must be between 1 and 10"
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= ${limits.MaxHiddenAttempts}",message="ERR_OUT_OF_RANGE: layer.hiddenAttempts must be between 1 and ${limits.MaxHiddenAttempts}"
 	HiddenAttempts *int32 `json:"hiddenAttempts,omitempty"`
 }
 
@@ -211,7 +212,7 @@ type Backoff struct {
 	// multiplier grows the window per attempt: base·multiplier^n, from 1 to 10.
 	// +optional
 	// +default=2
-	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 10",message="ERR_OUT_OF_RANGE: backoff.multiplier must be between 1 and 10"
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= ${limits.MaxBackoffMultiplier}",message="ERR_OUT_OF_RANGE: backoff.multiplier must be between 1 and ${limits.MaxBackoffMultiplier}"
 	Multiplier *int32 `json:"multiplier,omitempty"`
 }
 
@@ -286,7 +287,7 @@ type ConnectionPool struct {
 
 	// maxConnections bounds the pool's connections, from 1 to 1000.
 	// +required
-	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 1000",message="ERR_OUT_OF_RANGE: connectionPool.maxConnections must be between 1 and 1000"
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= ${limits.MaxConnectionsPerPool}",message="ERR_OUT_OF_RANGE: connectionPool.maxConnections must be between 1 and ${limits.MaxConnectionsPerPool}"
 	MaxConnections int32 `json:"maxConnections"`
 }
 
@@ -354,7 +355,7 @@ type Hedging struct {
 	// attempt and its hedges count together against maxAttempts:
 	// 1 + maxHedges must not exceed it.
 	// +required
-	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 2",message="ERR_OUT_OF_RANGE: hedging.maxHedges must be between 1 and 2"
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= ${limits.MaxHedges}",message="ERR_OUT_OF_RANGE: hedging.maxHedges must be between 1 and ${limits.MaxHedges}"
 	MaxHedges int32 `json:"maxHedges"`
 }
 
@@ -366,7 +367,7 @@ type HedgeLatency struct {
 	// percentile of the observed latency a hedge waits for, from 50 to 99
 	// (95 hedges the slowest 5% of attempts).
 	// +required
-	// +kubebuilder:validation:XValidation:rule="self >= 50 && self <= 99",message="ERR_OUT_OF_RANGE: hedging.latency.percentile must be between 50 and 99"
+	// +kubebuilder:validation:XValidation:rule="self >= ${limits.MinHedgePercentile} && self <= ${limits.MaxHedgePercentile}",message="ERR_OUT_OF_RANGE: hedging.latency.percentile must be between ${limits.MinHedgePercentile} and ${limits.MaxHedgePercentile}"
 	Percentile int32 `json:"percentile"`
 
 	// floor is the shortest delay, whatever the observed latency.
@@ -401,7 +402,7 @@ type HedgeLatency struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.hedging) || !has(self.hedging.latency) || !has(self.hedging.latency.cap) || !self.deadline.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.hedging.latency.cap.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.hedging.latency.cap) < duration(self.deadline)",message="ERR_DEADLINE_INFEASIBLE: hedging.latency.cap must be below deadline, or a hedge could wait past it",fieldPath=".hedging.latency.cap"
 // +kubebuilder:validation:XValidation:rule="!has(self.hedging) || self.hedging.maxHedges < self.maxAttempts",message="ERR_RETRY_LIMIT_EXCEEDED: an attempt and its hedges count together against maxAttempts: 1 + hedging.maxHedges must not exceed maxAttempts",fieldPath=".hedging.maxHedges"
 // +kubebuilder:validation:XValidation:rule="self.maxAttempts <= 1 || (has(self.idempotency) && has(self.idempotency.keyTemplate)) || (has(self.target.operation) && self.target.operation.matches('^(GET|HEAD|PUT|DELETE|OPTIONS|TRACE)( |$)')) || (has(self.retryOn) && has(self.retryOn.statusCodes) && size(self.retryOn.statusCodes) == 0 && (!has(self.retryOn.errors) || self.retryOn.errors.all(e, e in ['ConnectionRefused', 'DNSFailure'])))",message="ERR_AMBIGUOUS_WITHOUT_IDEMPOTENCY: a policy with maxAttempts above 1 must be safe to replay; set idempotency.keyTemplate, use an idempotent method (GET, HEAD, PUT, DELETE, OPTIONS, TRACE) in target.operation, or retry only failures that prove the request never left (retryOn.statusCodes empty, retryOn.errors only ConnectionRefused and DNSFailure)",fieldPath=".maxAttempts"
-// +kubebuilder:validation:XValidation:rule="self.maxAttempts >= 1 && self.maxAttempts <= 3",message="ERR_RETRY_LIMIT_EXCEEDED: maxAttempts counts total attempts (the first call included) and must be between 1 and 3",fieldPath=".maxAttempts"
+// +kubebuilder:validation:XValidation:rule="self.maxAttempts >= 1 && self.maxAttempts <= ${limits.MaxAttemptsCeiling}",message="ERR_RETRY_LIMIT_EXCEEDED: maxAttempts counts total attempts (the first call included) and must be between 1 and ${limits.MaxAttemptsCeiling}",fieldPath=".maxAttempts"
 // +kubebuilder:validation:XValidation:rule="!has(self.perAttemptTimeout) || !self.deadline.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.perAttemptTimeout.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.perAttemptTimeout) <= duration(self.deadline)",message="ERR_DEADLINE_INFEASIBLE: perAttemptTimeout must not exceed deadline",fieldPath=".perAttemptTimeout"
 // +kubebuilder:validation:XValidation:rule="self.maxAttempts <= 1 || !has(self.retryAfter) || !has(self.retryAfter.maxDelay) || !self.deadline.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.retryAfter.maxDelay.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.retryAfter.maxDelay) < duration(self.deadline)",message="ERR_DEADLINE_INFEASIBLE: retryAfter.maxDelay must be below deadline, or an honoured Retry-After would outlive the operation",fieldPath=".retryAfter.maxDelay"
 type RetryPolicySpec struct {
@@ -414,7 +415,7 @@ type RetryPolicySpec struct {
 	Layer RetryLayer `json:"layer,omitzero"`
 
 	// maxAttempts is the number of total attempts, the first call included:
-	// 3 means one call and at most two retries. From 1 to 3. Above 1 the
+	// 3 means one call and at most two retries. From 1 to ${limits.MaxAttemptsCeiling}. Above 1 the
 	// operation must be safe to replay (idempotency.keyTemplate is set, or
 	// target.operation starts with an idempotent method), or retry only
 	// failures that prove the request never left: retryOn.statusCodes is

@@ -15,8 +15,8 @@ import (
 	"github.com/retryguard/retryguard/api/policygraph"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/output"
+	"github.com/retryguard/retryguard/contract/policyconfig"
 	"github.com/retryguard/retryguard/internal/options"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
 const rootLong = `kubectl retryguard: see and check Retryguard retry policies.

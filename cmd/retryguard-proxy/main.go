@@ -43,9 +43,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/retryguard/retryguard/contract/codes"
 	"github.com/retryguard/retryguard/proxy"
 	"github.com/retryguard/retryguard/runtime/budget"
-	"github.com/retryguard/retryguard/runtime/codes"
 	"github.com/retryguard/retryguard/runtime/deadletter"
 	"github.com/retryguard/retryguard/runtime/events/kafka"
 	"github.com/retryguard/retryguard/runtime/retry"

@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryguard/retryguard/contract/policyconfig"
+	"github.com/retryguard/retryguard/contract/policyconfig/fixtures"
 	"github.com/retryguard/retryguard/proxy"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
-	"github.com/retryguard/retryguard/runtime/policyconfig/fixtures"
 )
 
 // connections is the benchmark's load: as many as issue 29 took past the

@@ -5,6 +5,7 @@ module github.com/retryguard/retryguard/hack/chartcheck
 go 1.26.0
 
 require (
+	github.com/retryguard/retryguard/contract v0.1.0
 	github.com/retryguard/retryguard/runtime v0.1.0
 	github.com/retryguard/retryguard/runtime/watch/informer v0.1.0
 	helm.sh/helm/v3 v3.22.0
@@ -165,3 +166,5 @@ replace (
 	github.com/retryguard/retryguard/runtime => ../../runtime
 	github.com/retryguard/retryguard/runtime/watch/informer => ../../runtime/watch/informer
 )
+
+replace github.com/retryguard/retryguard/contract => ../../contract

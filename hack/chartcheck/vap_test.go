@@ -2,7 +2,7 @@ package chartcheck
 
 import (
 	"context"
-	"github.com/retryguard/retryguard/runtime/codes"
+	"github.com/retryguard/retryguard/contract/codes"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/retryguard/retryguard/runtime/policyconfig"
+	"github.com/retryguard/retryguard/contract/policyconfig"
 )
 
 var reservedCode = codes.PublishedConfigMapReserved.String()

@@ -33,7 +33,8 @@ func TestGRPCModuleGraphHasNoOperatorDependencies(t *testing.T) {
 		t.Fatal(err)
 	}
 	work := filepath.Join(t.TempDir(), "go.work")
-	body := "go 1.26.0\n\nuse " + grpcDir + "\n\nreplace github.com/retryguard/retryguard/runtime => " + filepath.Dir(grpcDir) + "\n"
+	body := "go 1.26.0\n\nuse " + grpcDir + "\n\nreplace github.com/retryguard/retryguard/runtime => " + filepath.Dir(grpcDir) + "\n" +
+		"\nreplace github.com/retryguard/retryguard/contract => " + filepath.Join(filepath.Dir(filepath.Dir(grpcDir)), "contract") + "\n"
 	if err := os.WriteFile(work, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -67,20 +68,50 @@ func checkModuleGraph(t *testing.T, dir, gowork string, forbidden []string) {
 	t.Logf("go list -m all in %s: %d modules", dir, len(lines))
 }
 
-// No package of the runtime module imports the operator's API packages: the
-// shared vocabulary lives on the reader's side, and api/ imports it.
-func TestRuntimeImportsNothingFromTheAPI(t *testing.T) {
-	cmd := exec.Command("go", "list", "-deps", "-test", "./...")
-	cmd.Dir = "../../runtime"
+// The contract, which the API and the pods share, takes no module at all:
+// what it states, every program that reads a policy can import.
+func TestContractModuleHasNoDependencies(t *testing.T) {
+	cmd := exec.Command("go", "list", "-m", "all")
+	cmd.Dir = "../../contract"
+	cmd.Env = append(os.Environ(), "GOWORK=off")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("go list -deps: %v\n%s", err, out)
+		t.Fatalf("go list -m all in contract: %v\n%s", err, out)
 	}
-	for _, pkg := range strings.Fields(string(out)) {
+	if got := strings.Fields(string(out)); len(got) != 1 || got[0] != "github.com/retryguard/retryguard/contract" {
+		t.Errorf("the contract's module graph is %v, want the contract alone", got)
+	}
+}
+
+// No package of the runtime or the contract imports the operator's API
+// packages (nor the contract the runtime's): the shared vocabulary lives on
+// the reader's side, and api/ imports it.
+func TestRuntimeImportsNothingFromTheAPI(t *testing.T) {
+	listDeps(t, "../../runtime")
+	for _, pkg := range listDeps(t, "../../contract") {
+		if strings.HasPrefix(pkg, "github.com/retryguard/retryguard/runtime") {
+			t.Errorf("a contract package depends on %s", pkg)
+		}
+	}
+}
+
+// listDeps lists the packages the module in dir and its tests build, and
+// fails on any of the operator's.
+func listDeps(t *testing.T, dir string) []string {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-deps", "-test", "./...")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps in %s: %v\n%s", dir, err, out)
+	}
+	pkgs := strings.Fields(string(out))
+	for _, pkg := range pkgs {
 		if strings.HasPrefix(pkg, "github.com/retryguard/retryguard/api") || strings.HasPrefix(pkg, "github.com/retryguard/retryguard/controllers") ||
 			strings.HasPrefix(pkg, "github.com/retryguard/retryguard/webhooks") || strings.HasPrefix(pkg, "github.com/retryguard/retryguard/hack") ||
 			strings.HasPrefix(pkg, "github.com/retryguard/retryguard/internal") {
-			t.Errorf("a runtime package depends on %s", pkg)
+			t.Errorf("a package of %s depends on %s", dir, pkg)
 		}
 	}
+	return pkgs
 }

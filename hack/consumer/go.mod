@@ -13,8 +13,11 @@ require (
 	github.com/prometheus/client_model v0.6.2 // indirect
 	github.com/prometheus/common v0.70.0 // indirect
 	github.com/prometheus/procfs v0.21.1 // indirect
+	github.com/retryguard/retryguard/contract v0.1.0 // indirect
 	golang.org/x/sys v0.47.0 // indirect
 	google.golang.org/protobuf v1.36.11 // indirect
 )
 
 replace github.com/retryguard/retryguard/runtime => ../../runtime
+
+replace github.com/retryguard/retryguard/contract => ../../contract

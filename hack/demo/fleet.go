@@ -15,8 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/contract/policyconfig"
 	"github.com/retryguard/retryguard/internal/testenv"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
 // consumerDeadline bounds how long the controller may take to count pods.

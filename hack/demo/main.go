@@ -22,8 +22,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/retryguard/retryguard/api/policygraph"
+	"github.com/retryguard/retryguard/contract/policyconfig"
 	"github.com/retryguard/retryguard/internal/testenv"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
 func main() {

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/retryguard/retryguard/contract/policyconfig"
 	"github.com/retryguard/retryguard/internal/testenv"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
 // `make demo` is one of the two commands the README promises; this runs the

@@ -10,6 +10,7 @@ replace github.com/retryguard/retryguard => ../..
 require (
 	github.com/prometheus/client_golang v1.24.0
 	github.com/retryguard/retryguard v0.1.0
+	github.com/retryguard/retryguard/contract v0.1.0
 	github.com/retryguard/retryguard/runtime v0.1.0
 	github.com/retryguard/retryguard/runtime/events/kafka v0.1.0
 	github.com/retryguard/retryguard/runtime/watch/informer v0.1.0
@@ -109,3 +110,5 @@ replace (
 	github.com/retryguard/retryguard/runtime/events/kafka => ../../runtime/events/kafka
 	github.com/retryguard/retryguard/runtime/watch/informer => ../../runtime/watch/informer
 )
+
+replace github.com/retryguard/retryguard/contract => ../../contract

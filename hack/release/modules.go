@@ -10,6 +10,7 @@ package main
 // is added to all three.
 var Published = []string{
 	".",
+	"contract",
 	"runtime",
 	"runtime/watch/informer",
 	"runtime/events/kafka",

@@ -10,9 +10,9 @@ import (
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
+	"github.com/retryguard/retryguard/contract/httprules"
 	"github.com/retryguard/retryguard/internal/crdvalidation"
 	"github.com/retryguard/retryguard/internal/testenv"
-	"github.com/retryguard/retryguard/runtime/httprules"
 )
 
 // FuzzValidateRetryPolicy feeds arbitrary JSON specs to the CRD's rules as

@@ -3,24 +3,23 @@ package layout
 import (
 	"go/ast"
 	"go/constant"
-	"go/importer"
 	"go/parser"
 	"go/token"
-	"go/types"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/retryguard/retryguard/internal/limitsource"
 )
 
 // validationRoots are the directories whose messages a user reads when a
 // value is refused: the API's validators, the webhooks, the payload parser
 // and the manager's options. api/v1alpha1/fixtures holds test cases (values
 // to refuse, not messages) and is left out.
-var validationRoots = []string{"api", "webhooks", "runtime/policyconfig", "internal/options"}
+var validationRoots = []string{"api", "webhooks", "contract/policyconfig", "internal/options"}
 
 const fixturesDir = "api/v1alpha1/fixtures/"
 
@@ -36,42 +35,23 @@ var (
 // limits, the home of the API's bounds.
 func limitValues(t *testing.T) (ints map[int64]string, durations map[time.Duration]string) {
 	t.Helper()
-	dir := filepath.Join(repoRoot(t), "runtime", "limits")
-	fset := token.NewFileSet()
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var files []*ast.File
-	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, filepath.Join(dir, e.Name()), nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files = append(files, f)
-	}
-	conf := types.Config{Importer: importer.ForCompiler(fset, "source", nil)}
-	pkg, err := conf.Check("github.com/retryguard/retryguard/runtime/limits", fset, files, nil)
+	consts, err := limitsource.Read(filepath.Join(repoRoot(t), "contract", "limits"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ints, durations = map[int64]string{}, map[time.Duration]string{}
-	for _, name := range pkg.Scope().Names() {
-		c, ok := pkg.Scope().Lookup(name).(*types.Const)
-		if !ok || c.Val().Kind() != constant.Int {
+	for _, c := range consts {
+		if c.Value.Kind() != constant.Int {
 			continue
 		}
-		v, exact := constant.Int64Val(c.Val())
+		v, exact := constant.Int64Val(c.Value)
 		if !exact {
 			continue
 		}
-		if named, ok := c.Type().(*types.Named); ok && named.Obj().Name() == "Duration" && named.Obj().Pkg().Path() == "time" {
-			durations[time.Duration(v)] = "limits." + name
+		if c.Duration {
+			durations[time.Duration(v)] = "limits." + c.Name
 		} else {
-			ints[v] = "limits." + name
+			ints[v] = "limits." + c.Name
 		}
 	}
 	if len(ints) < 10 || len(durations) < 2 {
@@ -105,7 +85,7 @@ func literalBounds(msg string, ints map[int64]string, durations map[time.Duratio
 
 // A validation message formats the bounds of package limits; it never types
 // one out again, or a bound changed in limits leaves the message stating the
-// old one (the guide: a bound is defined once, in runtime/limits).
+// old one (the guide: a bound is defined once, in contract/limits).
 func TestValidationMessagesFormatTheLimits(t *testing.T) {
 	ints, durations := limitValues(t)
 	fset := token.NewFileSet()

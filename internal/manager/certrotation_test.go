@@ -20,10 +20,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
+	"github.com/retryguard/retryguard/contract/codes"
 	"github.com/retryguard/retryguard/internal/manager"
 	"github.com/retryguard/retryguard/internal/options"
 	"github.com/retryguard/retryguard/internal/testenv"
-	"github.com/retryguard/retryguard/runtime/codes"
 )
 
 // Without cert-manager the manager issues its own serving certificate and

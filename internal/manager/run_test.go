@@ -24,9 +24,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/retryguard/retryguard/api/v1alpha1/fixtures"
+	"github.com/retryguard/retryguard/contract/policyconfig"
 	"github.com/retryguard/retryguard/internal/manager"
 	"github.com/retryguard/retryguard/internal/testenv"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
 // startControlPlane starts kube-apiserver and etcd with the CRDs until the

@@ -16,8 +16,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/retryguard/retryguard/api/policygraph"
+	"github.com/retryguard/retryguard/contract/limits"
 	"github.com/retryguard/retryguard/controllers"
-	"github.com/retryguard/retryguard/runtime/limits"
 	"github.com/retryguard/retryguard/webhooks"
 )
 

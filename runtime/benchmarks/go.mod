@@ -6,6 +6,7 @@ require (
 	github.com/cenkalti/backoff/v5 v5.0.3
 	github.com/failsafe-go/failsafe-go v0.9.8
 	github.com/prometheus/client_golang v1.24.0
+	github.com/retryguard/retryguard/contract v0.1.0
 	github.com/retryguard/retryguard/runtime v0.1.0
 	golang.org/x/time v0.16.0
 )
@@ -24,3 +25,5 @@ require (
 )
 
 replace github.com/retryguard/retryguard/runtime => ..
+
+replace github.com/retryguard/retryguard/contract => ../../contract

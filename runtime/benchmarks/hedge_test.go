@@ -15,8 +15,8 @@ import (
 	"github.com/failsafe-go/failsafe-go"
 	"github.com/failsafe-go/failsafe-go/hedgepolicy"
 
-	"github.com/retryguard/retryguard/runtime/policyconfig"
-	"github.com/retryguard/retryguard/runtime/policyconfig/fixtures"
+	"github.com/retryguard/retryguard/contract/policyconfig"
+	"github.com/retryguard/retryguard/contract/policyconfig/fixtures"
 	"github.com/retryguard/retryguard/runtime/retry"
 	"github.com/retryguard/retryguard/runtime/watch"
 )

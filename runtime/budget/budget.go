@@ -52,8 +52,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/retryguard/retryguard/contract/policyconfig"
 	"github.com/retryguard/retryguard/runtime/clock"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
 // scale makes tokens fixed-point: 1 token is 1000 milli-tokens, so a 10%

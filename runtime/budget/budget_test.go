@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryguard/retryguard/contract/policyconfig"
 	"github.com/retryguard/retryguard/runtime/clock"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
 var start = time.Date(2026, 9, 15, 12, 0, 0, 0, time.UTC)

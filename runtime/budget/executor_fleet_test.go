@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryguard/retryguard/contract/policyconfig"
+	"github.com/retryguard/retryguard/contract/policyconfig/fixtures"
 	"github.com/retryguard/retryguard/runtime/budget"
 	"github.com/retryguard/retryguard/runtime/clock"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
-	"github.com/retryguard/retryguard/runtime/policyconfig/fixtures"
 	"github.com/retryguard/retryguard/runtime/retry"
 )
 

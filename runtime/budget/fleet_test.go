@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryguard/retryguard/contract/policyconfig"
 	"github.com/retryguard/retryguard/runtime/clock"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
 // fleet is a fleet budget of A retries per second with plenty of tokens,

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryguard/retryguard/contract/policyconfig"
 	"github.com/retryguard/retryguard/runtime/budget"
 	"github.com/retryguard/retryguard/runtime/clock"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
 // Failures of coordination that must cost retries, never add them (issue

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/retryguard/retryguard/runtime/limits"
+	"github.com/retryguard/retryguard/contract/limits"
 	"github.com/retryguard/retryguard/runtime/retry"
 )
 

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/retryguard/retryguard/runtime/codes"
+	"github.com/retryguard/retryguard/contract/codes"
 	retrygrpc "github.com/retryguard/retryguard/runtime/grpc"
 	"github.com/retryguard/retryguard/runtime/retry"
 )

@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/prometheus/client_golang v1.24.0
+	github.com/retryguard/retryguard/contract v0.1.0
 	github.com/retryguard/retryguard/runtime v0.1.0
 	golang.org/x/net v0.56.0
 	google.golang.org/grpc v1.82.1

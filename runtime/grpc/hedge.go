@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/retryguard/retryguard/runtime/codes"
+	"github.com/retryguard/retryguard/contract/codes"
 	"github.com/retryguard/retryguard/runtime/retry"
 )
 

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/retryguard/retryguard/runtime/codes"
+	"github.com/retryguard/retryguard/contract/codes"
 	"github.com/retryguard/retryguard/runtime/retry"
 )
 

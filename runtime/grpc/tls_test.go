@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/retryguard/retryguard/runtime/limits"
+	"github.com/retryguard/retryguard/contract/limits"
 	"github.com/retryguard/retryguard/runtime/retry"
 )
 

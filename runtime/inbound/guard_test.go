@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryguard/retryguard/contract/httprules"
 	"github.com/retryguard/retryguard/runtime/clock"
-	"github.com/retryguard/retryguard/runtime/httprules"
 )
 
 func TestRapidRepeatsAreRefused(t *testing.T) {

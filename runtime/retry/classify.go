@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/retryguard/retryguard/runtime/limits"
+	"github.com/retryguard/retryguard/contract/limits"
 )
 
 // Class is what an attempt's evidence says about retrying it.

@@ -2,11 +2,11 @@ package retry
 
 import (
 	"fmt"
-	"github.com/retryguard/retryguard/runtime/backoff"
+	"github.com/retryguard/retryguard/contract/backoff"
 	"time"
 
+	"github.com/retryguard/retryguard/contract/codes"
 	"github.com/retryguard/retryguard/runtime/budget"
-	"github.com/retryguard/retryguard/runtime/codes"
 )
 
 // DecisionInput is everything one retry decision rests on. Do fills it

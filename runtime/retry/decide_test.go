@@ -1,13 +1,13 @@
 package retry_test
 
 import (
-	"github.com/retryguard/retryguard/runtime/backoff"
+	"github.com/retryguard/retryguard/contract/backoff"
 	"testing"
 	"time"
 
+	"github.com/retryguard/retryguard/contract/codes"
+	"github.com/retryguard/retryguard/contract/limits"
 	"github.com/retryguard/retryguard/runtime/budget"
-	"github.com/retryguard/retryguard/runtime/codes"
-	"github.com/retryguard/retryguard/runtime/limits"
 	"github.com/retryguard/retryguard/runtime/retry"
 )
 

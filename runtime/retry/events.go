@@ -5,8 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/retryguard/retryguard/contract/codes"
 	"github.com/retryguard/retryguard/runtime/budget"
-	"github.com/retryguard/retryguard/runtime/codes"
 )
 
 // Event is one lifecycle transition of one operation, or a hedge: an event

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/retryguard/retryguard/runtime/limits"
+	"github.com/retryguard/retryguard/contract/limits"
 )
 
 // Retry-After comes from the dependency: any bytes must give a delay in

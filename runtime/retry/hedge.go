@@ -6,9 +6,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/retryguard/retryguard/runtime/backoff"
+	"github.com/retryguard/retryguard/contract/backoff"
+	"github.com/retryguard/retryguard/contract/policyconfig"
 	"github.com/retryguard/retryguard/runtime/budget"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
 // hedging is a policy's spec.hedging, compiled: an attempt still pending

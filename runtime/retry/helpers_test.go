@@ -5,8 +5,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/retryguard/retryguard/runtime/policyconfig"
-	"github.com/retryguard/retryguard/runtime/policyconfig/fixtures"
+	"github.com/retryguard/retryguard/contract/policyconfig"
+	"github.com/retryguard/retryguard/contract/policyconfig/fixtures"
 )
 
 var epoch = time.Date(2026, 9, 15, 12, 0, 0, 0, time.UTC)

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryguard/retryguard/contract/codes"
+	"github.com/retryguard/retryguard/contract/policyconfig"
 	"github.com/retryguard/retryguard/runtime/clock"
-	"github.com/retryguard/retryguard/runtime/codes"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
 func dialRefused() error {

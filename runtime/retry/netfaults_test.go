@@ -22,8 +22,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
+	"github.com/retryguard/retryguard/contract/limits"
 	"github.com/retryguard/retryguard/runtime/clock"
-	"github.com/retryguard/retryguard/runtime/limits"
 )
 
 // h2 frames, written by hand: a server of HTTP/2 with prior knowledge that

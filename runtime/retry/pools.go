@@ -5,9 +5,9 @@ import (
 	"net/http"
 	"sync"
 
-	"github.com/retryguard/retryguard/runtime/codes"
-	"github.com/retryguard/retryguard/runtime/httprules"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
+	"github.com/retryguard/retryguard/contract/codes"
+	"github.com/retryguard/retryguard/contract/httprules"
+	"github.com/retryguard/retryguard/contract/policyconfig"
 )
 
 // Pools is a registry of named, isolated connection pools: one

@@ -11,10 +11,10 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/retryguard/retryguard/contract/codes"
+	"github.com/retryguard/retryguard/contract/limits"
+	"github.com/retryguard/retryguard/contract/policyconfig"
 	"github.com/retryguard/retryguard/runtime/clock"
-	"github.com/retryguard/retryguard/runtime/codes"
-	"github.com/retryguard/retryguard/runtime/limits"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
 type seen struct {

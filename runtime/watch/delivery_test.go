@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/retryguard/retryguard/runtime/policyconfig"
+	"github.com/retryguard/retryguard/contract/policyconfig"
 	"github.com/retryguard/retryguard/runtime/watch"
 )
 

@@ -15,8 +15,8 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
-	"github.com/retryguard/retryguard/runtime/limits"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
+	"github.com/retryguard/retryguard/contract/limits"
+	"github.com/retryguard/retryguard/contract/policyconfig"
 )
 
 // DefaultPollInterval is how often Files rescans even when fsnotify is quiet

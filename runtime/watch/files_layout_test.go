@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/retryguard/retryguard/runtime/limits"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
-	"github.com/retryguard/retryguard/runtime/policyconfig/fixtures"
+	"github.com/retryguard/retryguard/contract/limits"
+	"github.com/retryguard/retryguard/contract/policyconfig"
+	"github.com/retryguard/retryguard/contract/policyconfig/fixtures"
 )
 
 // kubeletVolume writes a directory the way kubelet's atomic writer does: the

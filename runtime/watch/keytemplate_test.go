@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/retryguard/retryguard/runtime/policyconfig"
-	"github.com/retryguard/retryguard/runtime/policyconfig/fixtures"
+	"github.com/retryguard/retryguard/contract/policyconfig"
+	"github.com/retryguard/retryguard/contract/policyconfig/fixtures"
 	"github.com/retryguard/retryguard/runtime/retry"
 	"github.com/retryguard/retryguard/runtime/watch"
 )

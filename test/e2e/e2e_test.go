@@ -24,8 +24,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	policyv1alpha1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/contract/policyconfig"
 	"github.com/retryguard/retryguard/controllers"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
 )
 
 // The manager's leader election, as internal/manager configures it (controller-runtime's

@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	policyv1alpha1 "github.com/retryguard/retryguard/api/v1alpha1"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
+	"github.com/retryguard/retryguard/contract/policyconfig"
 )
 
 // The fleet budget's objects (testdata/fleet-budget.yaml) and the pods that

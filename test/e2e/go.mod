@@ -15,6 +15,7 @@ require (
 	github.com/onsi/ginkgo/v2 v2.34.0
 	github.com/onsi/gomega v1.44.0
 	github.com/retryguard/retryguard v0.1.0
+	github.com/retryguard/retryguard/contract v0.1.0
 	github.com/retryguard/retryguard/hack/e2e v0.0.0
 	github.com/retryguard/retryguard/runtime v0.1.0
 	github.com/retryguard/retryguard/runtime/watch/informer v0.1.0
@@ -160,3 +161,5 @@ replace (
 )
 
 replace github.com/retryguard/retryguard/hack/image => ../../hack/image
+
+replace github.com/retryguard/retryguard/contract => ../../contract

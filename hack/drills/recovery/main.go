@@ -30,8 +30,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/retryguard/retryguard/contract/policyconfig"
 	"github.com/retryguard/retryguard/runtime/deadletter"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
 	"github.com/retryguard/retryguard/runtime/retry"
 )
 

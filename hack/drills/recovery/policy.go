@@ -16,9 +16,9 @@ import (
 
 	"github.com/retryguard/retryguard/api/policygraph"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/contract/policyconfig"
 	"github.com/retryguard/retryguard/controllers"
 	"github.com/retryguard/retryguard/internal/crdvalidation"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
 	"github.com/retryguard/retryguard/runtime/watch"
 	"github.com/retryguard/retryguard/runtime/watch/informer"
 )

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/retryguard/retryguard/runtime/policyconfig"
+	"github.com/retryguard/retryguard/contract/policyconfig"
 	"github.com/retryguard/retryguard/runtime/watch"
 )
 

@@ -3,6 +3,7 @@ module github.com/retryguard/retryguard/runtime/events/kafka
 go 1.26.0
 
 require (
+	github.com/retryguard/retryguard/contract v0.1.0
 	github.com/retryguard/retryguard/runtime v0.1.0
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c

@@ -1,6 +1,7 @@
 // Package exports lists the exported identifiers of the runtime's public
-// packages, so that runtime/exports.txt (checked by this package's test in
-// make test) makes every new export a reviewed decision, as the Go project
+// packages, and the contract module's beside it, so that runtime/exports.txt
+// and contract/exports.txt (checked by this package's test in make test)
+// make every new export a reviewed decision, as the Go project
 // checks its own API with api/next. It reads source only (go/parser), so the
 // runtime module takes no dependency for it.
 package exports

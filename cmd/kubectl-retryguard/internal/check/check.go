@@ -26,8 +26,8 @@ import (
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/cmd/kubectl-retryguard/internal/output"
+	"github.com/retryguard/retryguard/contract/codes"
 	"github.com/retryguard/retryguard/controllers"
-	"github.com/retryguard/retryguard/runtime/codes"
 )
 
 // The checks, in the order they run.

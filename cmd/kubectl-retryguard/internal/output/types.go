@@ -305,6 +305,6 @@ type Version struct {
 	// APIVersion is the CRDs' version the plugin reads and lints.
 	PolicyAPIVersion string `json:"policyAPIVersion"`
 	// PayloadVersion is the version of the published ConfigMap payload
-	// (runtime/policyconfig) the plugin and its runtime speak.
+	// (contract/policyconfig) the plugin and its runtime speak.
 	PayloadVersion string `json:"payloadVersion"`
 }

@@ -8,7 +8,7 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/retryguard/retryguard/runtime/limits"
+	"github.com/retryguard/retryguard/contract/limits"
 )
 
 // A fleet budget's members are published apart from its count, in shards:

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/retryguard/retryguard/runtime/policyconfig"
-	"github.com/retryguard/retryguard/runtime/policyconfig/fixtures"
+	"github.com/retryguard/retryguard/contract/policyconfig"
+	"github.com/retryguard/retryguard/contract/policyconfig/fixtures"
 )
 
 // fleetCount is the count fixtures.Fleet inlines, as the budget's

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/retryguard/retryguard/runtime/policyconfig"
-	"github.com/retryguard/retryguard/runtime/policyconfig/fixtures"
+	"github.com/retryguard/retryguard/contract/policyconfig"
+	"github.com/retryguard/retryguard/contract/policyconfig/fixtures"
 )
 
 func TestRoundTrip(t *testing.T) {
@@ -150,7 +150,7 @@ func TestSingleAttemptNeedsNoBackoff(t *testing.T) {
 // The contract is for any program: it must not drag in controller-runtime
 // or client-go.
 func TestImportsNoKubernetesClients(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", "github.com/retryguard/retryguard/runtime/policyconfig").Output()
+	out, err := exec.Command("go", "list", "-deps", "github.com/retryguard/retryguard/contract/policyconfig").Output()
 	if err != nil {
 		t.Fatal(err)
 	}

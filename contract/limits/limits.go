@@ -1,6 +1,7 @@
-// Package limits holds the bounds and name shapes of Retryguard's API: the
-// CRD's markers and CEL rules state them, and the Go validators and the payload parser import
-// them from here, so that admission and the pods refuse the same values. It
+// Package limits holds the bounds and name shapes of Retryguard's API, once:
+// the CRD's CEL rules name them (${limits.Name}, which make manifests writes
+// into the generated CRD), and the Go validators and the payload parser
+// import them, so that admission and the pods refuse the same values. It
 // imports nothing.
 package limits
 

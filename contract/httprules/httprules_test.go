@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/retryguard/retryguard/runtime/httprules"
+	"github.com/retryguard/retryguard/contract/httprules"
 )
 
 func TestIsSecureEndpoint(t *testing.T) {

@@ -3,7 +3,7 @@ package policyconfig
 import (
 	"encoding/json"
 
-	"github.com/retryguard/retryguard/runtime/limits"
+	"github.com/retryguard/retryguard/contract/limits"
 )
 
 // A fleet budget's consumer count is published once per budget, in a

@@ -1,20 +1,9 @@
 package limits
 
 // The enum names a policy is written with, shared by the CRD (api/v1alpha1
-// types its constants from these), the payload parser (runtime/policyconfig)
-// and the runtime (runtime/backoff, runtime/retry). A test holds the CRD's
-// enum markers to these sets.
-
-// Jitter modes a pod draws from. None is not one: admission refuses it
-// (ERR_JITTER_REQUIRED), so it never reaches a pod.
-const (
-	JitterFull         = "Full"
-	JitterEqual        = "Equal"
-	JitterDecorrelated = "Decorrelated"
-)
-
-// JitterModes are the jitters a payload may carry.
-var JitterModes = []string{JitterFull, JitterEqual, JitterDecorrelated}
+// types its constants from these), the payload parser (contract/policyconfig)
+// and the runtime (runtime/retry); the jitters' are contract/backoff's Jitter.
+// A test holds the CRD's enum markers to these sets.
 
 // Transport failures, as retryOn.errors names them.
 const (

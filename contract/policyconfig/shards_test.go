@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/retryguard/retryguard/runtime/policyconfig"
-	"github.com/retryguard/retryguard/runtime/policyconfig/fixtures"
+	"github.com/retryguard/retryguard/contract/policyconfig"
+	"github.com/retryguard/retryguard/contract/policyconfig/fixtures"
 )
 
 // shardedFleet is fixtures.Fleet's count as the controller publishes it

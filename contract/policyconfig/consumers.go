@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/retryguard/retryguard/runtime/limits"
+	"github.com/retryguard/retryguard/contract/limits"
 )
 
 // Consumers is the controller's live count of the pods that share a budget,

@@ -3,20 +3,23 @@ package backoff
 import (
 	"math/rand/v2"
 	"time"
-
-	"github.com/retryguard/retryguard/runtime/limits"
 )
 
-// Jitter names a way of drawing a delay from a backoff window.
+// Jitter names a way of drawing a delay from a backoff window: the one home of
+// the names backoff.jitter is written with, which the CRD's JitterMode and the
+// payload parser take from here.
 type Jitter string
 
-// The jitters a policy may choose. None is not one: a policy without jitter
-// never reaches the runtime.
+// The jitters a policy may choose. None is not one: admission refuses it
+// (ERR_JITTER_REQUIRED), so a policy without jitter never reaches the runtime.
 const (
-	Full         Jitter = limits.JitterFull
-	Equal        Jitter = limits.JitterEqual
-	Decorrelated Jitter = limits.JitterDecorrelated
+	Full         Jitter = "Full"
+	Equal        Jitter = "Equal"
+	Decorrelated Jitter = "Decorrelated"
 )
+
+// Jitters are the jitters a payload may carry.
+var Jitters = []Jitter{Full, Equal, Decorrelated}
 
 // Floor is the shortest delay ever drawn: a retry is never immediate.
 const Floor = time.Millisecond

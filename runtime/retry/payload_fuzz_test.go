@@ -1,4 +1,4 @@
-package policyconfig_test
+package retry_test
 
 import (
 	"context"
@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryguard/retryguard/contract/httprules"
+	"github.com/retryguard/retryguard/contract/policyconfig"
+	"github.com/retryguard/retryguard/contract/policyconfig/fixtures"
 	"github.com/retryguard/retryguard/runtime/clock"
-	"github.com/retryguard/retryguard/runtime/httprules"
-	"github.com/retryguard/retryguard/runtime/policyconfig"
-	"github.com/retryguard/retryguard/runtime/policyconfig/fixtures"
 	"github.com/retryguard/retryguard/runtime/retry"
 	"github.com/retryguard/retryguard/runtime/watch"
 )

@@ -11,7 +11,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/retryguard/retryguard/runtime/limits"
+	"github.com/retryguard/retryguard/contract/limits"
 )
 
 // IdempotentMethodPattern is the expression the CRD's CEL rule uses;

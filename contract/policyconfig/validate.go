@@ -6,8 +6,9 @@ import (
 	"regexp"
 	"slices"
 
-	"github.com/retryguard/retryguard/runtime/httprules"
-	"github.com/retryguard/retryguard/runtime/limits"
+	"github.com/retryguard/retryguard/contract/backoff"
+	"github.com/retryguard/retryguard/contract/httprules"
+	"github.com/retryguard/retryguard/contract/limits"
 )
 
 // ErrInvalidPayload is matched by every ParseError.
@@ -153,8 +154,8 @@ func validateBackoff(pol *Policy) error {
 		return nil
 	}
 	switch b := &pol.Backoff; {
-	case !slices.Contains(limits.JitterModes, b.Jitter):
-		return bad("policy.backoff.jitter", "%q is not one of %v", b.Jitter, limits.JitterModes)
+	case !slices.Contains(backoff.Jitters, backoff.Jitter(b.Jitter)):
+		return bad("policy.backoff.jitter", "%q is not one of %v", b.Jitter, backoff.Jitters)
 	case b.Base <= 0:
 		return bad("policy.backoff.base", "must be positive")
 	case b.Cap < b.Base:

@@ -1,0 +1,3 @@
+module github.com/retryguard/retryguard/contract
+
+go 1.26.0
