@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/retryguard/retryguard/runtime/policyconfig"
+	"github.com/retryguard/retryguard/contract/policyconfig"
 	"github.com/retryguard/retryguard/runtime/retry"
 	"github.com/retryguard/retryguard/runtime/watch"
 )
