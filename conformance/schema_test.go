@@ -3,9 +3,12 @@ package conformance_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -131,60 +134,121 @@ func TestTheDurationPatternIsTheGrammar(t *testing.T) {
 }
 
 // Every bound and enum the schema states is contract/limits': the schema is a
-// copy, held to its one home.
+// copy, held to its one home, and written from it by make manifests
+// (RETRYGUARD_WRITE_SCHEMA=1), so that a bound changed in contract/limits
+// moves the schema too.
 func TestTheSchemaBoundsAreTheLimits(t *testing.T) {
-	raw, _ := conformance.Files.ReadFile(conformance.SchemaFile)
-	var doc map[string]any
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	if err := dec.Decode(&doc); err != nil {
+	raw, err := conformance.Files.ReadFile(conformance.SchemaFile)
+	if err != nil {
 		t.Fatal(err)
 	}
-	get := func(path ...string) any {
-		var cur any = doc
-		for _, p := range path {
-			cur = cur.(map[string]any)[p]
+	policy := func(path ...string) []string {
+		return append([]string{"$defs", "enforcedPolicy", "properties"}, path...)
+	}
+	budget := func(path ...string) []string {
+		return append([]string{"$defs", "enforcedBudget", "properties"}, path...)
+	}
+	want, err := writeBounds(raw, []schemaBound{
+		{[]string{"properties", "schemaVersion", "const"}, policyconfig.SchemaVersion},
+		{policy("maxAttempts", "maximum"), limits.MaxAttemptsCeiling},
+		{policy("backoff", "properties", "multiplier", "maximum"), limits.MaxBackoffMultiplier},
+		{policy("backoff", "properties", "jitter", "enum"), backoff.Jitters},
+		{policy("criticality", "enum"), limits.Criticalities},
+		{policy("retryOnErrors", "items", "enum"), limits.TransportErrors},
+		{policy("retryOnStatusCodes", "maxItems"), limits.MaxRetryOnStatusCodes},
+		{policy("retryOnErrors", "maxItems"), limits.MaxRetryOnErrors},
+		{policy("fallback", "maxItems"), limits.MaxFallbackChannels},
+		{policy("keyTemplate", "maxLength"), limits.MaxKeyTemplateLength},
+		{policy("idempotencyHeader", "maxLength"), limits.MaxHeaderLength},
+		{policy("operation", "maxLength"), limits.MaxOperationLength},
+		{policy("name", "maxLength"), limits.MaxObjectNameLength - len(policyconfig.ConfigMapPrefix)},
+		{policy("namespace", "pattern"), limits.DNS1123LabelPattern},
+		{policy("eventsTopic", "maxLength"), limits.MaxEventsTopicLength},
+		{policy("connectionPool", "properties", "maxConnections", "maximum"), limits.MaxConnectionsPerPool},
+		{budget("retryPercent", "maximum"), limits.MaxBudgetRetryPercent},
+		{budget("maxTokens", "maximum"), limits.MaxBudgetTokens},
+		{budget("minRetriesPerSecond", "maximum"), limits.MaxBudgetMinRetriesPerSecond},
+		{budget("partitions", "maximum"), limits.MaxBudgetPartitions},
+		{budget("maxRetriesPerSecond", "maximum"), limits.MaxBudgetRetriesPerSecond},
+		{budget("uid", "maxLength"), limits.MaxUIDLength},
+		{budget("consumers", "properties", "count", "maximum"), policyconfig.MaxConsumerCount},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(want, raw) {
+		return
+	}
+	if os.Getenv("RETRYGUARD_WRITE_SCHEMA") != "" {
+		if err := os.WriteFile(conformance.SchemaFile, want, 0o644); err != nil {
+			t.Fatal(err)
 		}
-		return cur
+		return
 	}
-	policy := func(path ...string) any {
-		return get(append([]string{"$defs", "enforcedPolicy", "properties"}, path...)...)
-	}
-	budget := func(path ...string) any {
-		return get(append([]string{"$defs", "enforcedBudget", "properties"}, path...)...)
-	}
-	num := func(v any) string { return fmt.Sprint(v) }
-	enum := func(v any) string { return fmt.Sprint(v.(map[string]any)["enum"]) }
-	for _, c := range []struct {
-		what      string
-		got, want string
-	}{
-		{"schemaVersion", num(get("properties", "schemaVersion", "const")), policyconfig.SchemaVersion},
-		{"maxAttempts", num(policy("maxAttempts", "maximum")), num(limits.MaxAttemptsCeiling)},
-		{"multiplier", num(policy("backoff", "properties", "multiplier", "maximum")), num(limits.MaxBackoffMultiplier)},
-		{"jitter", enum(policy("backoff", "properties", "jitter")), fmt.Sprint(backoff.Jitters)},
-		{"criticality", enum(policy("criticality")), fmt.Sprint(limits.Criticalities)},
-		{"retryOnErrors", enum(policy("retryOnErrors", "items")), fmt.Sprint(limits.TransportErrors)},
-		{"retryOnStatusCodes", num(policy("retryOnStatusCodes", "maxItems")), num(limits.MaxRetryOnStatusCodes)},
-		{"retryOnErrors count", num(policy("retryOnErrors", "maxItems")), num(limits.MaxRetryOnErrors)},
-		{"fallback", num(policy("fallback", "maxItems")), num(limits.MaxFallbackChannels)},
-		{"keyTemplate", num(policy("keyTemplate", "maxLength")), num(limits.MaxKeyTemplateLength)},
-		{"idempotencyHeader", num(policy("idempotencyHeader", "maxLength")), num(limits.MaxHeaderLength)},
-		{"operation", num(policy("operation", "maxLength")), num(limits.MaxOperationLength)},
-		{"name", num(policy("name", "maxLength")), num(limits.MaxObjectNameLength - len(policyconfig.ConfigMapPrefix))},
-		{"namespace", num(policy("namespace", "pattern")), limits.DNS1123LabelPattern},
-		{"eventsTopic", num(policy("eventsTopic", "maxLength")), num(limits.MaxEventsTopicLength)},
-		{"maxConnections", num(policy("connectionPool", "properties", "maxConnections", "maximum")), num(limits.MaxConnectionsPerPool)},
-		{"retryPercent", num(budget("retryPercent", "maximum")), num(limits.MaxBudgetRetryPercent)},
-		{"maxTokens", num(budget("maxTokens", "maximum")), num(limits.MaxBudgetTokens)},
-		{"minRetriesPerSecond", num(budget("minRetriesPerSecond", "maximum")), num(limits.MaxBudgetMinRetriesPerSecond)},
-		{"partitions", num(budget("partitions", "maximum")), num(limits.MaxBudgetPartitions)},
-		{"maxRetriesPerSecond", num(budget("maxRetriesPerSecond", "maximum")), num(limits.MaxBudgetRetriesPerSecond)},
-		{"uid", num(budget("uid", "maxLength")), num(limits.MaxUIDLength)},
-		{"consumers.count", num(budget("consumers", "properties", "count", "maximum")), num(policyconfig.MaxConsumerCount)},
-	} {
-		if c.got != c.want {
-			t.Errorf("schema %s is %s, contract/limits says %s", c.what, c.got, c.want)
+	t.Errorf("%s states bounds other than contract/limits': run make manifests", conformance.SchemaFile)
+}
+
+// A schemaBound is the value a JSON path of the schema holds.
+type schemaBound struct {
+	path  []string
+	value any
+}
+
+// writeBounds sets each bound's path in the JSON document raw to its value,
+// leaving every other byte as it is: a value that already equals it keeps
+// its layout, another is written in place on one line.
+func writeBounds(raw []byte, bounds []schemaBound) ([]byte, error) {
+	for _, b := range bounds {
+		start, end, err := locate(raw, b.path)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", strings.Join(b.path, "."), err)
+		}
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false) // a pattern is written as the schema reads it
+		if err := enc.Encode(b.value); err != nil {
+			return nil, err
+		}
+		value := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+		var have, want bytes.Buffer
+		if err := errors.Join(json.Compact(&have, raw[start:end]), json.Compact(&want, value)); err != nil {
+			return nil, err
+		}
+		if !bytes.Equal(have.Bytes(), want.Bytes()) {
+			raw = slices.Concat(raw[:start], value, raw[end:])
 		}
 	}
+	return raw, nil
+}
+
+// locate is the byte range of the value at path (object keys) in raw.
+func locate(raw []byte, path []string) (start, end int, err error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	for depth, key := range path {
+		if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+			return 0, 0, fmt.Errorf("%s is not an object", strings.Join(path[:depth], "."))
+		}
+		for {
+			tok, err := dec.Token()
+			if err != nil {
+				return 0, 0, err
+			}
+			if tok == json.Delim('}') {
+				return 0, 0, fmt.Errorf("no %s", strings.Join(path[:depth+1], "."))
+			}
+			if tok == key {
+				break
+			}
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return 0, 0, err
+			}
+		}
+	}
+	var value json.RawMessage
+	if err := dec.Decode(&value); err != nil {
+		return 0, 0, err
+	}
+	end = int(dec.InputOffset())
+	return end - len(value), end, nil
 }
