@@ -38,7 +38,7 @@ demo: manifests envtest ## Run the story on an embedded local control plane, the
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) run ./hack/demo
 
 .PHONY: test
-test: manifests generate fmt vet api-lint envtest chart-check image-check drill-check consumer-check release-check ## Regenerate, check and run every test against a real API server.
+test: manifests generate fmt vet api-lint envtest chart-check image-check publish-check drill-check consumer-check release-check ## Regenerate, check and run every test against a real API server.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test $(TEST_FLAGS) $(TEST_PKGS)
 	for m in $(RUNTIME_TEST_MODULES); do KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) -C $$m test $(TEST_FLAGS) ./...; done
 
@@ -130,8 +130,9 @@ e2e-cluster: ## Run a real single-node cluster (root; Ctrl-C tears it down and r
 
 E2E_FLAGS ?= -timeout 80m
 .PHONY: e2e
-e2e: manifests image ## Install the chart (with make image's image) into a real single-node cluster and run the story with real pods (root).
-	cd test/e2e && RETRYGUARD_E2E_MANAGER_IMAGE=$${RETRYGUARD_E2E_MANAGER_IMAGE:-$(abspath $(IMAGE_DIR))/retryguard-manager.tar} RETRYGUARD_E2E_TIMINGS=$${RETRYGUARD_E2E_TIMINGS:-/var/tmp/retryguard-e2e-timings.tsv} \
+e2e: manifests image ## Publish make image's images and the chart to a registry on a real single-node cluster, verify their signatures, install from it and run the story with real pods (root).
+	cd test/e2e && RETRYGUARD_E2E_MANAGER_IMAGE=$${RETRYGUARD_E2E_MANAGER_IMAGE:-$(abspath $(IMAGE_DIR))/retryguard-manager.tar} \
+		RETRYGUARD_E2E_PROXY_IMAGE=$${RETRYGUARD_E2E_PROXY_IMAGE:-$(abspath $(IMAGE_DIR))/retryguard-proxy.tar} RETRYGUARD_E2E_TIMINGS=$${RETRYGUARD_E2E_TIMINGS:-/var/tmp/retryguard-e2e-timings.tsv} \
 		$(GO) test -v -count=1 $(E2E_FLAGS) . -args -ginkgo.v -ginkgo.label-filter=e2e
 
 .PHONY: bench
@@ -199,6 +200,28 @@ image-check: image ## Read the image back: user, entrypoint, labels, no shell, t
 release: ## Stamp VERSION (vX.Y.Z) into every sibling require, the chart and the kustomize image tag; print the tags (docs/release.md).
 	@if [[ -z "$(VERSION)" ]]; then echo "usage: make release VERSION=vX.Y.Z"; exit 2; fi
 	$(GO) -C hack/release run . $(VERSION)
+
+# make release-push publishes what make image built and the chart to an OCI
+# registry (docs/release.md): REGISTRY is host[:port][/path]; the images go to
+# $(REGISTRY)/retryguard/{manager,proxy}:<appVersion> and the chart to
+# oci://$(REGISTRY)/charts. cosign (hack/gotool.sh) signs each by digest with
+# COSIGN_KEY, whose password is in COSIGN_PASSWORD, and attests each image's
+# CycloneDX SBOM, kept in bin/release/. REGISTRY_CA trusts a private CA.
+COSIGN = $(shell hack/gotool.sh cosign)
+CYCLONEDX_GOMOD = $(shell hack/gotool.sh cyclonedx-gomod)
+COSIGN_KEY ?= cosign.key
+REGISTRY_CA ?=
+
+.PHONY: release-push
+release-push: image ## Push the images and the chart to REGISTRY, sign each with cosign (COSIGN_KEY, COSIGN_PASSWORD), attest each image's SBOM (docs/release.md).
+	@if [[ -z "$(REGISTRY)" ]]; then echo "usage: make release-push REGISTRY=registry.example.com[/path] COSIGN_KEY=cosign.key"; exit 2; fi
+	$(GO) -C hack/publish run ./cmd/publish -registry "$(REGISTRY)" $(if $(REGISTRY_CA),-ca "$(abspath $(REGISTRY_CA))") \
+		-key "$(abspath $(COSIGN_KEY))" -cosign "$(COSIGN)" -sbom-tool "$(CYCLONEDX_GOMOD)" -out "$(abspath bin/release)" \
+		-chart "$(abspath charts/retryguard)" "$(abspath $(IMAGE_DIR))/retryguard-manager.tar" "$(abspath $(IMAGE_DIR))/retryguard-proxy.tar"
+
+.PHONY: publish-check
+publish-check: ## Push, sign, attest and verify a release against a real registry (CNCF Distribution on loopback); a moved tag and another key are refused.
+	cd hack/publish && $(GO) test -count=1 ./...
 
 .PHONY: tidy
 tidy: ## go mod tidy the published modules (go mod tidy ignores go.work; this replaces their siblings by directory meanwhile).
