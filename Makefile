@@ -93,8 +93,8 @@ envtest: ## Build (once) the kube-apiserver and etcd the tests run, and print wh
 	@echo "KUBEBUILDER_ASSETS=$$(hack/envtest-assets.sh)"
 
 # promtool (for the chart's alert rule tests) is built from the Go module proxy
-# once, pinned and cached outside the checkout by hack/promtool.sh.
-PROMTOOL = $(shell hack/promtool.sh)
+# once, pinned and cached outside the checkout by hack/gotool.sh.
+PROMTOOL = $(shell hack/gotool.sh promtool)
 
 .PHONY: chart-check
 chart-check: manifests envtest ## Lint, render, install, upgrade and uninstall the Helm chart; prove its RBAC and admission policy by impersonation; test its alerts with promtool; hold its README's values table to the schema.
