@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 )
@@ -107,9 +108,7 @@ conntrack:
 `, c.path("kube-proxy.kubeconfig"), NodeName, NodeIP, PodCIDR),
 	}
 	if c.opts.RegistryBinary != "" {
-		if err := c.writeRegistryConfigs(); err != nil {
-			return err
-		}
+		maps.Copy(files, c.registryConfigs())
 	}
 	for path, content := range files {
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {

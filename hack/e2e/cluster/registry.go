@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 )
@@ -20,12 +19,13 @@ const RegistryPort = 5000
 // registryAddr is the registry's host:port, as image references name it.
 var registryAddr = net.JoinHostPort(NodeIP, strconv.Itoa(RegistryPort))
 
-// writeRegistryConfigs writes the registry's configuration (HTTPS with a
+// registryConfigs are the registry's configuration (HTTPS with a
 // certificate from the cluster's CA, storage in the work directory, so that
 // Down removes it) and containerd's hosts.toml for it, which trusts that CA:
 // the kubelet pulls from the registry as from any other, over verified TLS.
-func (c *Cluster) writeRegistryConfigs() error {
-	files := map[string]string{
+// They map each file's path to its content.
+func (c *Cluster) registryConfigs() map[string]string {
+	return map[string]string{
 		c.path("registry", "config.yml"): fmt.Sprintf(`version: 0.1
 log:
   level: info
@@ -46,15 +46,6 @@ http:
   ca = %[2]q
 `, registryAddr, c.path("pki", "ca.crt")),
 	}
-	for path, content := range files {
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return err
-		}
-		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // startRegistry runs CNCF Distribution and waits until it answers the
