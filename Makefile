@@ -212,9 +212,15 @@ CYCLONEDX_GOMOD = $(shell hack/gotool.sh cyclonedx-gomod)
 COSIGN_KEY ?= cosign.key
 REGISTRY_CA ?=
 
+# Asked for before make image spends minutes building.
+ifneq ($(filter release-push,$(MAKECMDGOALS)),)
+ifeq ($(REGISTRY),)
+$(error usage: make release-push REGISTRY=registry.example.com[/path] COSIGN_KEY=cosign.key (COSIGN_PASSWORD in the environment))
+endif
+endif
+
 .PHONY: release-push
 release-push: image ## Push the images and the chart to REGISTRY, sign each with cosign (COSIGN_KEY, COSIGN_PASSWORD), attest each image's SBOM (docs/release.md).
-	@if [[ -z "$(REGISTRY)" ]]; then echo "usage: make release-push REGISTRY=registry.example.com[/path] COSIGN_KEY=cosign.key"; exit 2; fi
 	$(GO) -C hack/publish run ./cmd/publish -registry "$(REGISTRY)" $(if $(REGISTRY_CA),-ca "$(abspath $(REGISTRY_CA))") \
 		-key "$(abspath $(COSIGN_KEY))" -cosign "$(COSIGN)" -sbom-tool "$(CYCLONEDX_GOMOD)" -out "$(abspath bin/release)" \
 		-chart "$(abspath charts/retryguard)" "$(abspath $(IMAGE_DIR))/retryguard-manager.tar" "$(abspath $(IMAGE_DIR))/retryguard-proxy.tar"
