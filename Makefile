@@ -39,7 +39,7 @@ demo: manifests envtest ## Run the story on an embedded local control plane, the
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) run ./hack/demo
 
 .PHONY: test
-test: manifests generate fmt vet api-lint envtest chart-check image-check drill-check consumer-check release-check ## Regenerate, check and run every test against a real API server.
+test: manifests generate fmt vet api-lint envtest chart-check image-check publish-check drill-check consumer-check release-check ## Regenerate, check and run every test against a real API server.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test $(TEST_FLAGS) $(TEST_PKGS)
 	for m in $(RUNTIME_TEST_MODULES); do KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) -C $$m test $(TEST_FLAGS) ./...; done
 
@@ -96,8 +96,8 @@ envtest: ## Build (once) the kube-apiserver and etcd the tests run, and print wh
 	@echo "KUBEBUILDER_ASSETS=$$(hack/envtest-assets.sh)"
 
 # promtool (for the chart's alert rule tests) is built from the Go module proxy
-# once, pinned and cached outside the checkout by hack/promtool.sh.
-PROMTOOL = $(shell hack/promtool.sh)
+# once, pinned and cached outside the checkout by hack/gotool.sh.
+PROMTOOL = $(shell hack/gotool.sh promtool)
 
 .PHONY: chart-check
 chart-check: manifests envtest ## Lint, render, install, upgrade and uninstall the Helm chart; prove its RBAC and admission policy by impersonation; test its alerts with promtool; hold its README's values table to the schema.
@@ -133,8 +133,9 @@ e2e-cluster: ## Run a real single-node cluster (root; Ctrl-C tears it down and r
 
 E2E_FLAGS ?= -timeout 80m
 .PHONY: e2e
-e2e: manifests image ## Install the chart (with make image's image) into a real single-node cluster and run the story with real pods (root).
-	cd test/e2e && RETRYGUARD_E2E_MANAGER_IMAGE=$${RETRYGUARD_E2E_MANAGER_IMAGE:-$(abspath $(IMAGE_DIR))/retryguard-manager.tar} RETRYGUARD_E2E_TIMINGS=$${RETRYGUARD_E2E_TIMINGS:-/var/tmp/retryguard-e2e-timings.tsv} \
+e2e: manifests image ## Publish make image's images and the chart to a registry on a real single-node cluster, verify their signatures, install from it and run the story with real pods (root).
+	cd test/e2e && RETRYGUARD_E2E_MANAGER_IMAGE=$${RETRYGUARD_E2E_MANAGER_IMAGE:-$(abspath $(IMAGE_DIR))/retryguard-manager.tar} \
+		RETRYGUARD_E2E_PROXY_IMAGE=$${RETRYGUARD_E2E_PROXY_IMAGE:-$(abspath $(IMAGE_DIR))/retryguard-proxy.tar} RETRYGUARD_E2E_TIMINGS=$${RETRYGUARD_E2E_TIMINGS:-/var/tmp/retryguard-e2e-timings.tsv} \
 		$(GO) test -v -count=1 $(E2E_FLAGS) . -args -ginkgo.v -ginkgo.label-filter=e2e
 
 .PHONY: bench
@@ -204,6 +205,34 @@ image-check: image ## Read the image back: user, entrypoint, labels, no shell, t
 release: ## Stamp VERSION (vX.Y.Z) into every sibling require, the chart and the kustomize image tag; print the tags (docs/release.md).
 	@if [[ -z "$(VERSION)" ]]; then echo "usage: make release VERSION=vX.Y.Z"; exit 2; fi
 	$(GO) -C hack/release run . $(VERSION)
+
+# make release-push publishes what make image built and the chart to an OCI
+# registry (docs/release.md): REGISTRY is host[:port][/path]; the images go to
+# $(REGISTRY)/retryguard/{manager,proxy}:<appVersion> and the chart to
+# oci://$(REGISTRY)/charts. cosign (hack/gotool.sh) signs each by digest with
+# COSIGN_KEY, whose password is in COSIGN_PASSWORD, and attests each image's
+# CycloneDX SBOM, kept in bin/release/. REGISTRY_CA trusts a private CA.
+COSIGN = $(shell hack/gotool.sh cosign)
+CYCLONEDX_GOMOD = $(shell hack/gotool.sh cyclonedx-gomod)
+COSIGN_KEY ?= cosign.key
+REGISTRY_CA ?=
+
+# Asked for before make image spends minutes building.
+ifneq ($(filter release-push,$(MAKECMDGOALS)),)
+ifeq ($(REGISTRY),)
+$(error usage: make release-push REGISTRY=registry.example.com[/path] COSIGN_KEY=cosign.key (COSIGN_PASSWORD in the environment))
+endif
+endif
+
+.PHONY: release-push
+release-push: image ## Push the images and the chart to REGISTRY, sign each with cosign (COSIGN_KEY, COSIGN_PASSWORD), attest each image's SBOM (docs/release.md).
+	$(GO) -C hack/publish run ./cmd/publish -registry "$(REGISTRY)" $(if $(REGISTRY_CA),-ca "$(abspath $(REGISTRY_CA))") \
+		-key "$(abspath $(COSIGN_KEY))" -cosign "$(COSIGN)" -sbom-tool "$(CYCLONEDX_GOMOD)" -out "$(abspath bin/release)" \
+		-chart "$(abspath charts/retryguard)" "$(abspath $(IMAGE_DIR))/retryguard-manager.tar" "$(abspath $(IMAGE_DIR))/retryguard-proxy.tar"
+
+.PHONY: publish-check
+publish-check: ## Push, sign, attest and verify a release against a real registry (CNCF Distribution on loopback); a moved tag and another key are refused.
+	cd hack/publish && $(GO) test -count=1 ./...
 
 .PHONY: tidy
 tidy: ## go mod tidy the published modules (go mod tidy ignores go.work; this replaces their siblings by directory meanwhile).

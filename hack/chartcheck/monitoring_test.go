@@ -36,12 +36,12 @@ func eachRule(t *testing.T, f func(rule object)) {
 
 // The chart's alerts pass promtool's rule unit tests (tests/alerts_test.yaml)
 // and its check, the rules rendered as a user's release would be. promtool is
-// built from the Go module proxy by hack/promtool.sh (make chart-check passes
+// built from the Go module proxy by hack/gotool.sh promtool (make chart-check passes
 // its path in PROMTOOL).
 func TestAlertsPassPromtoolRuleTests(t *testing.T) {
 	promtool := os.Getenv("PROMTOOL")
 	if promtool == "" {
-		t.Fatal("needs PROMTOOL (hack/promtool.sh builds it): run make chart-check")
+		t.Fatal("needs PROMTOOL (hack/gotool.sh promtool builds it): run make chart-check")
 	}
 	dir := t.TempDir()
 	raw, err := yaml.Marshal(object{"groups": rules(t)})

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	policyv1alpha1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/hack/publish"
 	"github.com/retryguard/retryguard/proxy"
 	"github.com/retryguard/retryguard/webhooks"
 )
@@ -154,13 +155,15 @@ func expectLetter(ctx context.Context, pod *corev1.Pod, key, code string, attemp
 	Fail(fmt.Sprintf("no dead letter for %s in the sidecar's journal: %+v", key, dl))
 }
 
-// injectedSidecar checks the injector's work on a running pod.
+// injectedSidecar checks the injector's work on a running pod: the sidecar
+// runs the proxy image the suite verified, pulled from the node's registry.
 func injectedSidecar(pod *corev1.Pod) {
 	GinkgoHelper()
 	Expect(pod.Spec.InitContainers).NotTo(BeEmpty())
 	side := pod.Spec.InitContainers[0]
 	Expect(side.Name).To(Equal(webhooks.ProxyContainer))
-	Expect(side.Image).To(Equal(proxyRepository + ":" + proxyTag))
+	Expect(side.Image).To(Equal(proxyImage.Ref()), "the injector adds the verified proxy image, by digest")
+	expectPulledFromRegistry(pod, map[string]publish.Artifact{webhooks.ProxyContainer: proxyImage})
 	Expect(side.RestartPolicy).To(HaveValue(Equal(corev1.ContainerRestartPolicyAlways)))
 	Expect(pod.Spec.Containers).To(HaveLen(1), "the application's containers are its own")
 }

@@ -26,6 +26,7 @@ import (
 	policyv1alpha1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/contract/policyconfig"
 	"github.com/retryguard/retryguard/controllers"
+	"github.com/retryguard/retryguard/hack/publish"
 )
 
 // The manager's leader election, as internal/manager configures it (controller-runtime's
@@ -82,26 +83,38 @@ func admissionRefusal(ctx context.Context) error {
 var _ = Describe("Retryguard installed from its chart", Ordered, Label("e2e"), func() {
 	var vendorSvc, informerSvc, volumeSvc *corev1.Service
 
-	It("installs with Helm: 2 replicas become Ready and one holds the leader lease", func(ctx SpecContext) {
-		start := time.Now()
-		rel, err := helmInstall(ctx)
-		Expect(err).NotTo(HaveOccurred())
-		record("helm install (wait)", time.Since(start))
-		Expect(rel.Info.Status.String()).To(Equal("deployed"))
+	It("publishes the release to the node's registry, signed, with SBOMs; cosign verifies each image, its SBOM and the chart, "+
+		"and refuses a tampered tag", func(ctx SpecContext) { publishAndVerifySpec(ctx) }, NodeTimeout(5*time.Minute))
 
-		dep := managerDeployment(ctx)
-		Expect(dep.Status.ReadyReplicas).To(BeEquivalentTo(2))
-		Eventually(func(g Gomega) {
-			holder := leaseHolder(ctx, g)
-			g.Expect(managerPodNames(ctx, g)).To(ContainElement(holder))
-		}).WithContext(ctx).WithTimeout(leaseDuration + 2*retryPeriod).Should(Succeed())
-		Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: appNamespace}})).To(Succeed())
-		// Ready pods are not yet a reachable Service: kube-proxy programs
-		// the endpoints up to a second later. The webhook answers then.
-		Eventually(admissionRefusal).WithContext(ctx).WithPolling(200 * time.Millisecond).WithTimeout(time.Minute).
-			Should(MatchError(ContainSubstring("ERR_BUDGET_ABOVE_PLATFORM_CAP")))
-		record("helm install to admission answering", time.Since(start))
-	}, NodeTimeout(6*time.Minute))
+	It("installs with Helm from oci://: 2 replicas become Ready, pull the verified image from the registry, and one holds the leader lease",
+		func(ctx SpecContext) {
+			start := time.Now()
+			rel, err := helmInstall(ctx)
+			Expect(err).NotTo(HaveOccurred())
+			record("helm install (wait)", time.Since(start))
+			Expect(rel.Info.Status.String()).To(Equal("deployed"))
+
+			dep := managerDeployment(ctx)
+			Expect(dep.Status.ReadyReplicas).To(BeEquivalentTo(2))
+			Expect(rel.Chart.Metadata.Version).To(Equal(chartVersion))
+			var pods corev1.PodList
+			Expect(k8s.List(ctx, &pods, client.InNamespace(releaseNamespace), client.MatchingLabels{"app.kubernetes.io/instance": releaseName})).
+				To(Succeed())
+			Expect(pods.Items).To(HaveLen(2))
+			for i := range pods.Items {
+				expectPulledFromRegistry(&pods.Items[i], map[string]publish.Artifact{dep.Spec.Template.Spec.Containers[0].Name: managerImage})
+			}
+			Eventually(func(g Gomega) {
+				holder := leaseHolder(ctx, g)
+				g.Expect(managerPodNames(ctx, g)).To(ContainElement(holder))
+			}).WithContext(ctx).WithTimeout(leaseDuration + 2*retryPeriod).Should(Succeed())
+			Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: appNamespace}})).To(Succeed())
+			// Ready pods are not yet a reachable Service: kube-proxy programs
+			// the endpoints up to a second later. The webhook answers then.
+			Eventually(admissionRefusal).WithContext(ctx).WithPolling(200 * time.Millisecond).WithTimeout(time.Minute).
+				Should(MatchError(ContainSubstring("ERR_BUDGET_ABOVE_PLATFORM_CAP")))
+			record("helm install to admission answering", time.Since(start))
+		}, NodeTimeout(6*time.Minute))
 
 	It("passes kubectl retryguard check: CRDs, the webhook answering with a valid CA, the admission policy, a fresh leader lease", func(ctx SpecContext) {
 		// The plugin as a user builds it, found by kubectl on PATH.
@@ -395,16 +408,22 @@ var _ = Describe("Retryguard installed from its chart", Ordered, Label("e2e"), f
 		Expect(takeover).To(BeNumerically("<=", leaseDuration+2*maxRetryWait+time.Second))
 	}, NodeTimeout(3*time.Minute))
 
-	It("rolls the Deployment on helm upgrade with a changed value", func(ctx SpecContext) {
+	It("rolls the Deployment on helm upgrade with a changed value, and upgrades a changed CRD", func(ctx SpecContext) {
 		before := managerDeployment(ctx)
 		start := time.Now()
-		rel, err := helmUpgrade(ctx, map[string]any{"limits": upgradedLimits})
+		// The next chart, as a release that changes a CRD ships it: the
+		// published chart with a printer column added to the RetryPolicy CRD.
+		rel, err := helmUpgradeChart(ctx, map[string]any{"limits": upgradedLimits}, addPolicyPrinterColumn)
 		Expect(err).NotTo(HaveOccurred())
 		record("helm upgrade (wait)", time.Since(start))
 		Expect(rel.Version).To(Equal(2))
 		after := managerDeployment(ctx)
 		Expect(after.Generation).To(BeNumerically(">", before.Generation))
 		Expect(after.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--max-retry-percent=30"))
+		var crd apiextCRD
+		Expect(k8s.Get(ctx, types.NamespacedName{Name: "retrypolicies.policy.retryguard.io"}, &crd)).To(Succeed())
+		Expect(crd.Spec.Versions[0].AdditionalPrinterColumns).To(ContainElement(HaveField("Name", upgradeColumn)),
+			"helm upgrade did not upgrade the RetryPolicy CRD")
 		// The new pods enforce the new cap: 25% is now accepted.
 		Eventually(func() error { return admissionRefusal(ctx) }).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
 	}, NodeTimeout(6*time.Minute))

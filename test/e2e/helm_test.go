@@ -9,8 +9,9 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
-	"path/filepath"
+	"os"
 	"strings"
 	"time"
 
@@ -24,12 +25,18 @@ import (
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/cli"
 	"helm.sh/helm/v3/pkg/postrender"
+	"helm.sh/helm/v3/pkg/registry"
 	"helm.sh/helm/v3/pkg/release"
+
+	"github.com/retryguard/retryguard/hack/publish"
 )
 
-// The release the suite installs, as the README's install instructions do:
-// helm install retryguard charts/retryguard -n retryguard-system --create-namespace.
+// The release the suite installs, as the README's install instructions do,
+// from the node's registry, where the suite published and verified the chart:
+// helm install retryguard oci://<registry>/charts/retryguard --version <version>
+// -n retryguard-system --create-namespace.
 const (
 	releaseName      = "retryguard"
 	releaseNamespace = "retryguard-system"
@@ -45,8 +52,32 @@ func helmConfig() (*action.Configuration, error) {
 	return cfg, cfg.Init(flags, releaseNamespace, "secret", func(format string, v ...any) { logf("helm: "+format, v...) })
 }
 
-func loadChart() (*chart.Chart, error) {
-	return loader.Load(filepath.Join(repoRoot, "charts", "retryguard"))
+// locateChart pulls the published chart as `helm install oci://… --version`
+// and `helm upgrade` do (Helm's ChartPathOptions.LocateChart, over Helm's
+// registry client trusting the registry's CA) and loads it.
+func locateChart(co *action.ChartPathOptions) (*chart.Chart, error) {
+	settings := cli.New()
+	cache, err := os.MkdirTemp("", "retryguard-e2e-helm-cache-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(cache)
+	settings.RepositoryCache = cache
+	co.Version = chartVersion
+	path, err := co.LocateChart("oci://"+published.Chart.Repository(), settings)
+	if err != nil {
+		return nil, err
+	}
+	return loader.Load(path)
+}
+
+// chartClient is Helm's registry client for the node's registry.
+func chartClient() (*registry.Client, error) {
+	transport, err := publish.Transport(node.RegistryCA)
+	if err != nil {
+		return nil, err
+	}
+	return publish.ChartClient(transport)
 }
 
 // selfManagedCerts reports whether the chart can run without cert-manager
@@ -58,15 +89,15 @@ func selfManagedCerts(ch *chart.Chart) bool {
 	return ok
 }
 
-// chartValues are the values the suite installs with, plus extra.
+// chartValues are the values the suite installs with, plus extra: the
+// images the suite verified, from the node's registry, pinned by digest.
 func chartValues(ch *chart.Chart, extra map[string]any) map[string]any {
-	img := map[string]any{"repository": managerRepository, "pullPolicy": "Never"}
-	if managerTag != "" {
-		img["tag"] = managerTag
+	pinned := func(a publish.Artifact) map[string]any {
+		return map[string]any{"repository": a.Repository(), "digest": a.Digest, "pullPolicy": "IfNotPresent"}
 	}
-	vals := map[string]any{"image": img}
+	vals := map[string]any{"image": pinned(managerImage)}
 	if _, ok := ch.Values["proxy"]; ok {
-		vals["proxy"] = map[string]any{"image": map[string]any{"repository": proxyRepository, "tag": proxyTag, "pullPolicy": "Never"}}
+		vals["proxy"] = map[string]any{"image": pinned(proxyImage)}
 	}
 	if selfManagedCerts(ch) {
 		vals["webhook"] = map[string]any{"certManager": map[string]any{"enabled": false}}
@@ -204,11 +235,16 @@ func helmInstall(ctx context.Context) (*release.Release, error) {
 	if err != nil {
 		return nil, err
 	}
-	ch, err := loadChart()
+	client, err := chartClient()
 	if err != nil {
 		return nil, err
 	}
 	in := action.NewInstall(cfg)
+	in.SetRegistryClient(client)
+	ch, err := locateChart(&in.ChartPathOptions)
+	if err != nil {
+		return nil, err
+	}
 	in.ReleaseName, in.Namespace, in.CreateNamespace = releaseName, releaseNamespace, true
 	in.Wait, in.Timeout = true, helmTimeout
 	in.PostRenderer = postRenderer(ctx, ch)
@@ -216,15 +252,31 @@ func helmInstall(ctx context.Context) (*release.Release, error) {
 }
 
 func helmUpgrade(ctx context.Context, extra map[string]any) (*release.Release, error) {
+	return helmUpgradeChart(ctx, extra, nil)
+}
+
+// helmUpgradeChart upgrades to the published chart, changed by edit first
+// when edit is not nil.
+func helmUpgradeChart(ctx context.Context, extra map[string]any, edit func(*chart.Chart) error) (*release.Release, error) {
 	cfg, err := helmConfig()
 	if err != nil {
 		return nil, err
 	}
-	ch, err := loadChart()
+	client, err := chartClient()
 	if err != nil {
 		return nil, err
 	}
 	up := action.NewUpgrade(cfg)
+	up.SetRegistryClient(client)
+	ch, err := locateChart(&up.ChartPathOptions)
+	if err != nil {
+		return nil, err
+	}
+	if edit != nil {
+		if err := edit(ch); err != nil {
+			return nil, err
+		}
+	}
 	up.Namespace, up.Wait, up.Timeout = releaseNamespace, true, helmTimeout
 	up.PostRenderer = postRenderer(ctx, ch)
 	return up.RunWithContext(ctx, releaseName, ch, chartValues(ch, extra))
@@ -242,4 +294,28 @@ func helmUninstall() error {
 		logf("helm uninstall: %s", res.Info)
 	}
 	return err
+}
+
+// upgradeColumn is the printer column addPolicyPrinterColumn adds.
+const upgradeColumn = "Generation"
+
+// addPolicyPrinterColumn adds a printer column to the chart's RetryPolicy
+// CRD template, the change a release that changes a CRD makes.
+func addPolicyPrinterColumn(ch *chart.Chart) error {
+	const marker = "  - additionalPrinterColumns:\n"
+	column := "    - jsonPath: .metadata.generation\n      name: " + upgradeColumn + "\n      type: integer\n"
+	for _, f := range ch.Templates {
+		if f.Name != "templates/crd-policy.retryguard.io_retrypolicies.yaml" {
+			continue
+		}
+		text := string(f.Data)
+		i := strings.Index(text, marker)
+		if i < 0 {
+			return fmt.Errorf("%s has no printer columns to add one to", f.Name)
+		}
+		i += len(marker)
+		f.Data = []byte(text[:i] + column + text[i:])
+		return nil
+	}
+	return fmt.Errorf("the chart %s has no RetryPolicy CRD template", ch.Metadata.Version)
 }

@@ -24,25 +24,29 @@ import (
 	"github.com/retryguard/retryguard/hack/e2e/image"
 )
 
-// The images the suite builds and imports. Pods use imagePullPolicy Never:
-// there is no registry.
+// The release's images, the manager and retryguard-proxy (which the chart's
+// injector adds), are make image's (or, under a plain go test, the suite's
+// own builds, tagged ownTag): the suite publishes them with the chart to the
+// node's registry, and the kubelet pulls them from there. The test apps are
+// imported into containerd, and their pods use imagePullPolicy Never.
 const (
 	managerRepository = "retryguard/manager"
+	proxyRepository   = "retryguard/proxy"
+	ownTag            = "e2e"
 	vendorImage       = "retryguard.local/e2e/vendor:1"
 	smsappImage       = "retryguard.local/e2e/smsapp:1"
 	netprobeImage     = "retryguard.local/e2e/netprobe:1"
-	// proxyRepository:proxyTag is retryguard-proxy, which the chart's
-	// injector adds; busyboxImage is Debian's busybox-static, the client
-	// that is not Go (hack/e2e/busybox-asset.sh).
-	proxyRepository = "retryguard.local/e2e/proxy"
-	proxyTag        = "1"
-	busyboxImage    = "retryguard.local/e2e/busybox:1"
+	// busyboxImage is Debian's busybox-static, the client that is not Go
+	// (hack/e2e/busybox-asset.sh).
+	busyboxImage = "retryguard.local/e2e/busybox:1"
 )
 
-// managerTag is the manager image's tag: "" when the image is make image's
-// (tagged with the chart's appVersion, which the chart then defaults to, as
-// a user's install does), "e2e" when the suite builds its own.
-var managerTag string
+// The release path's inputs: the image archives it pushes, and the tools
+// (hack/gotool.sh) that sign and describe them.
+var (
+	managerTar, proxyTar string
+	cosignBin, sbomTool  string
+)
 
 var (
 	repoRoot string
@@ -99,23 +103,34 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	Expect(err).NotTo(HaveOccurred())
 	AddReportEntry("assets", time.Since(start).Round(time.Second).String())
 
-	// The cluster comes up while the images build.
-	managerTar := os.Getenv("RETRYGUARD_E2E_MANAGER_IMAGE")
+	// The cluster comes up while the images and the release tools build.
+	managerTar, proxyTar = os.Getenv("RETRYGUARD_E2E_MANAGER_IMAGE"), os.Getenv("RETRYGUARD_E2E_PROXY_IMAGE")
 	vendorTar := filepath.Join(cluster.DefaultImageDir, "vendor.tar")
 	smsappTar := filepath.Join(cluster.DefaultImageDir, "smsapp.tar")
 	netprobeTar := filepath.Join(cluster.DefaultImageDir, "netprobe.tar")
-	proxyTar := filepath.Join(cluster.DefaultImageDir, "proxy.tar")
 	busyboxTar := filepath.Join(cluster.DefaultImageDir, "busybox.tar")
 	var g errgroup.Group
 	if managerTar == "" {
-		managerTag = "e2e"
 		// A plain `go test` without `make e2e`: a static build of cmd/manager,
 		// packed by the packer `make image` uses (user 65532, no shell,
 		// /manager).
 		managerTar = filepath.Join(cluster.DefaultImageDir, "manager.tar")
 		g.Go(func() error {
-			return image.BinaryImage(ctx, repoRoot, "./cmd/manager", managerTar, managerRepository+":"+managerTag,
+			return image.BinaryImage(ctx, repoRoot, "./cmd/manager", managerTar, managerRepository+":"+ownTag,
 				image.Config{Entrypoint: []string{"/manager"}})
+		})
+	}
+	if proxyTar == "" {
+		proxyTar = filepath.Join(cluster.DefaultImageDir, "proxy.tar")
+		g.Go(func() error {
+			return image.BinaryImage(ctx, repoRoot, "./cmd/retryguard-proxy", proxyTar, proxyRepository+":"+ownTag,
+				image.Config{Entrypoint: []string{"/retryguard-proxy"}})
+		})
+	}
+	for tool, bin := range map[string]*string{"cosign": &cosignBin, "cyclonedx-gomod": &sbomTool} {
+		g.Go(func() (err error) {
+			*bin, err = cluster.Script(ctx, filepath.Join(repoRoot, "hack", "gotool.sh"), tool)
+			return err
 		})
 	}
 	g.Go(func() error {
@@ -126,9 +141,6 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	})
 	g.Go(func() error {
 		return image.BinaryImage(ctx, wd, "./apps/netprobe", netprobeTar, netprobeImage, image.Config{})
-	})
-	g.Go(func() error {
-		return image.BinaryImage(ctx, repoRoot, "./cmd/retryguard-proxy", proxyTar, proxyRepository+":"+proxyTag, image.Config{})
 	})
 	g.Go(func() error {
 		dir, err := cluster.Script(ctx, filepath.Join(repoRoot, "hack", "e2e", "busybox-asset.sh"))
@@ -148,7 +160,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		AddReportEntry("cluster down", time.Since(down).Round(100*time.Millisecond).String())
 	})
 	Expect(g.Wait()).To(Succeed())
-	for _, tar := range []string{managerTar, vendorTar, smsappTar, netprobeTar, proxyTar, busyboxTar} {
+	for _, tar := range []string{vendorTar, smsappTar, netprobeTar, busyboxTar} {
 		logf("importing %s", tar)
 		Expect(node.ImportImage(ctx, tar)).To(Succeed())
 	}

@@ -46,6 +46,12 @@ func Assets(ctx context.Context, repoRoot string, logf func(string, ...any)) (Op
 	}); err != nil {
 		return o, err
 	}
+	if err = step("registry", func() error {
+		o.RegistryBinary, err = script(ctx, filepath.Join(repoRoot, "hack", "gotool.sh"), "registry")
+		return err
+	}); err != nil {
+		return o, err
+	}
 	o.PauseImageTarball = filepath.Join(DefaultImageDir, "pause.tar")
 	err = step("pause image", func() error {
 		return image.BinaryImage(ctx, filepath.Join(repoRoot, "hack", "e2e"), "./pause", o.PauseImageTarball, PauseImage, image.Config{})
@@ -55,16 +61,19 @@ func Assets(ctx context.Context, repoRoot string, logf func(string, ...any)) (Op
 }
 
 // script runs an asset script, passing its progress through to stderr, and
-// returns the directory it prints.
-func script(ctx context.Context, path string) (string, error) { return Script(ctx, path) }
+// returns the path it prints.
+func script(ctx context.Context, path string, args ...string) (string, error) {
+	return Script(ctx, path, args...)
+}
 
-// Script runs one of the asset scripts and returns the directory it prints
-// last. Its stderr goes to the suite's, and its last lines are in the error
-// it fails with, so that a log cut to its end still says why.
-func Script(ctx context.Context, path string) (string, error) {
+// Script runs one of the asset scripts (hack/gotool.sh with a tool's name,
+// say) and returns the path, a directory or a binary, it prints last. Its
+// stderr goes to the suite's, and its last lines are in the error it fails
+// with, so that a log cut to its end still says why.
+func Script(ctx context.Context, path string, args ...string) (string, error) {
 	var out bytes.Buffer
 	tail := &tailBuffer{max: 4 << 10}
-	cmd := exec.CommandContext(ctx, path)
+	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Stdout, cmd.Stderr = &out, io.MultiWriter(os.Stderr, tail)
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("%s: %w\n%s", filepath.Base(path), err, tail.String())

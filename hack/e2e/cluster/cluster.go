@@ -3,7 +3,9 @@
 // authorization), kube-controller-manager, kube-scheduler, containerd, the
 // kubelet, kube-proxy and a NetworkPolicy enforcer (kube-router's firewall),
 // with PKI generated here and pods on a bridge that the cluster creates.
-// Images come from tarballs imported into containerd; there is no registry.
+// Images come from tarballs imported into containerd or, when
+// Options.RegistryBinary is set, from an OCI registry (CNCF Distribution) the
+// cluster runs on the node's address, over HTTPS that containerd verifies.
 //
 // Everything it changes on the host — iptables rules, ipsets, sysctls, network
 // namespaces, cgroups, mounts, the bridge — is recorded first and put back by
@@ -77,6 +79,10 @@ type Options struct {
 	// with its firewall only, so that NetworkPolicies are enforced; empty
 	// runs no enforcer, and a NetworkPolicy then changes nothing.
 	NetworkPolicyAssets string
+	// RegistryBinary is CNCF Distribution's registry (hack/gotool.sh
+	// registry), run on NodeIP:RegistryPort with a serving certificate from
+	// the cluster's CA, which containerd trusts for it; empty runs none.
+	RegistryBinary string
 	// PauseImageTarball is a docker-archive tarball of PauseImage.
 	PauseImageTarball string
 	// WorkDir and LogDir default to DefaultWorkDir and DefaultLogDir.
@@ -95,6 +101,9 @@ type Cluster struct {
 	Config *rest.Config
 	// ContainerdSocket is containerd's gRPC socket.
 	ContainerdSocket string
+	// Registry is the node's registry, host:port, and RegistryCA the PEM CA
+	// its certificate chains to; both empty without Options.RegistryBinary.
+	Registry, RegistryCA string
 
 	opts  Options
 	host  *hostState
@@ -281,6 +290,7 @@ func (c *Cluster) pki() error {
 		{file: "kubelet-client", cn: "system:node:" + NodeName, orgs: []string{"system:nodes"}},
 		{file: "kubelet-serving", cn: "system:node:" + NodeName, orgs: []string{"system:nodes"}, server: true,
 			ips: []net.IP{nodeIP}, dns: []string{NodeName}},
+		{file: "registry", cn: registryAddr, server: true, ips: []net.IP{nodeIP}},
 	}
 	for _, s := range specs {
 		if err := ca.issue(s); err != nil {
@@ -308,7 +318,12 @@ func freePort() (int, error) {
 }
 
 func (c *Cluster) start(name, bin string, args ...string) (*process, error) {
-	p, err := startProcess(c.opts.LogDir, name, bin, args...)
+	return c.startEnv(name, bin, nil, args...)
+}
+
+// startEnv starts a component with env added to its environment.
+func (c *Cluster) startEnv(name, bin string, env []string, args ...string) (*process, error) {
+	p, err := startProcess(c.opts.LogDir, name, bin, env, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -451,6 +466,11 @@ func writeKubeconfig(path, server, ca, cert, key string) error {
 }
 
 func (c *Cluster) startNode(ctx context.Context) error {
+	if c.opts.RegistryBinary != "" {
+		if err := c.startRegistry(ctx); err != nil {
+			return err
+		}
+	}
 	c.ContainerdSocket = c.path("containerd", "containerd.sock")
 	if _, err := c.start("containerd", "/usr/bin/containerd", "--config="+c.path("containerd", "config.toml")); err != nil {
 		return err
@@ -565,7 +585,7 @@ func (c *Cluster) Down() error {
 		}
 	}
 	// The kubelet first, so that it does not restart what is removed next.
-	stopNamed("kubelet", "kube-proxy", "kube-router", "kube-scheduler", "kube-controller-manager")
+	stopNamed("kubelet", "kube-proxy", "kube-router", "kube-scheduler", "kube-controller-manager", "registry")
 	if p := byName["containerd"]; p != nil {
 		if done, _ := p.exited(); !done {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

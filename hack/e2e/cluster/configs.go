@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 )
@@ -25,13 +26,17 @@ state = %[2]q
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = %[5]q
     conf_dir = %[6]q
+  # Each registry's hosts.toml is here (the node's registry's trusts the
+  # cluster's CA); a registry without one is reached as containerd's default.
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = %[7]q
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
 `, c.path("containerd", "root"), c.path("containerd", "state"), c.path("containerd", "containerd.sock"),
-			PauseImage, CNIBinDir, c.path("cni")),
+			PauseImage, CNIBinDir, c.path("cni"), c.path("containerd", "certs.d")),
 
 		// The firewall plugin opens the FORWARD chain for the pods' traffic,
 		// which the host's policy would otherwise drop.
@@ -101,6 +106,9 @@ conntrack:
   tcpEstablishedTimeout: 0s
   tcpCloseWaitTimeout: 0s
 `, c.path("kube-proxy.kubeconfig"), NodeName, NodeIP, PodCIDR),
+	}
+	if c.opts.RegistryBinary != "" {
+		maps.Copy(files, c.registryConfigs())
 	}
 	for path, content := range files {
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {

@@ -21,14 +21,14 @@ type process struct {
 	err  error
 }
 
-func startProcess(logDir, name, bin string, args ...string) (*process, error) {
+func startProcess(logDir, name, bin string, env []string, args ...string) (*process, error) {
 	logFile, err := os.Create(filepath.Join(logDir, name+".log"))
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.Env = append(os.Environ(), "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+	cmd.Env = append(append(os.Environ(), "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"), env...)
 	// A process group of its own keeps a terminal's Ctrl-C from reaching the
 	// component before the cluster stops it in order; Pdeathsig ends it if
 	// this program dies without tearing down.

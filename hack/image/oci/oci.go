@@ -253,3 +253,83 @@ func tarDir(w io.Writer, dir string, mtime time.Time) error {
 	}
 	return tw.Close()
 }
+
+// ReadArchiveFile reads back an archive WriteArchiveFile wrote: the image
+// its index.json names, byte for byte (the digest `make image` printed), and
+// the tag it is named by. It unpacks the archive into dir, from which the
+// image's blobs are then read: dir must outlive the image's use.
+func ReadArchiveFile(path, dir string) (v1.Image, name.Tag, error) {
+	if err := untar(path, dir); err != nil {
+		return nil, name.Tag{}, fmt.Errorf("%s: %w", path, err)
+	}
+	idx, err := layout.ImageIndexFromPath(dir)
+	if err != nil {
+		return nil, name.Tag{}, fmt.Errorf("%s is not an OCI image layout: %w", path, err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		return nil, name.Tag{}, err
+	}
+	if len(im.Manifests) != 1 {
+		return nil, name.Tag{}, fmt.Errorf("%s: index.json lists %d manifests, want the one image", path, len(im.Manifests))
+	}
+	desc := im.Manifests[0]
+	tag, err := name.NewTag(desc.Annotations[containerdImageName])
+	if err != nil {
+		return nil, name.Tag{}, fmt.Errorf("%s: index.json's %s annotation names no tag: %w", path, containerdImageName, err)
+	}
+	img, err := idx.Image(desc.Digest)
+	if err != nil {
+		return nil, name.Tag{}, err
+	}
+	return img, tag, nil
+}
+
+// untar unpacks an archive of plain files and directories, the only entries
+// tarDir writes, refusing any that would land outside dir.
+func untar(path, dir string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dir, filepath.FromSlash(h.Name))
+		if !strings.HasPrefix(target, filepath.Clean(dir)+string(filepath.Separator)) {
+			return fmt.Errorf("entry %q escapes the archive", h.Name)
+		}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			err = os.MkdirAll(target, 0o755)
+		case tar.TypeReg:
+			if err = os.MkdirAll(filepath.Dir(target), 0o755); err == nil {
+				err = writeFrom(target, tr)
+			}
+		default:
+			err = fmt.Errorf("entry %q has type %c; an image archive holds files and directories only", h.Name, h.Typeflag)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func writeFrom(path string, r io.Reader) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, r); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}

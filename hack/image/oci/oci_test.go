@@ -79,3 +79,33 @@ func TestContainerdNameIsNormalized(t *testing.T) {
 		}
 	}
 }
+
+// What publishing reads back is the image as written, digest and tag.
+func TestReadArchiveFileIsTheImageWritten(t *testing.T) {
+	img, err := Image(Spec{Binary: []byte("app"), Path: "/app", Platform: linux})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag, err := name.NewTag("retryguard/proxy:0.1.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "proxy.tar")
+	if err := WriteArchiveFile(path, img, tag, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	back, backTag, err := ReadArchiveFile(path, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := img.Digest()
+	if got, _ := back.Digest(); got != want {
+		t.Errorf("digest read back %s, written %s", got, want)
+	}
+	if backTag.Context().RepositoryStr() != "retryguard/proxy" || backTag.TagStr() != "0.1.0" {
+		t.Errorf("tag read back %s, written %s", backTag, tag)
+	}
+	if _, _, err := ReadArchiveFile(filepath.Join(t.TempDir(), "missing.tar"), t.TempDir()); err == nil {
+		t.Error("a missing archive read back without an error")
+	}
+}

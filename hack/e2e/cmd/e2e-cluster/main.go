@@ -47,6 +47,7 @@ func run() error {
 	logf("cluster up in %s", time.Since(up).Round(100*time.Millisecond))
 	fmt.Println("retryguard e2e cluster ready")
 	fmt.Printf("export KUBECONFIG=%s\n", c.Kubeconfig)
+	fmt.Printf("# registry: https://%s (CA %s)\n", c.Registry, c.RegistryCA)
 	fmt.Println("Press Ctrl-C to tear it down.")
 	<-ctx.Done()
 	stop()
