@@ -82,7 +82,8 @@ func admissionRefusal(ctx context.Context) error {
 var _ = Describe("Retryguard installed from its chart", Ordered, Label("e2e"), func() {
 	var vendorSvc, informerSvc, volumeSvc *corev1.Service
 
-	It("installs with Helm: 2 replicas become Ready and one holds the leader lease", func(ctx SpecContext) {
+	// make fleet-drill runs this spec and the fleet drill alone (label "install").
+	It("installs with Helm: 2 replicas become Ready and one holds the leader lease", Label("install"), func(ctx SpecContext) {
 		start := time.Now()
 		rel, err := helmInstall(ctx)
 		Expect(err).NotTo(HaveOccurred())
@@ -326,6 +327,10 @@ var _ = Describe("Retryguard installed from its chart", Ordered, Label("e2e"), f
 	It("gives the wget pod's sidecar its share of a fleet budget shared with a Go pod", func(ctx SpecContext) {
 		anyLanguageFleetSpec(ctx, vendorSvc)
 	}, NodeTimeout(5*time.Minute))
+
+	It("runs the fleet drill: 20 client pods in two namespaces against a dependency that fails metastably; with Retryguard, retries stay "+
+		"within 10% of primaries at the dependency and it is back under capacity within 2.5 s of each trigger's end",
+		Label("fleet-drill"), func(ctx SpecContext) { fleetDrillSpec(ctx) }, NodeTimeout(30*time.Minute))
 
 	It("fails over when the leader pod is killed: another replica reconciles within the lease duration, admission keeps answering", func(ctx SpecContext) {
 		Expect(admissionRefusal(ctx)).To(MatchError(ContainSubstring("ERR_BUDGET_ABOVE_PLATFORM_CAP")))

@@ -31,6 +31,10 @@ const (
 	vendorImage       = "retryguard.local/e2e/vendor:1"
 	smsappImage       = "retryguard.local/e2e/smsapp:1"
 	netprobeImage     = "retryguard.local/e2e/netprobe:1"
+	// metadepImage and fleetclientImage are the fleet drill's dependency
+	// and client pods.
+	metadepImage     = "retryguard.local/e2e/metadep:1"
+	fleetclientImage = "retryguard.local/e2e/fleetclient:1"
 	// proxyRepository:proxyTag is retryguard-proxy, which the chart's
 	// injector adds; busyboxImage is Debian's busybox-static, the client
 	// that is not Go (hack/e2e/busybox-asset.sh).
@@ -106,6 +110,8 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	netprobeTar := filepath.Join(cluster.DefaultImageDir, "netprobe.tar")
 	proxyTar := filepath.Join(cluster.DefaultImageDir, "proxy.tar")
 	busyboxTar := filepath.Join(cluster.DefaultImageDir, "busybox.tar")
+	metadepTar := filepath.Join(cluster.DefaultImageDir, "metadep.tar")
+	fleetclientTar := filepath.Join(cluster.DefaultImageDir, "fleetclient.tar")
 	var g errgroup.Group
 	if managerTar == "" {
 		managerTag = "e2e"
@@ -128,6 +134,12 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		return image.BinaryImage(ctx, wd, "./apps/netprobe", netprobeTar, netprobeImage, image.Config{})
 	})
 	g.Go(func() error {
+		return image.BinaryImage(ctx, wd, "./apps/metadep", metadepTar, metadepImage, image.Config{})
+	})
+	g.Go(func() error {
+		return image.BinaryImage(ctx, wd, "./apps/fleetclient", fleetclientTar, fleetclientImage, image.Config{})
+	})
+	g.Go(func() error {
 		return image.BinaryImage(ctx, repoRoot, "./cmd/retryguard-proxy", proxyTar, proxyRepository+":"+proxyTag, image.Config{})
 	})
 	g.Go(func() error {
@@ -148,7 +160,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		AddReportEntry("cluster down", time.Since(down).Round(100*time.Millisecond).String())
 	})
 	Expect(g.Wait()).To(Succeed())
-	for _, tar := range []string{managerTar, vendorTar, smsappTar, netprobeTar, proxyTar, busyboxTar} {
+	for _, tar := range []string{managerTar, vendorTar, smsappTar, netprobeTar, proxyTar, busyboxTar, metadepTar, fleetclientTar} {
 		logf("importing %s", tar)
 		Expect(node.ImportImage(ctx, tar)).To(Succeed())
 	}

@@ -21,9 +21,11 @@ const (
 var Kinds = []string{Outage, Throttle, Slow}
 
 // MaxHealthyWait is the longest a request may wait in the dependency's
-// queue in a second the dependency counts as under capacity: longer, and
-// the queue is growing faster than the workers drain it.
-const MaxHealthyWait = 100 * time.Millisecond
+// queue in a second the dependency counts as under capacity: the clients'
+// per-attempt timeout (testdata/fleet-drill.yaml's perAttemptTimeout, the
+// naive client's attempt timeout). A request that waited longer is served
+// for a client that has given up: work for nobody.
+const MaxHealthyWait = 500 * time.Millisecond
 
 // Second is what the dependency saw in one second since its series began.
 type Second struct {

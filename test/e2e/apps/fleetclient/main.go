@@ -16,6 +16,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -35,6 +36,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/retryguard/retryguard/hack/drills/fleet/depseries"
 	"github.com/retryguard/retryguard/hack/drills/fleet/naive"
 	"github.com/retryguard/retryguard/runtime/budget"
 	"github.com/retryguard/retryguard/runtime/codes"
@@ -51,8 +53,9 @@ const (
 )
 
 // naiveAttemptTimeout bounds each naive attempt, as the policy's
-// perAttemptTimeout bounds Retryguard's (testdata/fleet-drill.yaml).
-const naiveAttemptTimeout = 500 * time.Millisecond
+// perAttemptTimeout bounds Retryguard's (testdata/fleet-drill.yaml): the
+// wait past which the dependency counts itself over capacity.
+const naiveAttemptTimeout = depseries.MaxHealthyWait
 
 // maxInFlight bounds the operations one pod has open, so that a storm
 // cannot take the pod's memory; an operation refused by it is counted.
@@ -157,7 +160,9 @@ func run(ctx context.Context) error {
 		}
 		w.WriteHeader(http.StatusOK)
 	})
-	mux.HandleFunc("GET /policy", func(w http.ResponseWriter, _ *http.Request) { _ = json.NewEncoder(w).Encode(policyView(src, ex, policy)) })
+	mux.HandleFunc("GET /policy", func(w http.ResponseWriter, _ *http.Request) {
+		_ = json.NewEncoder(w).Encode(policyView(src, ex, policy))
+	})
 	mux.HandleFunc("POST /start", c.start)
 	mux.HandleFunc("POST /stop", func(w http.ResponseWriter, _ *http.Request) {
 		c.mu.Lock()
@@ -172,7 +177,7 @@ func run(ctx context.Context) error {
 		defer c.mu.Unlock()
 		_ = json.NewEncoder(w).Encode(c.stats)
 	})
-	srv := &http.Server{Addr: ":8080", Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Addr: cmp.Or(os.Getenv("ADDR"), ":8080"), Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
 		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)

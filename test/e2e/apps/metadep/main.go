@@ -19,6 +19,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -40,7 +41,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	srv := &http.Server{Addr: ":8080", Handler: start(ctx, cfg), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Addr: cmp.Or(os.Getenv("ADDR"), ":8080"), Handler: start(ctx, cfg), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
 		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
