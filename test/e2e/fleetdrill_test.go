@@ -246,7 +246,8 @@ func drillRun(ctx context.Context, form drillForm, depURL string, pods map[strin
 	Expect(call(ctx, "GET", depURL+"/series", nil, &series)).To(Succeed())
 	c := fleet.Clients{Pods: len(pods), Letters: map[string]int{}, FailedBy: map[string]int{}}
 	for _, s := range stats {
-		c.Started, c.Succeeded, c.Unknown, c.InFlight, c.Refused = c.Started+s.Started, c.Succeeded+s.Succeeded, c.Unknown+s.Unknown, c.InFlight+s.InFlight, c.Refused+s.Refused
+		c.Started, c.Succeeded, c.Unknown = c.Started+s.Started, c.Succeeded+s.Succeeded, c.Unknown+s.Unknown
+		c.InFlight, c.Refused = c.InFlight+s.InFlight, c.Refused+s.Refused
 		c.MaxLateMs = max(c.MaxLateMs, s.MaxLateMs)
 		for code, n := range s.Failed {
 			c.Failed += n

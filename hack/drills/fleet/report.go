@@ -234,14 +234,15 @@ func (r *Run) judge(w depseries.Window, sustainFor int) Verdict {
 		}
 		v.Reproduced = &sustained
 		if !sustained {
-			v.Failures = append(v.Failures, fmt.Sprintf("the storm did not sustain itself: the dependency was not over capacity in every second of the %d after the trigger's end "+
-				"(%d seconds over after it)", to-from, f.OverAfter))
+			v.Failures = append(v.Failures, fmt.Sprintf("the storm did not sustain itself: the dependency was not over capacity in every "+
+				"second of the %d after the trigger's end (%d seconds over after it)", to-from, f.OverAfter))
 		}
 		v.Pass = sustained
 		return v
 	}
 	if f.MaxWindowRatio > MaxWindowRatio {
-		v.Failures = append(v.Failures, fmt.Sprintf("retries/primaries %.3f in a %d s window, above %.2f", f.MaxWindowRatio, min(Window, len(r.seconds)), MaxWindowRatio))
+		v.Failures = append(v.Failures, fmt.Sprintf("retries/primaries %.3f in a %d s window, above %.2f",
+			f.MaxWindowRatio, min(Window, len(r.seconds)), MaxWindowRatio))
 	}
 	if f.MaxSecondRatio > MaxSecondRatio {
 		v.Failures = append(v.Failures, fmt.Sprintf("received/primaries %.3f in second %d, above %.2f", f.MaxSecondRatio, f.MaxRatioSecond, MaxSecondRatio))

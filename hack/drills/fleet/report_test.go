@@ -52,7 +52,8 @@ func TestRetryguardRunFailsEachGoal(t *testing.T) {
 		"over capacity after": {func(i int) int { return map[int]int{15: 150}[i] }, ok, "back under capacity 3.0 s"},
 		"a window above 11%":  {func(int) int { return 36 }, ok, "retries/primaries 0.120"},
 		"a lost operation":    {func(int) int { return 0 }, Clients{Started: 6000, Succeeded: 5999, Failed: 1, Letters: map[string]int{}}, "1 operations lost"},
-		"no terminal state":   {func(int) int { return 0 }, Clients{Started: 6000, Succeeded: 5999, InFlight: 1, Letters: map[string]int{}}, "1 without a terminal state"},
+		"no terminal state": {func(int) int { return 0 },
+			Clients{Started: 6000, Succeeded: 5999, InFlight: 1, Letters: map[string]int{}}, "1 without a terminal state"},
 		"an unlettered unknown": {func(int) int { return 0 },
 			Clients{Started: 6000, Succeeded: 5999, Failed: 1, Unknown: 1, Letters: map[string]int{"ERR_RETRY_LIMIT_EXCEEDED": 1}}, "1 unknown outcomes, 0 letters"},
 	} {
@@ -105,7 +106,10 @@ func TestNaiveRunReproducesOnlyWhenTheStormOutlivesTheTrigger(t *testing.T) {
 
 func TestWriteReportAndPlot(t *testing.T) {
 	rep := &Report{Capacity: 400, PrimaryRate: 300, Pods: 20, Namespaces: 2, Quick: true, SustainFor: 5}
-	rep.Runs = []*Run{run(Naive, func(i int) int { return 5000 * min(1, i/5) }, Clients{}), run(Retryguard, func(int) int { return 0 }, Clients{Letters: map[string]int{}})}
+	rep.Runs = []*Run{
+		run(Naive, func(i int) int { return 5000 * min(1, i/5) }, Clients{}),
+		run(Retryguard, func(int) int { return 0 }, Clients{Letters: map[string]int{}}),
+	}
 	for _, r := range rep.Runs {
 		if err := r.Compute(5); err != nil {
 			t.Fatal(err)

@@ -31,7 +31,8 @@ type simOp struct {
 // when retries is set (3 × 3 × 3 attempts, fixed delays, INC-2901's shape)
 // and tried once otherwise, each attempt timing out after timeout; the
 // trigger is on from triggerAt for triggerFor. It returns the series.
-func simulate(t *testing.T, cfg config, rate int, retries bool, timeout time.Duration, kind string, triggerAt, triggerFor, length time.Duration) depseries.Series {
+func simulate(t *testing.T, cfg config, rate int, retries bool, timeout time.Duration, kind string,
+	triggerAt, triggerFor, length time.Duration) depseries.Series {
 	t.Helper()
 	t0 := time.Date(2026, 9, 15, 0, 0, 0, 0, time.UTC)
 	d := newDep(cfg, t0)
@@ -247,7 +248,8 @@ func getJSON(t *testing.T, url string, out any) {
 func total(s depseries.Series) depseries.Second {
 	var t depseries.Second
 	for _, x := range s.Seconds {
-		t.Received, t.First, t.Retry, t.Applied, t.Duplicates = t.Received+x.Received, t.First+x.First, t.Retry+x.Retry, t.Applied+x.Applied, t.Duplicates+x.Duplicates
+		t.Received, t.First, t.Retry = t.Received+x.Received, t.First+x.First, t.Retry+x.Retry
+		t.Applied, t.Duplicates = t.Applied+x.Applied, t.Duplicates+x.Duplicates
 		t.Shed, t.Stale, t.Outage, t.Throttled = t.Shed+x.Shed, t.Stale+x.Stale, t.Outage+x.Outage, t.Throttled+x.Throttled
 	}
 	return t
