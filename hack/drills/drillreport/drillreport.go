@@ -8,10 +8,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"image/color"
+	"io"
+	"os"
 	"regexp"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
 )
 
 // numberList is a JSON array of numbers as json.MarshalIndent lays it out,
@@ -91,4 +95,34 @@ func Floats(v []int) []float64 {
 		out[i] = float64(x)
 	}
 	return out
+}
+
+// StackWidth is a stacked figure's width.
+const StackWidth = 11 * vg.Inch
+
+// Stack draws plots one under another on c, a canvas StackWidth wide, and
+// writes it to path (as PNG or SVG, whichever c is).
+func Stack(plots []*plot.Plot, c interface {
+	vg.CanvasSizer
+	io.WriterTo
+}, path string) error {
+	rows := make([][]*plot.Plot, len(plots))
+	for i, p := range plots {
+		rows[i] = []*plot.Plot{p}
+	}
+	tiles := draw.Tiles{Rows: len(rows), Cols: 1, PadX: vg.Millimeter * 2, PadY: vg.Millimeter * 4,
+		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
+	canvases := plot.Align(rows, tiles, draw.New(c))
+	for i, row := range rows {
+		row[0].Draw(canvases[i][0])
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := c.WriteTo(f); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }

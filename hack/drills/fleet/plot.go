@@ -3,12 +3,10 @@ package fleet
 import (
 	"fmt"
 	"image/color"
-	"os"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgsvg"
 
 	"github.com/retryguard/retryguard/hack/drills/drillreport"
@@ -39,7 +37,7 @@ func plotReport(rep *Report, path string) error {
 	if len(kinds) == 0 {
 		return fmt.Errorf("no run to plot")
 	}
-	rows := make([][]*plot.Plot, 0, len(kinds))
+	plots := make([]*plot.Plot, 0, len(kinds))
 	for _, kind := range kinds {
 		p := plot.New()
 		p.Title.Text = fmt.Sprintf("Trigger %q: requests per second at the dependency, %d pods, %d operations/s", kind, rep.Pods, rep.PrimaryRate)
@@ -87,23 +85,7 @@ func plotReport(rep *Report, path string) error {
 		p.X.Min, p.X.Max, p.Y.Min, p.Y.Max = 0, xmax, 0, ymax
 		p.Y.Tick.Marker = drillreport.WholeTicks{}
 		p.Add(plotter.NewGrid())
-		rows = append(rows, []*plot.Plot{p})
+		plots = append(plots, p)
 	}
-	img := vgsvg.New(11*vg.Inch, vg.Length(3.4*float64(len(rows)))*vg.Inch)
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: len(rows), Cols: 1, PadX: vg.Millimeter * 2, PadY: vg.Millimeter * 4,
-		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
-	canvases := plot.Align(rows, tiles, dc)
-	for i, row := range rows {
-		row[0].Draw(canvases[i][0])
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := img.WriteTo(f); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
+	return drillreport.Stack(plots, vgsvg.New(drillreport.StackWidth, vg.Length(3.4*float64(len(plots)))*vg.Inch), path)
 }

@@ -9,7 +9,6 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/retryguard/retryguard/hack/drills/drillreport"
@@ -104,23 +103,12 @@ func plotReport(rep *report, path string) error {
 		row[0].Y.Tick.Marker = drillreport.WholeTicks{}
 		row[0].Add(plotter.NewGrid())
 	}
-	img := vgimg.New(11*vg.Inch, vg.Length(3.2*float64(len(rows)))*vg.Inch)
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: len(rows), Cols: 1, PadX: vg.Millimeter * 2, PadY: vg.Millimeter * 4,
-		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
-	canvases := plot.Align(rows, tiles, dc)
+	plots := make([]*plot.Plot, len(rows))
 	for i, row := range rows {
-		row[0].Draw(canvases[i][0])
+		plots[i] = row[0]
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
+	img := vgimg.New(drillreport.StackWidth, vg.Length(3.2*float64(len(rows)))*vg.Inch)
+	return drillreport.Stack(plots, vgimg.PngCanvas{Canvas: img}, path)
 }
 
 // panel is one of C's budget series over time.
