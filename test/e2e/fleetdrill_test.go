@@ -87,15 +87,16 @@ func fleetDrillOut() string {
 
 // ClientStats mirrors fleetclient's /stats.
 type ClientStats struct {
-	Run       string         `json:"run"`
-	Started   int            `json:"started"`
-	Succeeded int            `json:"succeeded"`
-	Failed    map[string]int `json:"failed"`
-	Unknown   int            `json:"unknown"`
-	InFlight  int            `json:"inFlight"`
-	Refused   int            `json:"refused"`
-	Letters   map[string]int `json:"letters"`
-	MaxLateMs float64        `json:"maxLateMs"`
+	Run       string            `json:"run"`
+	Started   int               `json:"started"`
+	Succeeded int               `json:"succeeded"`
+	Failed    map[string]int    `json:"failed"`
+	Unknown   int               `json:"unknown"`
+	InFlight  int               `json:"inFlight"`
+	Refused   int               `json:"refused"`
+	Letters   map[string]int    `json:"letters"`
+	Examples  map[string]string `json:"examples"`
+	MaxLateMs float64           `json:"maxLateMs"`
 }
 
 func drillObjects(ns, depURL string, pods int) []client.Object {
@@ -195,6 +196,9 @@ func eachPod(pods map[string]string, f func(name, url string) error) {
 	}
 }
 
+// drainFor is how long a run waits for its operations to end.
+const drainFor = 90 * time.Second
+
 // drillRun runs one trigger in one mode: the load for before, the trigger
 // for its length, the load for after; then it waits for every operation
 // to end and collects what the dependency and the pods counted.
@@ -209,8 +213,14 @@ func drillRun(ctx context.Context, form drillForm, depURL string, pods map[strin
 		g.Expect(call(ctx, "GET", depURL+"/state", nil, &st)).To(Succeed())
 		g.Expect(st.Queue).To(BeZero())
 		g.Expect(st.Trigger).To(BeEmpty())
-	}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
+	}).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Succeed())
 	run := kind + "-" + mode
+	// The series' seconds are the clock's (metadep truncates its start), as
+	// a budget's per-second allowance is: begun early in a second, the
+	// series' first second holds nearly a second of load.
+	for d := untilLoadStart(time.Now()); d > 0; d = untilLoadStart(time.Now()) {
+		time.Sleep(d)
+	}
 	Expect(call(ctx, "POST", depURL+"/reset", nil, nil)).To(Succeed())
 	eachPod(pods, func(_, url string) error {
 		return call(ctx, "POST", fmt.Sprintf("%s/start?mode=%s&rate=%d&run=%s", url, mode, form.ratePerPod, run), nil, nil)
@@ -222,29 +232,41 @@ func drillRun(ctx context.Context, form drillForm, depURL string, pods map[strin
 	eachPod(pods, func(_, url string) error { return call(ctx, "POST", url+"/stop", nil, nil) })
 	stopped := time.Now()
 
-	// A naive operation can take 27 attempt timeouts and its delays.
+	// A naive operation can take 27 attempt timeouts and its delays, and
+	// longer on a node the storm keeps busy; an operation still open after
+	// drainFor is counted without a terminal state.
 	stats := map[string]ClientStats{}
 	var mu sync.Mutex
-	Eventually(func(g Gomega) {
+	for deadline := time.Now().Add(drainFor); ; time.Sleep(time.Second) {
 		eachPod(pods, func(name, url string) error {
 			var s ClientStats
 			if err := call(ctx, "GET", url+"/stats", nil, &s); err != nil {
 				return err
+			}
+			if s.Run != run {
+				return fmt.Errorf("/stats is of run %q, not %q", s.Run, run)
 			}
 			mu.Lock()
 			stats[name] = s
 			mu.Unlock()
 			return nil
 		})
-		for name, s := range stats {
-			g.Expect(s.Run).To(Equal(run), name)
-			g.Expect(s.InFlight).To(BeZero(), name)
+		open := 0
+		for _, s := range stats {
+			open += s.InFlight
 		}
-	}).WithContext(ctx).WithPolling(time.Second).WithTimeout(45 * time.Second).Should(Succeed())
+		if open == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			logf("fleet drill, %s: %d operations still open %v after the load stopped", run, open, drainFor)
+			break
+		}
+	}
 
 	var series depseries.Series
 	Expect(call(ctx, "GET", depURL+"/series", nil, &series)).To(Succeed())
-	c := fleet.Clients{Pods: len(pods), Letters: map[string]int{}, FailedBy: map[string]int{}}
+	c := fleet.Clients{Pods: len(pods), Letters: map[string]int{}, FailedBy: map[string]int{}, Examples: map[string]string{}}
 	for _, s := range stats {
 		c.Started, c.Succeeded, c.Unknown = c.Started+s.Started, c.Succeeded+s.Succeeded, c.Unknown+s.Unknown
 		c.InFlight, c.Refused = c.InFlight+s.InFlight, c.Refused+s.Refused
@@ -255,6 +277,9 @@ func drillRun(ctx context.Context, form drillForm, depURL string, pods map[strin
 		}
 		for code, n := range s.Letters {
 			c.Letters[code] += n
+		}
+		for code, e := range s.Examples {
+			c.Examples[code] = e
 		}
 	}
 	r := &fleet.Run{Trigger: kind, Mode: mode, PrimaryRate: form.ratePerPod * len(pods), LoadSeconds: stopped.Sub(series.Start).Seconds(),

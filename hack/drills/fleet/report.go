@@ -35,6 +35,10 @@ const (
 	MaxRecoverySeconds = 2.5
 	// Window is the ratio's window, in seconds.
 	Window = 60
+	// MinSustainedShare is the share of the seconds after the trigger in
+	// which a naive storm that sustained itself keeps the dependency over
+	// capacity.
+	MinSustainedShare = 0.8
 )
 
 // Clients is what the fleet's pods counted of a run's operations.
@@ -51,9 +55,13 @@ type Clients struct {
 	Refused  int `json:"refused"`
 	// Letters are the dead letters the pods' journals stored, by code.
 	Letters map[string]int `json:"letters"`
-	// FailedBy counts the failed operations by final code.
-	FailedBy  map[string]int `json:"failedBy"`
-	MaxLateMs float64        `json:"maxLateMs"`
+	// FailedBy counts the failed operations by final code, Examples holds
+	// one failure's detail for each.
+	FailedBy map[string]int    `json:"failedBy"`
+	Examples map[string]string `json:"examples,omitempty"`
+	// MaxLateMs is how late a pod began an operation at worst: a busy
+	// node delays the open-loop schedule.
+	MaxLateMs float64 `json:"maxLateMs"`
 }
 
 // Run is one run of one trigger.
@@ -224,18 +232,22 @@ func (r *Run) judge(w depseries.Window, sustainFor int) Verdict {
 	f := r.Figures
 	v := Verdict{Failures: []string{}}
 	if r.Mode == Naive {
-		// Sustained: over capacity in every second from the trigger's end
-		// for sustainFor seconds (or to the end of the load, if sooner).
+		// Sustained: still over capacity sustainFor seconds after the
+		// trigger's end, and over in most of the seconds between (a node
+		// the storm keeps busy can stall the clients for a second).
 		from := int(math.Ceil(w.To))
 		to := min(from+sustainFor, len(r.seconds))
-		sustained := to > from
+		over := 0
 		for i := from; i < to; i++ {
-			sustained = sustained && r.seconds[i].Over(r.Series.Capacity)
+			if r.seconds[i].Over(r.Series.Capacity) {
+				over++
+			}
 		}
+		sustained := to > from && r.seconds[to-1].Over(r.Series.Capacity) && float64(over) >= MinSustainedShare*float64(to-from)
 		v.Reproduced = &sustained
 		if !sustained {
-			v.Failures = append(v.Failures, fmt.Sprintf("the storm did not sustain itself: the dependency was not over capacity in every "+
-				"second of the %d after the trigger's end (%d seconds over after it)", to-from, f.OverAfter))
+			v.Failures = append(v.Failures, fmt.Sprintf("the storm did not sustain itself: over capacity in %d of the %d seconds after the trigger's end "+
+				"(%.0f%% and the last needed)", over, to-from, MinSustainedShare*100))
 		}
 		v.Pass = sustained
 		return v

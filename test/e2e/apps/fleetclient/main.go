@@ -74,8 +74,10 @@ type Stats struct {
 	Unknown   int            `json:"unknown"`
 	InFlight  int            `json:"inFlight"`
 	Refused   int            `json:"refused"`
-	// Letters are the dead letters its journal stored, by code.
-	Letters map[string]int `json:"letters"`
+	// Letters are the dead letters its journal stored, by code; Examples
+	// the first failure's detail of each code.
+	Letters  map[string]int    `json:"letters"`
+	Examples map[string]string `json:"examples"`
 	// MaxLateMs is how late the generator began an operation at worst.
 	MaxLateMs float64 `json:"maxLateMs"`
 }
@@ -87,8 +89,11 @@ type client struct {
 	rg     *http.Client
 	plain  *http.Client
 
-	mu    sync.Mutex
-	stats Stats
+	mu sync.Mutex
+	// stats is the current run's; runs holds every run's by name, so that
+	// an operation of an earlier run still counts in its own.
+	stats *Stats
+	runs  map[string]*Stats
 	stop  context.CancelFunc
 }
 
@@ -103,8 +108,13 @@ func (s countingSink) Write(ctx context.Context, l retry.DeadLetter) error {
 		return err
 	}
 	s.c.mu.Lock()
-	s.c.stats.Letters[string(l.Code)]++
-	s.c.mu.Unlock()
+	defer s.c.mu.Unlock()
+	// The key names the operation's run (key).
+	for id, st := range s.c.runs {
+		if strings.HasPrefix(l.Key, s.c.key(id+"-")) {
+			st.Letters[string(l.Code)]++
+		}
+	}
 	return nil
 }
 
@@ -147,7 +157,7 @@ func run(ctx context.Context) error {
 	}
 	defer journal.Close()
 	c := &client{pod: os.Getenv("POD_NAME"), depURL: strings.TrimSuffix(os.Getenv("DEP_URL"), "/"), policy: policy}
-	c.stats = Stats{Failed: map[string]int{}, Letters: map[string]int{}}
+	c.stats, c.runs = newStats("", ""), map[string]*Stats{}
 	ex := retry.New(src, retry.WithDeadLetters(countingSink{j: journal, c: c}))
 	c.rg = &http.Client{Transport: &retry.RoundTripper{Executor: ex, Policy: policy, Pools: &retry.Pools{}}}
 	c.plain = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 512}}
@@ -231,21 +241,26 @@ func (c *client) start(w http.ResponseWriter, r *http.Request) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.stop != nil || c.stats.InFlight > 0 {
-		http.Error(w, fmt.Sprintf("run %s is still going (%d operations in flight)", c.stats.Run, c.stats.InFlight), http.StatusConflict)
+	if c.stop != nil {
+		http.Error(w, fmt.Sprintf("run %s is still going", c.stats.Run), http.StatusConflict)
+		return
+	}
+	if _, ok := c.runs[id]; ok {
+		http.Error(w, fmt.Sprintf("run %s has run before: keys must be new", id), http.StatusConflict)
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
-	c.stats = Stats{Run: id, Mode: mode, Failed: map[string]int{}, Letters: map[string]int{}}
-	go c.generate(ctx, mode, id, rate)
+	c.stats = newStats(id, mode)
+	c.runs[id] = c.stats
+	go c.generate(ctx, c.stats, mode, id, rate)
 	w.WriteHeader(http.StatusNoContent)
 }
 
 // generate begins operation n at n/rate seconds after the start, whatever
 // the earlier ones are doing (an open loop: users do not wait for the
 // dependency to recover).
-func (c *client) generate(ctx context.Context, mode, id string, rate int) {
+func (c *client) generate(ctx context.Context, st *Stats, mode, id string, rate int) {
 	begin := time.Now()
 	for n := 0; ; n++ {
 		due := begin.Add(time.Duration(n) * time.Second / time.Duration(rate))
@@ -264,46 +279,54 @@ func (c *client) generate(ctx context.Context, mode, id string, rate int) {
 		}
 		late := float64(time.Since(due)) / float64(time.Millisecond)
 		c.mu.Lock()
-		c.stats.MaxLateMs = max(c.stats.MaxLateMs, late)
-		if c.stats.InFlight >= maxInFlight {
-			c.stats.Refused++
+		st.MaxLateMs = max(st.MaxLateMs, late)
+		if st.InFlight >= maxInFlight {
+			st.Refused++
 			c.mu.Unlock()
 			continue
 		}
-		c.stats.Started++
-		c.stats.InFlight++
+		st.Started++
+		st.InFlight++
 		c.mu.Unlock()
-		go c.operation(mode, id+"-"+strconv.Itoa(n))
+		go c.operation(st, mode, id+"-"+strconv.Itoa(n))
 	}
 }
 
-// ended lets a new run start once this one's operations have all ended.
+// newStats is an empty run's.
+func newStats(id, mode string) *Stats {
+	return &Stats{Run: id, Mode: mode, Failed: map[string]int{}, Letters: map[string]int{}, Examples: map[string]string{}}
+}
+
+// ended lets a new run start once this one stopped beginning operations.
 func (c *client) ended() {
 	c.mu.Lock()
 	c.stop = nil
 	c.mu.Unlock()
 }
 
-// operation runs one operation to its end and counts it.
-func (c *client) operation(mode, op string) {
+// operation runs one operation to its end and counts it in st.
+func (c *client) operation(st *Stats, mode, op string) {
 	var ok, unknown bool
-	var code string
+	var code, detail string
 	if mode == modeNaive {
 		ok, unknown = c.naive(op)
 		code = naiveCode
 	} else {
-		ok, code, unknown = c.retryguard(op)
+		ok, code, detail, unknown = c.retryguard(op)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.stats.InFlight--
+	st.InFlight--
 	switch {
 	case ok:
-		c.stats.Succeeded++
+		st.Succeeded++
 	default:
-		c.stats.Failed[code]++
+		st.Failed[code]++
+		if _, seen := st.Examples[code]; !seen {
+			st.Examples[code] = detail
+		}
 		if unknown {
-			c.stats.Unknown++
+			st.Unknown++
 		}
 	}
 }
@@ -339,25 +362,26 @@ func (c *client) naive(op string) (ok, unknown bool) {
 	return ok, unknown && !ok
 }
 
-// retryguard runs the operation through the RoundTripper.
-func (c *client) retryguard(op string) (ok bool, code string, unknown bool) {
+// retryguard runs the operation through the RoundTripper; a failure's
+// detail says why.
+func (c *client) retryguard(op string) (ok bool, code, detail string, unknown bool) {
 	ctx := retry.WithVars(context.Background(), retry.Vars{"pod": c.pod, "op": op})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.depURL+"/v1/work", nil)
 	if err != nil {
-		return false, err.Error(), false
+		return false, "request", err.Error(), false
 	}
 	res, err := c.rg.Do(req)
 	var re *retry.Error
 	switch {
 	case errors.As(err, &re):
-		return false, string(re.Code), re.Code == codes.UnknownOutcome
+		return false, string(re.Code), re.Error(), re.Code == codes.UnknownOutcome
 	case err != nil:
-		return false, err.Error(), false
+		return false, "transport", err.Error(), false
 	}
 	_, _ = io.Copy(io.Discard, res.Body)
 	_ = res.Body.Close()
 	if res.StatusCode >= 300 {
-		return false, strconv.Itoa(res.StatusCode), false
+		return false, strconv.Itoa(res.StatusCode), res.Status, false
 	}
-	return true, "", false
+	return true, "", "", false
 }

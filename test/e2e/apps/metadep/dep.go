@@ -94,12 +94,14 @@ func newDep(cfg config, now time.Time) *dep {
 	return d
 }
 
-// reset begins a new series at now. Queued requests stay queued (they are
-// served as before), but are counted in the new series only when applied.
+// reset begins a new series at the second now is in: the series' seconds
+// are the clock's, the clients' budgets' seconds on the same node.
+// Queued requests stay queued (they are served as before), but are
+// counted in the new series only when applied.
 func (d *dep) reset(now time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.start, d.secs, d.seen, d.applied, d.windows = now, nil, map[string]bool{}, map[string]bool{}, nil
+	d.start, d.secs, d.seen, d.applied, d.windows = now.Truncate(time.Second), nil, map[string]bool{}, map[string]bool{}, nil
 }
 
 // sec is the series' bucket for now; d.mu is held.
