@@ -169,11 +169,7 @@ func (r *Run) Compute(sustainFor int) error {
 		f.MaxWindowRatio = max(f.MaxWindowRatio, x)
 	}
 	for i, s := range r.seconds {
-		ratio := math.Inf(1)
-		if s.First > 0 {
-			ratio = float64(s.Received) / float64(s.First)
-		}
-		if s.Received > 0 && ratio > f.MaxSecondRatio {
+		if ratio := perPrimary(s.Received, s.First); ratio > f.MaxSecondRatio {
 			f.MaxSecondRatio, f.MaxRatioSecond = ratio, i
 		}
 	}
@@ -203,14 +199,14 @@ func windowRatios(seconds []depseries.Second) []float64 {
 		for _, s := range seconds[from : from+n] {
 			retries, firsts = retries+s.Retry, firsts+s.First
 		}
-		if firsts == 0 {
-			out = append(out, math.Inf(1))
-			continue
-		}
-		out = append(out, float64(retries)/float64(firsts))
+		out = append(out, perPrimary(retries, firsts))
 	}
 	return out
 }
+
+// perPrimary is n per primary; no primary counts as one, so that n alone
+// (a lower bound of the ratio, which JSON could not hold) is judged.
+func perPrimary(n, primaries int) float64 { return float64(n) / float64(max(primaries, 1)) }
 
 // recovery is the time from end (seconds since the series began) until
 // every later second is under capacity; false when the last one is not.

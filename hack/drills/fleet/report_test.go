@@ -125,6 +125,16 @@ func TestWriteReportAndPlot(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A second without primaries (a stalled node): the report still encodes.
+	rep.Runs[0].Series.Seconds[7].First = 0
+	for _, r := range rep.Runs {
+		if err := r.Compute(5); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := rep.Runs[0].Figures.MaxSecondRatio; got != 5300 {
+		t.Errorf("a second of 5,300 requests and no primary: ratio %v, want 5300 (as if one)", got)
+	}
 	rep.Finish()
 	dir := t.TempDir()
 	if err := Write(dir, rep); err != nil {
