@@ -138,6 +138,16 @@ e2e: manifests image ## Publish make image's images and the chart to a registry 
 		RETRYGUARD_E2E_PROXY_IMAGE=$${RETRYGUARD_E2E_PROXY_IMAGE:-$(abspath $(IMAGE_DIR))/retryguard-proxy.tar} RETRYGUARD_E2E_TIMINGS=$${RETRYGUARD_E2E_TIMINGS:-/var/tmp/retryguard-e2e-timings.tsv} \
 		$(GO) test -v -count=1 $(E2E_FLAGS) . -args -ginkgo.v -ginkgo.label-filter=e2e
 
+# The fleet drill's full form (docs/fleet-drill.md): the chart installed, then
+# every trigger run with naive retries and with Retryguard on 20 client pods.
+# make e2e runs its quick form.
+FLEET_DRILL_OUT ?= $(abspath bin/fleet-drill)
+.PHONY: fleet-drill
+fleet-drill: manifests image ## Run the fleet drill's full form on the e2e node (root; about 20 min): report and plot in FLEET_DRILL_OUT.
+	cd test/e2e && RETRYGUARD_E2E_MANAGER_IMAGE=$${RETRYGUARD_E2E_MANAGER_IMAGE:-$(abspath $(IMAGE_DIR))/retryguard-manager.tar} \
+		RETRYGUARD_FLEET_DRILL=full RETRYGUARD_FLEET_DRILL_OUT=$(FLEET_DRILL_OUT) \
+		$(GO) test -v -count=1 $(E2E_FLAGS) . -args -ginkgo.v '-ginkgo.label-filter=install || fleet-drill'
+
 .PHONY: bench
 bench: envtest ## Run the benchmarks recorded in docs/benchmarks.md.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test -run '^$$' -bench . -benchmem ./...

@@ -54,7 +54,9 @@ dpkg-deb -x "$deb" root
 bin=root/bin/busybox
 [[ -x $bin ]] || { log "$deb holds no bin/busybox"; exit 1; }
 if file "$bin" 2>/dev/null | grep -q dynamically; then log "$bin is not static"; exit 1; fi
-version=$("$bin" --help 2>&1 | head -1)
+# sed reads the whole help (head would close the pipe early: busybox gets
+# SIGPIPE, and pipefail fails the script with 141).
+version=$({ "$bin" --help 2>&1 || true; } | sed -n 1p)
 [[ $version == BusyBox* ]] || { log "$bin --help says '$version'"; exit 1; }
 mkdir -p "$dir"
 cp "$bin" "$dir/busybox.new" && mv "$dir/busybox.new" "$dir/busybox"

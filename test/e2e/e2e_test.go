@@ -83,11 +83,12 @@ func admissionRefusal(ctx context.Context) error {
 var _ = Describe("Retryguard installed from its chart", Ordered, Label("e2e"), func() {
 	var vendorSvc, informerSvc, volumeSvc *corev1.Service
 
+	// make fleet-drill runs these two specs and the fleet drill alone (label "install").
 	It("publishes the release to the node's registry, signed, with SBOMs; cosign verifies each image, its SBOM and the chart, "+
-		"and refuses a tampered tag", func(ctx SpecContext) { publishAndVerifySpec(ctx) }, NodeTimeout(5*time.Minute))
+		"and refuses a tampered tag", Label("install"), func(ctx SpecContext) { publishAndVerifySpec(ctx) }, NodeTimeout(5*time.Minute))
 
 	It("installs with Helm from oci://: 2 replicas become Ready, pull the verified image from the registry, and one holds the leader lease",
-		func(ctx SpecContext) {
+		Label("install"), func(ctx SpecContext) {
 			start := time.Now()
 			rel, err := helmInstall(ctx)
 			Expect(err).NotTo(HaveOccurred())
@@ -339,6 +340,10 @@ var _ = Describe("Retryguard installed from its chart", Ordered, Label("e2e"), f
 	It("gives the wget pod's sidecar its share of a fleet budget shared with a Go pod", func(ctx SpecContext) {
 		anyLanguageFleetSpec(ctx, vendorSvc)
 	}, NodeTimeout(5*time.Minute))
+
+	It("runs the fleet drill: 20 client pods in two namespaces against a dependency that fails metastably; with Retryguard, retries stay "+
+		"within 10% of primaries at the dependency and it is back under capacity within 2.5 s of each trigger's end",
+		Label("fleet-drill"), func(ctx SpecContext) { fleetDrillSpec(ctx) }, NodeTimeout(30*time.Minute))
 
 	It("fails over when the leader pod is killed: another replica reconciles within the lease duration, admission keeps answering", func(ctx SpecContext) {
 		Expect(admissionRefusal(ctx)).To(MatchError(ContainSubstring("ERR_BUDGET_ABOVE_PLATFORM_CAP")))

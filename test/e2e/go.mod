@@ -8,6 +8,7 @@ go 1.26.0
 
 replace (
 	github.com/retryguard/retryguard => ../..
+	github.com/retryguard/retryguard/hack/drills => ../../hack/drills
 	github.com/retryguard/retryguard/hack/e2e => ../../hack/e2e
 	github.com/retryguard/retryguard/hack/publish => ../../hack/publish
 )
@@ -19,6 +20,7 @@ require (
 	github.com/onsi/gomega v1.44.0
 	github.com/retryguard/retryguard v0.1.0
 	github.com/retryguard/retryguard/contract v0.1.0
+	github.com/retryguard/retryguard/hack/drills v0.0.0
 	github.com/retryguard/retryguard/hack/e2e v0.0.0
 	github.com/retryguard/retryguard/hack/image v0.0.0
 	github.com/retryguard/retryguard/hack/publish v0.0.0

@@ -39,6 +39,10 @@ const (
 	// busyboxImage is Debian's busybox-static, the client that is not Go
 	// (hack/e2e/busybox-asset.sh).
 	busyboxImage = "retryguard.local/e2e/busybox:1"
+	// metadepImage and fleetclientImage are the fleet drill's dependency
+	// and client pods.
+	metadepImage     = "retryguard.local/e2e/metadep:1"
+	fleetclientImage = "retryguard.local/e2e/fleetclient:1"
 )
 
 // The release path's inputs: the image archives it pushes, and the tools
@@ -109,6 +113,8 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	smsappTar := filepath.Join(cluster.DefaultImageDir, "smsapp.tar")
 	netprobeTar := filepath.Join(cluster.DefaultImageDir, "netprobe.tar")
 	busyboxTar := filepath.Join(cluster.DefaultImageDir, "busybox.tar")
+	metadepTar := filepath.Join(cluster.DefaultImageDir, "metadep.tar")
+	fleetclientTar := filepath.Join(cluster.DefaultImageDir, "fleetclient.tar")
 	var g errgroup.Group
 	if managerTar == "" {
 		// A plain `go test` without `make e2e`: a static build of cmd/manager,
@@ -143,6 +149,12 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		return image.BinaryImage(ctx, wd, "./apps/netprobe", netprobeTar, netprobeImage, image.Config{})
 	})
 	g.Go(func() error {
+		return image.BinaryImage(ctx, wd, "./apps/metadep", metadepTar, metadepImage, image.Config{})
+	})
+	g.Go(func() error {
+		return image.BinaryImage(ctx, wd, "./apps/fleetclient", fleetclientTar, fleetclientImage, image.Config{})
+	})
+	g.Go(func() error {
 		dir, err := cluster.Script(ctx, filepath.Join(repoRoot, "hack", "e2e", "busybox-asset.sh"))
 		if err != nil {
 			return err
@@ -160,7 +172,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		AddReportEntry("cluster down", time.Since(down).Round(100*time.Millisecond).String())
 	})
 	Expect(g.Wait()).To(Succeed())
-	for _, tar := range []string{vendorTar, smsappTar, netprobeTar, busyboxTar} {
+	for _, tar := range []string{vendorTar, smsappTar, netprobeTar, busyboxTar, metadepTar, fleetclientTar} {
 		logf("importing %s", tar)
 		Expect(node.ImportImage(ctx, tar)).To(Succeed())
 	}

@@ -1,19 +1,17 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"image/color"
 	"os"
 	"path/filepath"
-	"regexp"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/retryguard/retryguard/hack/drills/drillreport"
 )
 
 // writeOut writes report.json and drill.png into dir.
@@ -31,25 +29,8 @@ func writeOut(dir string, rep *report) error {
 	return plotReport(rep, filepath.Join(dir, "drill.png"))
 }
 
-// numberList is a JSON array of numbers as json.MarshalIndent lays it out,
-// one element a line.
-var numberList = regexp.MustCompile(`\[\s*-?[0-9][-+0-9.eE,\s]*\]`)
-
-// encodeReport is report.json: indented, each per-second series on one line.
-func encodeReport(rep *report) ([]byte, error) {
-	data, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	data = numberList.ReplaceAllFunc(data, func(list []byte) []byte {
-		var b bytes.Buffer
-		if json.Compact(&b, list) != nil {
-			return list
-		}
-		return b.Bytes()
-	})
-	return append(data, '\n'), nil
-}
+// encodeReport is report.json in the drills' shared format.
+func encodeReport(rep *report) ([]byte, error) { return drillreport.EncodeJSON(rep) }
 
 var optionColors = map[string]color.Color{
 	"A": color.RGBA{R: 214, G: 39, B: 40, A: 255},
@@ -82,9 +63,9 @@ func plotReport(rep *report, path string) error {
 	if err := shadeFault(outbound, sc.FaultSeconds, 0, ymax); err != nil {
 		return err
 	}
-	outbound.Legend.Add("fault window: 429 on most attempts", faultSwatch())
+	outbound.Legend.Add("fault window: 429 on most attempts", drillreport.WindowSwatch())
 	for _, o := range rep.Options {
-		l, err := plotter.NewLine(perSecond(o.Series.Outbound))
+		l, err := plotter.NewLine(drillreport.PerSecond(o.Series.Outbound))
 		if err != nil {
 			return err
 		}
@@ -108,7 +89,7 @@ func plotReport(rep *report, path string) error {
 		if err != nil {
 			return err
 		}
-		denials, err := panel("C: retries the budget refused, per second", "denials/s", sc.FaultSeconds, ints(c.Series.BudgetDenials), 0.5)
+		denials, err := panel("C: retries the budget refused, per second", "denials/s", sc.FaultSeconds, drillreport.Floats(c.Series.BudgetDenials), 0.5)
 		if err != nil {
 			return err
 		}
@@ -119,26 +100,15 @@ func plotReport(rep *report, path string) error {
 	}
 	for _, row := range rows {
 		row[0].X.Min, row[0].X.Max = 0, seconds
-		row[0].Y.Tick.Marker = wholeTicks{}
+		row[0].Y.Tick.Marker = drillreport.WholeTicks{}
 		row[0].Add(plotter.NewGrid())
 	}
-	img := vgimg.New(11*vg.Inch, vg.Length(3.2*float64(len(rows)))*vg.Inch)
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: len(rows), Cols: 1, PadX: vg.Millimeter * 2, PadY: vg.Millimeter * 4,
-		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
-	canvases := plot.Align(rows, tiles, dc)
+	plots := make([]*plot.Plot, len(rows))
 	for i, row := range rows {
-		row[0].Draw(canvases[i][0])
+		plots[i] = row[0]
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
+	img := vgimg.New(drillreport.StackWidth, vg.Length(3.2*float64(len(rows)))*vg.Inch)
+	return drillreport.Stack(plots, vgimg.PngCanvas{Canvas: img}, path)
 }
 
 // panel is one of C's budget series over time.
@@ -173,56 +143,5 @@ func panel(title, unit string, fault float64, values []float64, offset float64) 
 
 // shadeFault shades the fault window [0, fault) from ymin up to ymax.
 func shadeFault(p *plot.Plot, fault, ymin, ymax float64) error {
-	poly, err := plotter.NewPolygon(plotter.XYs{{X: 0, Y: ymin}, {X: fault, Y: ymin}, {X: fault, Y: ymax}, {X: 0, Y: ymax}})
-	if err != nil {
-		return err
-	}
-	poly.Color = faultColor
-	poly.LineStyle.Width = 0
-	p.Add(poly)
-	return nil
-}
-
-var faultColor = color.RGBA{R: 250, G: 215, B: 215, A: 255}
-
-// faultSwatch is the fault window's legend entry.
-func faultSwatch() plot.Thumbnailer {
-	poly, _ := plotter.NewPolygon(plotter.XYs{{X: 0, Y: 0}, {X: 1, Y: 0}, {X: 1, Y: 1}})
-	poly.Color = faultColor
-	poly.LineStyle.Width = 0
-	return poly
-}
-
-// wholeTicks labels an axis in whole numbers (or tenths, for a short one).
-type wholeTicks struct{}
-
-func (wholeTicks) Ticks(lo, hi float64) []plot.Tick {
-	ticks := plot.DefaultTicks{}.Ticks(lo, hi)
-	format := "%.0f"
-	if hi-lo < 5 {
-		format = "%.1f"
-	}
-	for i := range ticks {
-		if ticks[i].Label != "" {
-			ticks[i].Label = fmt.Sprintf(format, ticks[i].Value)
-		}
-	}
-	return ticks
-}
-
-// perSecond places each 1 s bucket's count at the bucket's middle.
-func perSecond(values []int) plotter.XYs {
-	xys := make(plotter.XYs, len(values))
-	for i, v := range values {
-		xys[i] = plotter.XY{X: float64(i) + 0.5, Y: float64(v)}
-	}
-	return xys
-}
-
-func ints(v []int) []float64 {
-	out := make([]float64, len(v))
-	for i, x := range v {
-		out[i] = float64(x)
-	}
-	return out
+	return drillreport.ShadeWindow(p, 0, fault, ymin, ymax)
 }
