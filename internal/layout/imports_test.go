@@ -59,15 +59,21 @@ func goFiles(t *testing.T, visit func(rel, path string)) {
 // hackImportAllowed names the imports from outside hack/ into it that are
 // still accepted: the end-to-end suite (a module of its own that make test
 // never builds) drives the single-node cluster of the hack/e2e module, as
-// docs/e2e.md describes, and runs the fleet drill, whose report and naive
-// retries live with the other drills in hack/drills (docs/fleet-drill.md).
-// Product code and the tests make test runs take their environment from
-// internal/testenv.
+// docs/e2e.md describes, publishes the release to the node's registry the way
+// make release-push does (hack/publish, reading hack/image's archives), and
+// runs the fleet drill, whose report and naive retries live with the other
+// drills in hack/drills (docs/fleet-drill.md). Product code and the tests
+// make test runs take their environment from internal/testenv.
 func hackImportAllowed(rel, imp string) bool {
 	if !strings.HasPrefix(rel, "test/e2e/") {
 		return false
 	}
-	return strings.HasPrefix(imp, modulePath+"/hack/e2e/") || strings.HasPrefix(imp, modulePath+"/hack/drills/")
+	for _, tool := range []string{"e2e", "drills", "publish", "image"} {
+		if imp == modulePath+"/hack/"+tool || strings.HasPrefix(imp, modulePath+"/hack/"+tool+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // Nothing outside hack/ imports hack/: hack holds developer tools, and a
