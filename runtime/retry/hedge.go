@@ -88,8 +88,9 @@ type hedgeResult struct {
 	number int
 	err    error
 	took   time.Duration
-	call   *call    // the RoundTripper's forked attempt, or nil
-	ev     Evidence // err classified, once every attempt sent has failed
+	call   *call           // the RoundTripper's forked attempt, or nil
+	ev     Evidence        // err classified, once every attempt sent has failed
+	ctx    context.Context // the attempt's, with an Observer (nil without)
 }
 
 // hedged runs attempt a and, while it is pending, its hedges. The first
@@ -105,7 +106,11 @@ func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.
 	c, e, h := r.c, r.e, r.c.hedge
 	hedges := min(h.max, c.maxAttempts-a.Number)
 	if hedges <= 0 {
-		return r.attempt(ctx, op, a, elapsed), a.Number
+		actx := ctx
+		if e.observer != nil {
+			actx = r.startAttempt(ctx, r.call, a)
+		}
+		return r.attempt(actx, op, a, elapsed), a.Number
 	}
 	if !e.realBase.IsZero() && r.start.IsZero() {
 		// The retry loop makes r.start when a first attempt fails; a hedged
@@ -117,6 +122,9 @@ func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.
 	if r.call != nil {
 		var ferr error
 		if first, ferr = r.call.fork(a.Number == 1); ferr != nil {
+			if e.observer != nil {
+				r.startAttempt(ctx, nil, a) // the retry loop ends it, as an attempt not sent
+			}
 			return NotDispatched(ferr), a.Number
 		}
 	}
@@ -139,9 +147,18 @@ func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.
 			ar.call = f
 			calls = append(calls, f)
 		}
+		var sctx context.Context // the attempt's, observed
+		if e.observer != nil {
+			sctx = r.startAttempt(actx, f, b)
+			r.attemptCtx = nil // the round ends it (the winner's, the decisive one's: the retry loop)
+		}
 		go func() {
-			err := ar.attempt(actx, op, b, elapsed)
-			results <- hedgeResult{number: n, err: err, took: e.clock.Now().Sub(at), call: f}
+			ctx := actx
+			if sctx != nil {
+				ctx = sctx
+			}
+			err := ar.attempt(ctx, op, b, elapsed)
+			results <- hedgeResult{number: n, err: err, took: e.clock.Now().Sub(at), call: f, ctx: sctx}
 		}()
 	}
 	fire := make(chan struct{}, 1)
@@ -172,10 +189,13 @@ func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.
 					}
 				}
 				for ; inFlight > 0; inFlight-- {
-					if lost := <-results; lost.call != nil {
+					lost := <-results
+					if lost.call != nil {
 						lost.call.drop()
 					}
+					r.endHedge(lost.ctx, AttemptRecord{Attempt: lost.number})
 				}
+				r.attemptCtx = res.ctx
 				if h.observed != nil {
 					h.observed.observe(res.took)
 				}
@@ -250,6 +270,7 @@ func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.
 	}
 	i := decisive(failed, last)
 	err = failed[i].err
+	r.attemptCtx = failed[i].ctx
 	if f := failed[i].call; f != nil {
 		r.call.adopt(f) // its response, if any, is the one the retry loop keeps or discards
 	}
@@ -324,6 +345,8 @@ func (r *run) recordHedges(failed []hedgeResult, now time.Time) {
 			c.metrics.primaryFailed(ev.Class, now)
 		}
 		r.applied = r.applied || mayHaveApplied(ev)
-		r.records = append(r.records, AttemptRecord{Attempt: f.number, Evidence: ev, BudgetConsumed: f.number > 1, Error: f.err.Error()})
+		rec := AttemptRecord{Attempt: f.number, Evidence: ev, BudgetConsumed: f.number > 1, Error: f.err.Error()}
+		r.records = append(r.records, rec)
+		r.endHedge(f.ctx, rec)
 	}
 }
