@@ -7,6 +7,7 @@ module github.com/retryguard/retryguard/hack/otlp
 go 1.26.0
 
 require (
+	github.com/retryguard/retryguard/contract v0.1.0
 	github.com/retryguard/retryguard/runtime v0.1.0
 	github.com/retryguard/retryguard/runtime/grpc v0.1.0
 	github.com/retryguard/retryguard/runtime/otel v0.1.0
@@ -108,6 +109,7 @@ require (
 )
 
 replace (
+	github.com/retryguard/retryguard/contract => ../../contract
 	github.com/retryguard/retryguard/runtime => ../../runtime
 	github.com/retryguard/retryguard/runtime/grpc => ../../runtime/grpc
 	github.com/retryguard/retryguard/runtime/otel => ../../runtime/otel

@@ -16,9 +16,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/retryguard/retryguard/contract/policyconfig/fixtures"
 	retrygrpc "github.com/retryguard/retryguard/runtime/grpc"
 	retryotel "github.com/retryguard/retryguard/runtime/otel"
-	"github.com/retryguard/retryguard/runtime/policyconfig/fixtures"
 	"github.com/retryguard/retryguard/runtime/retry"
 	"github.com/retryguard/retryguard/runtime/watch"
 )

@@ -14,8 +14,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/retryguard/retryguard/contract/policyconfig/fixtures"
 	retryotel "github.com/retryguard/retryguard/runtime/otel"
-	"github.com/retryguard/retryguard/runtime/policyconfig/fixtures"
 	"github.com/retryguard/retryguard/runtime/retry"
 	"github.com/retryguard/retryguard/runtime/watch"
 )

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/retryguard/retryguard/runtime/policyconfig"
-	"github.com/retryguard/retryguard/runtime/policyconfig/fixtures"
+	"github.com/retryguard/retryguard/contract/policyconfig"
+	"github.com/retryguard/retryguard/contract/policyconfig/fixtures"
 )
 
 func freePort(t *testing.T) int {
