@@ -344,9 +344,6 @@ type run struct {
 	// concurrent: op is safe for concurrent use (DoHedged), so a hedging
 	// policy may run its attempts at once.
 	concurrent bool
-	// With an Observer: the context of the attempt the retry loop ends
-	// next (observe.go); nil once it is ended.
-	attemptCtx context.Context
 }
 
 // id is the operation's number, taken from the executor's sequence the
@@ -437,13 +434,13 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 			c.budget.PrimaryAt(now)
 		}
 		a := Attempt{Number: n, Policy: c.name, Key: r.key, Header: c.header}
+		var actx context.Context // the attempt the Observer is told the end of (nil without one)
 		if c.hedge != nil && r.hedgeable() {
-			err, n = r.hedged(ctx, op, a, elapsed)
+			err, n, actx = r.hedged(ctx, op, a, elapsed)
+		} else if obs == nil {
+			err = r.attempt(ctx, op, a, elapsed)
 		} else {
-			actx := ctx
-			if obs != nil {
-				actx = r.startAttempt(ctx, r.call, a)
-			}
+			actx = r.startAttempt(ctx, r.call, a)
 			err = r.attempt(actx, op, a, elapsed)
 		}
 		if err == nil {
@@ -465,7 +462,7 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 				if r.call != nil && r.call.res != nil {
 					rec.Evidence.Status = r.call.res.StatusCode
 				}
-				r.endAttempt(rec, Decision{Next: Dispatched})
+				r.endAttempt(actx, rec, Decision{Next: Dispatched})
 				obs.EndOperation(ctx, n, nil)
 			}
 			return nil
@@ -514,7 +511,7 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 		}
 		r.records = append(r.records, rec)
 		if obs != nil {
-			r.endAttempt(rec, d)
+			r.endAttempt(actx, rec, d)
 		}
 		if !d.Retry() {
 			break

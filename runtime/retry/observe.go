@@ -61,8 +61,7 @@ func (e *Executor) Inject(ctx context.Context, h http.Header) {
 
 // startAttempt starts the observation of attempt a, which runs under ctx,
 // or under f's context when it is an HTTP attempt (the call's or a hedge's
-// fork), and makes it the attempt the retry loop ends next. It returns the
-// attempt's context.
+// fork). It returns the attempt's context.
 func (r *run) startAttempt(ctx context.Context, f *call, a Attempt) context.Context {
 	parent := ctx
 	if f != nil {
@@ -75,17 +74,15 @@ func (r *run) startAttempt(ctx context.Context, f *call, a Attempt) context.Cont
 	if f != nil {
 		f.actx = actx
 	}
-	r.attemptCtx = actx
 	return actx
 }
 
-// endAttempt ends the observation of the attempt the retry loop decided on.
-func (r *run) endAttempt(rec AttemptRecord, d Decision) {
-	if r.attemptCtx == nil {
-		return
+// endAttempt ends the observation of the attempt the retry loop decided on,
+// which runs under actx (nil when it was not observed).
+func (r *run) endAttempt(actx context.Context, rec AttemptRecord, d Decision) {
+	if actx != nil {
+		r.e.observer.EndAttempt(actx, rec, d)
 	}
-	r.e.observer.EndAttempt(r.attemptCtx, rec, d)
-	r.attemptCtx = nil
 }
 
 // endHedge ends the observation of a hedged attempt the retry loop does not
