@@ -12,12 +12,12 @@ TEST_PKGS ?= ./...
 # The contract (what the API and the pods share, on the standard library
 # alone) and the runtime are modules of their own (applications import them
 # without the operator's dependencies), the runtime with nested modules for the client-go informer,
-# the Kafka sink, the gRPC interceptor and the peer benchmarks; the
+# the Kafka sink, the gRPC interceptor, the OpenTelemetry observer and the peer benchmarks; the
 # conformance vectors (conformance/) run against it from a module of their own.
 # make test, fmt and vet cover each.
-RUNTIME_MODULES = contract runtime runtime/watch/informer runtime/events/kafka runtime/grpc runtime/benchmarks conformance
+RUNTIME_MODULES = contract runtime runtime/watch/informer runtime/events/kafka runtime/grpc runtime/otel runtime/benchmarks conformance
 # runtime/benchmarks holds benchmarks only: vet compiles it, make bench runs it.
-RUNTIME_TEST_MODULES = contract runtime runtime/watch/informer runtime/events/kafka runtime/grpc conformance
+RUNTIME_TEST_MODULES = contract runtime runtime/watch/informer runtime/events/kafka runtime/grpc runtime/otel conformance
 FUZZTIME ?= 60s
 
 SHELL := /usr/bin/env bash -o pipefail
@@ -39,7 +39,7 @@ demo: manifests envtest ## Run the story on an embedded local control plane, the
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) run ./hack/demo
 
 .PHONY: test
-test: manifests generate fmt vet api-lint envtest chart-check image-check publish-check drill-check consumer-check release-check ## Regenerate, check and run every test against a real API server.
+test: manifests generate fmt vet api-lint envtest chart-check image-check publish-check drill-check consumer-check otlp-check release-check ## Regenerate, check and run every test against a real API server.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test $(TEST_FLAGS) $(TEST_PKGS)
 	for m in $(RUNTIME_TEST_MODULES); do KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) -C $$m test $(TEST_FLAGS) ./...; done
 
@@ -114,6 +114,10 @@ chart-readme: ## Regenerate the values table in charts/retryguard/README.md from
 .PHONY: consumer-check
 consumer-check: ## Check that an application importing the runtime takes none of the operator's dependencies.
 	cd hack/consumer && $(GO) test -count=1 ./...
+
+.PHONY: otlp-check
+otlp-check: ## Read the traces of a request through the RoundTripper and through the sidecar (a real process) back from the OpenTelemetry Collector's OTLP receiver.
+	cd hack/otlp && $(GO) test -count=1 ./...
 
 .PHONY: release-check
 release-check: ## Publish the modules at a test version to a file-based module proxy, then go install the plugin and go get the runtime from it, as docs/release.md says.

@@ -169,6 +169,22 @@ func run(ctx context.Context, o options) error {
 		retry.WithDeadLetters(newKeptSink(journal, reg)),
 		retry.WithMetrics(retry.NewMetrics(reg)),
 	}
+	tr, err := startTracing(ctx)
+	if err != nil {
+		return err
+	}
+	if tr != nil {
+		obs, err := tr.option()
+		if err != nil {
+			return err
+		}
+		opts = append(opts, obs)
+		defer func() {
+			flush, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			tr.stop(flush)
+		}()
+	}
 	if o.brokers != "" {
 		stopKafka, sinkOpt, err := startKafka(ctx, o, journal)
 		if err != nil {
@@ -194,7 +210,11 @@ func run(ctx context.Context, o options) error {
 		if err != nil {
 			return err
 		}
-		srv := &http.Server{Handler: tellDropped(p), ReadHeaderTimeout: 10 * time.Second}
+		var h http.Handler = tellDropped(p)
+		if tr != nil {
+			h = tr.extract(h)
+		}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 		servers = append(servers, srv)
 		go func() { _ = srv.Serve(ln) }()
 	}
@@ -227,7 +247,8 @@ func run(ctx context.Context, o options) error {
 		go func() { _ = srv.Serve(ln) }()
 	}
 	ready.Store(true)
-	slog.Info("retryguard-proxy ready", "routes", len(table.Routes), "ports", table.Ports(), "watch", o.watch, "admin", o.adminPort, "metrics", o.metricsPort)
+	slog.Info("retryguard-proxy ready", "routes", len(table.Routes), "ports", table.Ports(), "watch", o.watch, "admin", o.adminPort, "metrics", o.metricsPort,
+		"tracing", tr != nil)
 
 	<-ctx.Done()
 	// A native sidecar is stopped after the application's containers, so

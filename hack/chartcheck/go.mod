@@ -164,6 +164,7 @@ replace github.com/retryguard/retryguard => ../..
 // The runtime modules are developed in this repository.
 replace (
 	github.com/retryguard/retryguard/runtime => ../../runtime
+	github.com/retryguard/retryguard/runtime/otel => ../../runtime/otel
 	github.com/retryguard/retryguard/runtime/watch/informer => ../../runtime/watch/informer
 )
 

@@ -28,17 +28,32 @@ func TestModuleGraphHasNoOperatorDependencies(t *testing.T) {
 // application that requires it resolves (the repository's go.work would
 // give the union of every module's).
 func TestGRPCModuleGraphHasNoOperatorDependencies(t *testing.T) {
-	grpcDir, err := filepath.Abs("../../runtime/grpc")
+	checkNestedModuleGraph(t, "../../runtime/grpc", operatorModules)
+}
+
+// The OpenTelemetry observer's module takes the OpenTelemetry API, and
+// none of the operator's dependencies, nor grpc-go (the OTLP exporters and
+// their gRPC are the application's choice, never the observer's).
+func TestOTelModuleGraphHasNoOperatorDependencies(t *testing.T) {
+	checkNestedModuleGraph(t, "../../runtime/otel", append(operatorModules, "google.golang.org/grpc"))
+}
+
+// checkNestedModuleGraph checks the graph of the runtime's nested module in
+// dir, read in a workspace of it alone with the runtime taken from the work
+// tree.
+func checkNestedModuleGraph(t *testing.T, dir string, forbidden []string) {
+	t.Helper()
+	modDir, err := filepath.Abs(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	work := filepath.Join(t.TempDir(), "go.work")
-	body := "go 1.26.0\n\nuse " + grpcDir + "\n\nreplace github.com/retryguard/retryguard/runtime => " + filepath.Dir(grpcDir) + "\n" +
-		"\nreplace github.com/retryguard/retryguard/contract => " + filepath.Join(filepath.Dir(filepath.Dir(grpcDir)), "contract") + "\n"
+	body := "go 1.26.0\n\nuse " + modDir + "\n\nreplace github.com/retryguard/retryguard/runtime => " + filepath.Dir(modDir) + "\n" +
+		"\nreplace github.com/retryguard/retryguard/contract => " + filepath.Join(filepath.Dir(filepath.Dir(modDir)), "contract") + "\n"
 	if err := os.WriteFile(work, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	checkModuleGraph(t, grpcDir, work, operatorModules)
+	checkModuleGraph(t, modDir, work, forbidden)
 }
 
 // checkModuleGraph lists the module graph of dir under the workspace

@@ -108,6 +108,7 @@ require (
 replace (
 	github.com/retryguard/retryguard/runtime => ../../runtime
 	github.com/retryguard/retryguard/runtime/events/kafka => ../../runtime/events/kafka
+	github.com/retryguard/retryguard/runtime/otel => ../../runtime/otel
 	github.com/retryguard/retryguard/runtime/watch/informer => ../../runtime/watch/informer
 )
 

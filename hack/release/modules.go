@@ -15,6 +15,7 @@ var Published = []string{
 	"runtime/watch/informer",
 	"runtime/events/kafka",
 	"runtime/grpc",
+	"runtime/otel",
 }
 
 // NotPublished lists the modules outside hack/ and test/ that are never

@@ -95,8 +95,8 @@ func TestCheckSumsNamesASiblingChangedSinceTheStamp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The root, the informer, the Kafka sink, gRPC and conformance require
-	// the runtime; the informer's and Kafka's own zips are unchanged.
+	// The root, the informer, the Kafka sink, gRPC, OpenTelemetry and
+	// conformance require the runtime; the informer's and Kafka's own zips are unchanged.
 	var files []string
 	for _, p := range stale {
 		if !strings.Contains(p, " github.com/retryguard/retryguard/runtime "+version+" h1:") {
@@ -105,7 +105,8 @@ func TestCheckSumsNamesASiblingChangedSinceTheStamp(t *testing.T) {
 		files = append(files, strings.SplitN(p, ":", 2)[0])
 	}
 	slices.Sort(files)
-	want := []string{"conformance/go.sum", "go.sum", "runtime/events/kafka/go.sum", "runtime/grpc/go.sum", "runtime/watch/informer/go.sum"}
+	want := []string{"conformance/go.sum", "go.sum", "runtime/events/kafka/go.sum", "runtime/grpc/go.sum", "runtime/otel/go.sum",
+		"runtime/watch/informer/go.sum"}
 	if !slices.Equal(files, want) {
 		t.Errorf("CheckSums names %q, want %q", files, want)
 	}
@@ -203,7 +204,7 @@ func TestRunCheckPrintsTheTags(t *testing.T) {
 		t.Fatalf("release -check %s: exit %d\n%s", version, code, stderr.String())
 	}
 	want := "git push origin " + version + " contract/" + version + " runtime/" + version + " runtime/watch/informer/" + version +
-		" runtime/events/kafka/" + version + " runtime/grpc/" + version + "\n"
+		" runtime/events/kafka/" + version + " runtime/grpc/" + version + " runtime/otel/" + version + "\n"
 	if !strings.HasSuffix(stdout.String(), want) {
 		t.Errorf("release -check %s printed\n%s\nwant it to end with %q", version, stdout.String(), want)
 	}

@@ -128,6 +128,7 @@ func (o *hedgedOperation) attempt(ctx context.Context, a retry.Attempt) error {
 		ctx = metadata.NewOutgoingContext(ctx, o.md) // read only from here on, by every attempt
 	}
 	o.mu.Unlock()
+	ctx = o.i.propagate(ctx)
 
 	at := &hedgedAttempt{reply: o.reply.ProtoReflect().New().Interface()}
 	opts := append(o.opts[:len(o.opts):len(o.opts)], grpc.Header(&at.header), grpc.Trailer(&at.trailer), grpc.Peer(&at.peer))

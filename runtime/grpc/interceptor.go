@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync/atomic"
 
@@ -165,6 +166,7 @@ func (o *operation) attempt(ctx context.Context, a retry.Attempt) error {
 		}
 		ctx = metadata.NewOutgoingContext(ctx, o.md)
 	}
+	ctx = o.i.propagate(ctx)
 	c := &o.first
 	if o.firstUsed {
 		c = new(call)
@@ -253,3 +255,26 @@ func (e *refused) Error() string {
 }
 
 func (e *refused) Unwrap() []error { return []error{e.err, e.sentinel} }
+
+// propagate puts what the executor's Observer sends with the attempt
+// running under ctx (a W3C traceparent) into the attempt's own copy of the
+// outgoing metadata, its keys in lower case as gRPC's are; without an
+// Observer it returns ctx as it is.
+func (i *Interceptor) propagate(ctx context.Context) context.Context {
+	if !i.executor.Observed() {
+		return ctx
+	}
+	h := http.Header{}
+	i.executor.Inject(ctx, h)
+	if len(h) == 0 {
+		return ctx
+	}
+	md, _ := metadata.FromOutgoingContext(ctx) // a copy: attempts do not share what each carries
+	if md == nil {
+		md = metadata.MD{}
+	}
+	for k, v := range h {
+		md.Set(strings.ToLower(k), v...)
+	}
+	return metadata.NewOutgoingContext(ctx, md)
+}

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
+	"net/http/httptrace"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -63,6 +65,7 @@ type Executor struct {
 	events      EventSink
 	deadLetters DeadLetterSink
 	metrics     *Metrics
+	observer    Observer // nil unless WithObserver
 
 	// compiled maps policy names to compiled policies. It is copied on
 	// write (rare: a new name or payload) so that the hot path reads a
@@ -400,6 +403,10 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 		now = e.clock.Now()
 		r.start = now
 	}
+	obs := e.observer
+	if obs != nil {
+		ctx = r.startOperation(ctx)
+	}
 	r.m.state = Submitted
 	r.emit("", Submitted, 0, "")
 	var prevDelay time.Duration
@@ -426,10 +433,15 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 		default:
 			c.budget.PrimaryAt(now)
 		}
+		a := Attempt{Number: n, Policy: c.name, Key: r.key, Header: c.header}
+		var actx context.Context // the attempt the Observer is told the end of (nil without one)
 		if c.hedge != nil && r.hedgeable() {
-			err, n = r.hedged(ctx, op, Attempt{Number: n, Policy: c.name, Key: r.key, Header: c.header}, elapsed)
+			err, n, actx = r.hedged(ctx, op, a, elapsed)
+		} else if obs == nil {
+			err = r.attempt(ctx, op, a, elapsed)
 		} else {
-			err = r.attempt(ctx, op, Attempt{Number: n, Policy: c.name, Key: r.key, Header: c.header}, elapsed)
+			actx = r.startAttempt(ctx, r.call, a)
+			err = r.attempt(actx, op, a, elapsed)
 		}
 		if err == nil {
 			if n == 1 && c.budget != nil {
@@ -445,6 +457,14 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 				}
 			}
 			r.to(Dispatched, n, "")
+			if obs != nil {
+				rec := AttemptRecord{Attempt: n, Evidence: Evidence{Class: classSuccess, Dispatched: true}}
+				if r.call != nil && r.call.res != nil {
+					rec.Evidence.Status = r.call.res.StatusCode
+				}
+				r.endAttempt(actx, rec, Decision{Next: Dispatched})
+				obs.EndOperation(ctx, n, nil)
+			}
 			return nil
 		}
 		if n == 1 {
@@ -490,6 +510,9 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 			rec.BudgetConsumed, rec.BudgetDenied = d.Retry(), in.Budget
 		}
 		r.records = append(r.records, rec)
+		if obs != nil {
+			r.endAttempt(actx, rec, d)
+		}
 		if !d.Retry() {
 			break
 		}
@@ -520,7 +543,30 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 	// its reason, the attempts made, and the terminal state finish records.
 	c.metrics.denied(d.Reason)
 	c.metrics.finished(n)
-	return r.finish(ctx, d, err)
+	err = r.finish(ctx, d, err)
+	if obs != nil {
+		obs.EndOperation(ctx, len(r.records), err)
+	}
+	return err
+}
+
+// startOperation starts the Observer's observation of the operation and
+// returns the context it runs under; an HTTP call's attempts then run
+// under it too.
+func (r *run) startOperation(ctx context.Context) context.Context {
+	var req *http.Request
+	if r.call != nil {
+		req = r.call.req
+	}
+	octx := r.e.observer.StartOperation(ctx, r.c.name, req)
+	if octx == nil {
+		return ctx
+	}
+	if r.call != nil {
+		r.call.parent = octx
+		r.call.ctx = httptrace.WithClientTrace(octx, &r.call.hooks.trace)
+	}
+	return octx
 }
 
 // attempt runs one attempt, bounded by perAttemptTimeout and the

@@ -88,8 +88,9 @@ type hedgeResult struct {
 	number int
 	err    error
 	took   time.Duration
-	call   *call    // the RoundTripper's forked attempt, or nil
-	ev     Evidence // err classified, once every attempt sent has failed
+	call   *call           // the RoundTripper's forked attempt, or nil
+	ev     Evidence        // err classified, once every attempt sent has failed
+	ctx    context.Context // the attempt's, with an Observer (nil without)
 }
 
 // hedged runs attempt a and, while it is pending, its hedges. The first
@@ -98,14 +99,20 @@ type hedgeResult struct {
 // its response closed). When every attempt sent fails, it returns the
 // decisive failure (decisive), for the retry loop to decide on, and records
 // the others as attempts. last is the number of the last attempt sent,
-// whichever won: the operation made them all.
+// whichever won: the operation made them all. With an Observer, actx is the
+// context of the attempt the retry loop ends (the winner, or the decisive
+// failure); the round ends the others' itself.
 // Nothing is sent once the deadline, less its reserve, cannot hold an
 // attempt, or once the budget refuses.
-func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.Duration) (err error, last int) {
+func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.Duration) (err error, last int, actx context.Context) {
 	c, e, h := r.c, r.e, r.c.hedge
 	hedges := min(h.max, c.maxAttempts-a.Number)
 	if hedges <= 0 {
-		return r.attempt(ctx, op, a, elapsed), a.Number
+		if e.observer == nil {
+			return r.attempt(ctx, op, a, elapsed), a.Number, nil
+		}
+		actx = r.startAttempt(ctx, r.call, a)
+		return r.attempt(actx, op, a, elapsed), a.Number, actx
 	}
 	if !e.realBase.IsZero() && r.start.IsZero() {
 		// The retry loop makes r.start when a first attempt fails; a hedged
@@ -117,11 +124,14 @@ func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.
 	if r.call != nil {
 		var ferr error
 		if first, ferr = r.call.fork(a.Number == 1); ferr != nil {
-			return NotDispatched(ferr), a.Number
+			if e.observer != nil {
+				actx = r.startAttempt(ctx, nil, a) // the retry loop ends it, as an attempt not sent
+			}
+			return NotDispatched(ferr), a.Number, actx
 		}
 	}
 	now := e.clock.Now()
-	actx, cancel := context.WithCancel(ctx)
+	hctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	results := make(chan hedgeResult, hedges+1)
 	// The attempts run on a copy of the run, which they only read: r itself
@@ -139,15 +149,23 @@ func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.
 			ar.call = f
 			calls = append(calls, f)
 		}
+		var sctx context.Context // the attempt's, observed
+		if e.observer != nil {
+			sctx = r.startAttempt(hctx, f, b) // ended by the round, or (the winner's, the decisive one's) by the retry loop
+		}
 		go func() {
-			err := ar.attempt(actx, op, b, elapsed)
-			results <- hedgeResult{number: n, err: err, took: e.clock.Now().Sub(at), call: f}
+			ctx := hctx
+			if sctx != nil {
+				ctx = sctx
+			}
+			err := ar.attempt(ctx, op, b, elapsed)
+			results <- hedgeResult{number: n, err: err, took: e.clock.Now().Sub(at), call: f, ctx: sctx}
 		}()
 	}
 	fire := make(chan struct{}, 1)
 	arm := func() {
 		go func() {
-			if e.clock.Sleep(actx, h.wait()) == nil {
+			if e.clock.Sleep(hctx, h.wait()) == nil {
 				fire <- struct{}{}
 			}
 		}()
@@ -172,10 +190,13 @@ func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.
 					}
 				}
 				for ; inFlight > 0; inFlight-- {
-					if lost := <-results; lost.call != nil {
+					lost := <-results
+					if lost.call != nil {
 						lost.call.drop()
 					}
+					r.endHedge(lost.ctx, AttemptRecord{Attempt: lost.number})
 				}
+				actx = res.ctx
 				if h.observed != nil {
 					h.observed.observe(res.took)
 				}
@@ -195,7 +216,7 @@ func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.
 				if a.Number == 1 && last > 1 {
 					c.metrics.started() // not a first-attempt success, as the retry loop counts one
 				}
-				return nil, last
+				return nil, last, actx
 			}
 			failed = append(failed, res)
 			// An answer that failed ends the hedging: what follows it is the
@@ -250,6 +271,7 @@ func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.
 	}
 	i := decisive(failed, last)
 	err = failed[i].err
+	actx = failed[i].ctx
 	if f := failed[i].call; f != nil {
 		r.call.adopt(f) // its response, if any, is the one the retry loop keeps or discards
 	}
@@ -262,7 +284,7 @@ func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.
 	if a.Number == 1 && last > 1 {
 		c.metrics.started() // the retry loop counts it for a first attempt that failed alone
 	}
-	return err, last
+	return err, last, actx
 }
 
 // hedgeable says whether this operation's attempts may run at once: the
@@ -324,6 +346,8 @@ func (r *run) recordHedges(failed []hedgeResult, now time.Time) {
 			c.metrics.primaryFailed(ev.Class, now)
 		}
 		r.applied = r.applied || mayHaveApplied(ev)
-		r.records = append(r.records, AttemptRecord{Attempt: f.number, Evidence: ev, BudgetConsumed: f.number > 1, Error: f.err.Error()})
+		rec := AttemptRecord{Attempt: f.number, Evidence: ev, BudgetConsumed: f.number > 1, Error: f.err.Error()}
+		r.records = append(r.records, rec)
+		r.endHedge(f.ctx, rec)
 	}
 }

@@ -77,7 +77,7 @@ func (rt *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody(req)
 		return nil, err
 	}
-	c := &call{req: req, base: base, idempotent: httprules.IsIdempotentMethod(req.Method)}
+	c := &call{req: req, base: base, idempotent: httprules.IsIdempotentMethod(req.Method), observer: rt.Executor.observer}
 	if err := c.keepBody(rt.maxBufferedBody()); err != nil {
 		return nil, err
 	}
@@ -162,6 +162,12 @@ type call struct {
 
 	hooks *hooks
 	ctx   context.Context // the caller's, with the trace
+	// With an Observer: parent is the operation's context (the caller's
+	// otherwise, and nil), which hedges fork theirs from; actx is the
+	// attempt's, c.ctx with the Observer's attempt in it, under which the
+	// attempt is sent, its trace context injected in its header.
+	parent, actx context.Context
+	observer     Observer
 
 	// The attempt in flight, or the one whose response is kept. The first
 	// attempt's request and URL live here (one allocation for the call);
@@ -199,11 +205,15 @@ func (c *call) fork(first bool) (*call, error) {
 		return nil, err
 	}
 	f := &call{req: c.req, base: c.base, idempotent: c.idempotent, buffered: c.buffered, hasBuffer: c.hasBuffer,
-		sentBody: true, given: body, givenLen: length}
+		sentBody: true, given: body, givenLen: length, observer: c.observer}
 	f.hooks = &hooks{call: f}
 	f.hooks.trace = f.hooks.clientTrace()
+	parent := c.parent
+	if parent == nil {
+		parent = c.req.Context()
+	}
 	var ctx context.Context
-	ctx, f.stop = context.WithCancel(c.req.Context())
+	ctx, f.stop = context.WithCancel(parent)
 	f.ctx = httptrace.WithClientTrace(ctx, &f.hooks.trace)
 	return f, nil
 }
@@ -366,12 +376,16 @@ func (c *call) prepare() string {
 // attempt sends attempt a, bounded by limit when it is positive (its own
 // context then ends when the caller is done with its response, at EOF or
 // Close; at once when the attempt fails or its response is discarded).
-// The executor's context is the caller's; c.ctx is it with the trace.
+// The executor's context is the caller's; c.ctx is it with the trace, and
+// c.actx that with the Observer's attempt.
 func (c *call) attempt(_ context.Context, a Attempt, limit time.Duration) error {
 	ctx := c.ctx
+	if c.actx != nil {
+		ctx = c.actx
+	}
 	c.cancel = nil
 	if limit > 0 {
-		ctx, c.cancel = context.WithTimeout(c.ctx, limit)
+		ctx, c.cancel = context.WithTimeout(ctx, limit)
 	}
 	var (
 		body   io.ReadCloser
@@ -407,11 +421,18 @@ func (c *call) attempt(_ context.Context, a Attempt, limit time.Duration) error 
 		// refuses once this attempt reached the dependency.
 		out.GetBody = c.resend
 	}
-	if a.Key != "" || c.stop != nil {
-		// Hedged attempts in flight side by side each own their header map.
+	if a.Key != "" || c.stop != nil || c.actx != nil {
+		// Hedged attempts in flight side by side each own their header map,
+		// and so does an observed attempt, its own trace context in it.
 		out.Header = c.req.Header.Clone()
+		if out.Header == nil {
+			out.Header = http.Header{}
+		}
 		if a.Key != "" {
 			out.Header.Set(a.Header, a.Key)
+		}
+		if c.actx != nil {
+			c.observer.Inject(c.actx, out.Header)
 		}
 	}
 	if err := c.ctx.Err(); err != nil {
