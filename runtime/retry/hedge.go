@@ -205,7 +205,9 @@ func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.
 						f.call.drop()
 					}
 				}
-				r.recordHedges(failed, e.clock.Now())
+				now = e.clock.Now()
+				r.classifyHedges(failed, now) // they failed: their evidence is recorded, not a cancellation's
+				r.recordHedges(failed, now)
 				if res.call != nil {
 					r.call.adopt(res.call)
 				}
@@ -266,9 +268,7 @@ func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.
 	// Every attempt sent failed: the decisive one goes to the retry loop, the
 	// others are recorded here, each as an attempt.
 	now = e.clock.Now()
-	for j, f := range failed {
-		failed[j].ev = classify(clientResent(f.err, r.call == nil, r.key != ""), c.retryOnStatus, c.retryOnError, now)
-	}
+	r.classifyHedges(failed, now)
 	i := decisive(failed, last)
 	err = failed[i].err
 	actx = failed[i].ctx
@@ -332,6 +332,13 @@ func (r *run) hedgeGranted() bool {
 		c.tokens.Set(c.budget.Tokens())
 	}
 	return d == budget.Allowed
+}
+
+// classifyHedges gives each failed attempt of a round its evidence.
+func (r *run) classifyHedges(failed []hedgeResult, now time.Time) {
+	for j, f := range failed {
+		failed[j].ev = classify(clientResent(f.err, r.call == nil, r.key != ""), r.c.retryOnStatus, r.c.retryOnError, now)
+	}
 }
 
 // recordHedges records attempts that failed beside the one the retry loop

@@ -160,3 +160,31 @@ func TestObserverGivesDoTheAttemptsContext(t *testing.T) {
 		t.Fatalf("the observer saw\n%q\nwant\n%q", events, want)
 	}
 }
+
+// A hedge that fails while the attempt it hedges is still in flight, which
+// then wins, is ended with its own evidence (its 503, its class): it did
+// fail, and was not cancelled.
+func TestObserverEndsAHedgeThatFailedBesideTheWinnerWithItsEvidence(t *testing.T) {
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if n.Add(1) == 1 {
+			time.Sleep(300 * time.Millisecond) // the hedge is sent, and answers, meanwhile
+			return
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	rec := &recorder{}
+	c := hedgingClient(srv, hedgePolicy(t, "20ms"), WithObserver(rec))
+	res, err := hedgedPost(t, c, srv.URL, "{}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = res.Body.Close()
+	want := []string{"start sms-2fa-dispatch request=true", "attempt 2 ATTEMPTING status=503 sleep=false code=",
+		"attempt 1 DISPATCHED status=200 sleep=false code=", "end attempts=2 err=false"}
+	if got := rec.all(); !slices.Equal(got, want) {
+		t.Fatalf("the observer saw\n%q\nwant\n%q", got, want)
+	}
+	srv.Client().CloseIdleConnections()
+}
