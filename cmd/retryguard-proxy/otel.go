@@ -62,9 +62,10 @@ func startTracing(ctx context.Context) (*tracing, error) {
 	default:
 		return nil, fmt.Errorf("%s=%q: the sidecar exports otlp or none", envTracesExporter, e)
 	}
+	protocolVar := envTracesProtocol // the variable the protocol came from, for the error
 	protocol := os.Getenv(envTracesProtocol)
 	if protocol == "" {
-		protocol = os.Getenv(envProtocol)
+		protocolVar, protocol = envProtocol, os.Getenv(envProtocol)
 	}
 	var (
 		exp sdktrace.SpanExporter
@@ -76,7 +77,7 @@ func startTracing(ctx context.Context) (*tracing, error) {
 	case "grpc":
 		exp, err = otlptracegrpc.New(ctx)
 	default:
-		return nil, fmt.Errorf("%s=%q: want http/protobuf or grpc", envProtocol, protocol)
+		return nil, fmt.Errorf("%s=%q: want http/protobuf or grpc", protocolVar, protocol)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("the OTLP trace exporter: %w", err)

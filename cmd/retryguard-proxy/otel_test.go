@@ -21,6 +21,7 @@ func TestTracingFollowsTheSDKsVariables(t *testing.T) {
 		{name: "exporter none", env: map[string]string{envEndpoint: "http://127.0.0.1:4318", envTracesExporter: "none"}},
 		{name: "sdk disabled", env: map[string]string{envEndpoint: "http://127.0.0.1:4318", envSDKDisabled: "true"}},
 		{name: "json", env: map[string]string{envEndpoint: "http://127.0.0.1:4318", envProtocol: "http/json"}, err: envProtocol},
+		{name: "traces json", env: map[string]string{envEndpoint: "http://127.0.0.1:4318", envTracesProtocol: "http/json"}, err: envTracesProtocol},
 		{name: "zipkin", env: map[string]string{envEndpoint: "http://127.0.0.1:4318", envTracesExporter: "zipkin"}, err: envTracesExporter},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
