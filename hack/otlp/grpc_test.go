@@ -117,6 +117,12 @@ func TestGRPCAttemptsAreOneTraceInTheReceiver(t *testing.T) {
 	if v, ok := attempts[0].attr("error.type"); !ok || v.Str() != "503" {
 		t.Errorf("the first attempt's error.type = %v, want 503 (UNAVAILABLE from the server)", v.AsRaw())
 	}
+	for i, a := range attempts {
+		// UNAVAILABLE came in an HTTP/2 200: the status is the mapping's, for error.type, not an HTTP response's.
+		if v, ok := a.attr("http.response.status_code"); ok {
+			t.Errorf("gRPC attempt %d carries http.response.status_code=%v; no HTTP status was received", i+1, v.AsRaw())
+		}
+	}
 	if v, ok := attempts[1].attr("http.request.resend_count"); !ok || v.Int() != 1 {
 		t.Errorf("the second attempt's http.request.resend_count = %v, want 1", v.AsRaw())
 	}

@@ -218,8 +218,11 @@ func Decision(r retry.AttemptRecord, d retry.Decision) string {
 func (o *Observer) EndAttempt(ctx context.Context, r retry.AttemptRecord, d retry.Decision) {
 	span := trace.SpanFromContext(ctx)
 	decision := Decision(r, d)
+	op := operationOf(ctx)
 	attrs := []attribute.KeyValue{DecisionKey.String(decision)}
-	if r.Evidence.Status > 0 {
+	if r.Evidence.Status > 0 && op.req != nil {
+		// Only the RoundTripper's attempts received an HTTP response: an
+		// Operation's status may be a mapping (runtime/grpc's UNAVAILABLE is 503).
 		attrs = append(attrs, semconv.HTTPResponseStatusCode(r.Evidence.Status))
 	}
 	errType := errorType(r, decision)
@@ -235,7 +238,7 @@ func (o *Observer) EndAttempt(ctx context.Context, r retry.AttemptRecord, d retr
 	}
 	span.SetAttributes(attrs...)
 	span.End()
-	counted := []attribute.KeyValue{PolicyKey.String(operationOf(ctx).policy), DecisionKey.String(decision)}
+	counted := []attribute.KeyValue{PolicyKey.String(op.policy), DecisionKey.String(decision)}
 	if errType != "" {
 		counted = append(counted, semconv.ErrorTypeKey.String(errType))
 	}
