@@ -3,11 +3,8 @@ package retry
 import (
 	"context"
 	"math"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -224,50 +221,4 @@ func TestThePackedDurationsNeverGoDownAndLoseNothing(t *testing.T) {
 	if counts, sum := h.snapshot(); counts != want || sum != wantSum {
 		t.Fatalf("after %d durations: counts %v, sum %d; want %v, %d", goroutines*each, counts, sum, want, wantSum)
 	}
-}
-
-// A hedge that answers 503 while the attempt it hedges goes on to win is a
-// transient attempt in retryguard_attempts_total, not an unrecognized one.
-func TestAHedgeThatFailedBesideTheWinnerIsCountedByItsClass(t *testing.T) {
-	var n atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		if n.Add(1) == 1 {
-			time.Sleep(300 * time.Millisecond) // the hedge is sent, and answers, meanwhile
-			return
-		}
-		w.WriteHeader(http.StatusServiceUnavailable)
-	}))
-	defer srv.Close()
-	reg := prometheus.NewRegistry()
-	c := hedgingClient(srv, hedgePolicy(t, "20ms"), WithMetrics(NewMetrics(reg)))
-	res, err := hedgedPost(t, c, srv.URL, "{}")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = res.Body.Close()
-	const want = `
-# HELP retryguard_attempts_total Attempts by classification of their outcome.
-# TYPE retryguard_attempts_total counter
-retryguard_attempts_total{class="ambiguous",policy="sms-2fa-dispatch"} 0
-retryguard_attempts_total{class="permanent",policy="sms-2fa-dispatch"} 0
-retryguard_attempts_total{class="success",policy="sms-2fa-dispatch"} 1
-retryguard_attempts_total{class="transient",policy="sms-2fa-dispatch"} 1
-retryguard_attempts_total{class="unrecognized",policy="sms-2fa-dispatch"} 0
-`
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got strings.Builder
-	for _, mf := range families {
-		if mf.GetName() == "retryguard_attempts_total" {
-			if _, err := expfmt.MetricFamilyToText(&got, mf); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if got.String() != strings.TrimPrefix(want, "\n") {
-		t.Errorf("metrics:\n%s\nwant:\n%s", got.String(), want)
-	}
-	srv.Client().CloseIdleConnections()
 }

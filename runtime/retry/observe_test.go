@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // recorder is an Observer that writes down what it is told, each attempt
@@ -163,8 +165,9 @@ func TestObserverGivesDoTheAttemptsContext(t *testing.T) {
 
 // A hedge that fails while the attempt it hedges is still in flight, which
 // then wins, is ended with its own evidence (its 503, its class): it did
-// fail, and was not cancelled.
-func TestObserverEndsAHedgeThatFailedBesideTheWinnerWithItsEvidence(t *testing.T) {
+// fail, and was not cancelled; retryguard_attempts_total counts it
+// transient, not unrecognized.
+func TestAHedgeThatFailedBesideTheWinnerKeepsItsEvidence(t *testing.T) {
 	var n atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		if n.Add(1) == 1 {
@@ -174,8 +177,8 @@ func TestObserverEndsAHedgeThatFailedBesideTheWinnerWithItsEvidence(t *testing.T
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}))
 	defer srv.Close()
-	rec := &recorder{}
-	c := hedgingClient(srv, hedgePolicy(t, "20ms"), WithObserver(rec))
+	rec, reg := &recorder{}, prometheus.NewRegistry()
+	c := hedgingClient(srv, hedgePolicy(t, "20ms"), WithObserver(rec), WithMetrics(NewMetrics(reg)))
 	res, err := hedgedPost(t, c, srv.URL, "{}")
 	if err != nil {
 		t.Fatal(err)
@@ -185,6 +188,25 @@ func TestObserverEndsAHedgeThatFailedBesideTheWinnerWithItsEvidence(t *testing.T
 		"attempt 1 DISPATCHED status=200 sleep=false code=", "end attempts=2 err=false"}
 	if got := rec.all(); !slices.Equal(got, want) {
 		t.Fatalf("the observer saw\n%q\nwant\n%q", got, want)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := map[string]float64{}
+	for _, mf := range families {
+		if mf.GetName() == "retryguard_attempts_total" {
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "class" {
+						counted[l.GetValue()] = m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+	}
+	if counted["transient"] != 1 || counted["success"] != 1 || counted["unrecognized"] != 0 {
+		t.Fatalf("retryguard_attempts_total by class: %v, want the hedge's 503 transient and the winner a success", counted)
 	}
 	srv.Client().CloseIdleConnections()
 }
