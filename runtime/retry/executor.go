@@ -435,8 +435,9 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 		}
 		a := Attempt{Number: n, Policy: c.name, Key: r.key, Header: c.header}
 		var actx context.Context // the attempt the Observer is told the end of (nil without one)
+		decided := n             // the number of the attempt decided on: a hedged round's winner, or its decisive failure
 		if c.hedge != nil && r.hedgeable() {
-			err, n, actx = r.hedged(ctx, op, a, elapsed)
+			err, n, decided, actx = r.hedged(ctx, op, a, elapsed)
 		} else if obs == nil {
 			err = r.attempt(ctx, op, a, elapsed)
 		} else {
@@ -458,7 +459,7 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 			}
 			r.to(Dispatched, n, "")
 			if obs != nil {
-				rec := AttemptRecord{Attempt: n, Evidence: Evidence{Class: classSuccess, Dispatched: true}}
+				rec := AttemptRecord{Attempt: decided, Evidence: Evidence{Class: classSuccess, Dispatched: true}}
 				if r.call != nil && r.call.res != nil {
 					rec.Evidence.Status = r.call.res.StatusCode
 				}
@@ -497,7 +498,7 @@ func (r *run) execute(ctx context.Context, op Operation) error {
 				d = Decide(in) // no token for an attempt that cannot be sent
 			}
 		}
-		rec := AttemptRecord{Attempt: n, Evidence: ev, RetryEligible: d.Eligible, Error: err.Error()}
+		rec := AttemptRecord{Attempt: decided, Evidence: ev, RetryEligible: d.Eligible, Error: err.Error()}
 		if d.AskBudget {
 			in.BudgetAsked, in.Budget = true, budget.NoTokens // without a budget, never retry
 			if c.budget != nil {

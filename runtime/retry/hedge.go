@@ -99,20 +99,21 @@ type hedgeResult struct {
 // its response closed). When every attempt sent fails, it returns the
 // decisive failure (decisive), for the retry loop to decide on, and records
 // the others as attempts. last is the number of the last attempt sent,
-// whichever won: the operation made them all. With an Observer, actx is the
-// context of the attempt the retry loop ends (the winner, or the decisive
-// failure); the round ends the others' itself.
+// whichever won: the operation made them all; decided is the number of the
+// winner, or of the decisive failure. With an Observer, actx is the
+// context of the attempt the retry loop ends (that one); the round ends
+// the others' itself.
 // Nothing is sent once the deadline, less its reserve, cannot hold an
 // attempt, or once the budget refuses.
-func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.Duration) (err error, last int, actx context.Context) {
+func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.Duration) (err error, last, decided int, actx context.Context) {
 	c, e, h := r.c, r.e, r.c.hedge
 	hedges := min(h.max, c.maxAttempts-a.Number)
 	if hedges <= 0 {
 		if e.observer == nil {
-			return r.attempt(ctx, op, a, elapsed), a.Number, nil
+			return r.attempt(ctx, op, a, elapsed), a.Number, a.Number, nil
 		}
 		actx = r.startAttempt(ctx, r.call, a)
-		return r.attempt(actx, op, a, elapsed), a.Number, actx
+		return r.attempt(actx, op, a, elapsed), a.Number, a.Number, actx
 	}
 	if !e.realBase.IsZero() && r.start.IsZero() {
 		// The retry loop makes r.start when a first attempt fails; a hedged
@@ -127,7 +128,7 @@ func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.
 			if e.observer != nil {
 				actx = r.startAttempt(ctx, nil, a) // the retry loop ends it, as an attempt not sent
 			}
-			return NotDispatched(ferr), a.Number, actx
+			return NotDispatched(ferr), a.Number, a.Number, actx
 		}
 	}
 	now := e.clock.Now()
@@ -218,7 +219,7 @@ func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.
 				if a.Number == 1 && last > 1 {
 					c.metrics.started() // not a first-attempt success, as the retry loop counts one
 				}
-				return nil, last, actx
+				return nil, last, res.number, actx
 			}
 			failed = append(failed, res)
 			// An answer that failed ends the hedging: what follows it is the
@@ -270,8 +271,7 @@ func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.
 	now = e.clock.Now()
 	r.classifyHedges(failed, now)
 	i := decisive(failed, last)
-	err = failed[i].err
-	actx = failed[i].ctx
+	err, decided, actx = failed[i].err, failed[i].number, failed[i].ctx
 	if f := failed[i].call; f != nil {
 		r.call.adopt(f) // its response, if any, is the one the retry loop keeps or discards
 	}
@@ -284,7 +284,7 @@ func (r *run) hedged(ctx context.Context, op Operation, a Attempt, elapsed time.
 	if a.Number == 1 && last > 1 {
 		c.metrics.started() // the retry loop counts it for a first attempt that failed alone
 	}
-	return err, last, actx
+	return err, last, decided, actx
 }
 
 // hedgeable says whether this operation's attempts may run at once: the

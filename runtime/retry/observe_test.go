@@ -54,6 +54,9 @@ func (r *recorder) EndAttempt(ctx context.Context, rec AttemptRecord, d Decision
 		r.events = append(r.events, fmt.Sprintf("attempt %d ended twice or never started", n))
 	}
 	delete(r.open, n)
+	if rec.Attempt != n {
+		r.events = append(r.events, fmt.Sprintf("attempt %d ended with the record of attempt %d", n, rec.Attempt))
+	}
 	r.mu.Unlock()
 	r.add("attempt %d %s status=%d sleep=%t code=%s", n, d.Next, rec.Evidence.Status, d.Sleep > 0, d.Code)
 }
