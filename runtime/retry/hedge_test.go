@@ -217,7 +217,8 @@ func TestDoNeverOverlapsAttempts(t *testing.T) {
 // A hedged round decides on its most restrictive answer: when the first
 // attempt is answered 400 (permanent, INV-RTY-03) while its hedge is in
 // flight, and the hedge then fails with a 503, no third attempt is sent,
-// and the caller hears the 400.
+// and the caller hears the 400. The dead letter records each attempt under
+// its own number: attempt 1 with the 400 that decided, attempt 2 with the 503.
 func TestAHedgedRoundNeverRetriesPastAPermanentAnswer(t *testing.T) {
 	var requests atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -232,7 +233,8 @@ func TestAHedgedRoundNeverRetriesPastAPermanentAnswer(t *testing.T) {
 	defer srv.Close()
 	p := hedgePolicy(t, "20ms")
 	p.Policy.MaxAttempts = 3
-	ex := New(staticSource{p.Policy.Name: p}, WithClock(clock.Real{}))
+	letters := &memoryLetters{}
+	ex := New(staticSource{p.Policy.Name: p}, WithClock(clock.Real{}), WithDeadLetters(letters))
 	err := ex.DoHedged(context.Background(), p.Policy.Name, smsVars, get(srv.Client(), srv.URL))
 	var se *StatusError
 	if !errors.As(err, &se) || se.Code != http.StatusBadRequest {
@@ -240,6 +242,17 @@ func TestAHedgedRoundNeverRetriesPastAPermanentAnswer(t *testing.T) {
 	}
 	if n := requests.Load(); n != 2 {
 		t.Fatalf("%d requests, want 2: a 400 in the round forbids a retry", n)
+	}
+	all := letters.all()
+	if len(all) != 1 {
+		t.Fatalf("dead letters %+v, want one", all)
+	}
+	got := map[int]int{}
+	for _, a := range all[0].Attempts {
+		got[a.Attempt] = a.Evidence.Status
+	}
+	if len(all[0].Attempts) != 2 || got[1] != http.StatusBadRequest || got[2] != http.StatusServiceUnavailable {
+		t.Fatalf("the letter's attempts %+v, want attempt 1 answered 400 and attempt 2 answered 503", all[0].Attempts)
 	}
 }
 
@@ -304,38 +317,5 @@ func TestObservedLatencyOutlivesARecompile(t *testing.T) {
 	}
 	if w := again.hedge.wait(); w != 5*time.Millisecond {
 		t.Fatalf("after a recompile the hedge waits %s, want the observed 5ms", w)
-	}
-}
-
-// The attempt a failed round is decided on is recorded under its own number:
-// when the first attempt's 400 decides over its hedge's 503, the dead letter
-// holds attempt 1 with the 400 and attempt 2 with the 503, not two attempt 2s.
-func TestTheDecisiveAttemptOfARoundKeepsItsNumber(t *testing.T) {
-	var requests atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		n := requests.Add(1)
-		if n == 1 {
-			time.Sleep(80 * time.Millisecond) // the hedge (at 20 ms) is sent, and answers, before the first answer
-			w.WriteHeader(http.StatusBadRequest)
-			return
-		}
-		w.WriteHeader(http.StatusServiceUnavailable)
-	}))
-	defer srv.Close()
-	p := hedgePolicy(t, "20ms")
-	p.Policy.MaxAttempts = 3
-	letters := &memoryLetters{}
-	ex := New(staticSource{p.Policy.Name: p}, WithClock(clock.Real{}), WithDeadLetters(letters))
-	_ = ex.DoHedged(context.Background(), p.Policy.Name, smsVars, get(srv.Client(), srv.URL))
-	all := letters.all()
-	if len(all) != 1 {
-		t.Fatalf("dead letters %+v, want one", all)
-	}
-	got := map[int]int{}
-	for _, a := range all[0].Attempts {
-		got[a.Attempt] = a.Evidence.Status
-	}
-	if len(all[0].Attempts) != 2 || got[1] != http.StatusBadRequest || got[2] != http.StatusServiceUnavailable {
-		t.Fatalf("the letter's attempts %+v, want attempt 1 answered 400 and attempt 2 answered 503", all[0].Attempts)
 	}
 }
