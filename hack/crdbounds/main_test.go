@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/retryguard/retryguard/contract/limits"
 )
 
 // Every bound of package limits resolves, with the text a rule states it in.
@@ -15,8 +18,12 @@ func TestLimitValuesReadsTheContract(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The constants as the compiler sees them, so that this test states no
+	// bound of its own: a bound changed in contract/limits changes both sides.
 	for name, want := range map[string]string{
-		"MaxAttemptsCeiling": "3", "MaxHedges": "2", "MinBudgetWindow": "1s", "MaxBudgetWindow": "1h", "Timeout": "Timeout",
+		"MaxAttemptsCeiling": strconv.Itoa(int(limits.MaxAttemptsCeiling)), "MaxHedges": strconv.Itoa(int(limits.MaxHedges)),
+		"MinBudgetWindow": durationLiteral(limits.MinBudgetWindow), "MaxBudgetWindow": durationLiteral(limits.MaxBudgetWindow),
+		"Timeout": string(limits.Timeout),
 	} {
 		if got := values[name]; got != want {
 			t.Errorf("limits.%s = %q, want %q", name, got, want)
