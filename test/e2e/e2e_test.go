@@ -27,6 +27,7 @@ import (
 	"github.com/retryguard/retryguard/contract/policyconfig"
 	"github.com/retryguard/retryguard/controllers"
 	"github.com/retryguard/retryguard/hack/publish"
+	"github.com/retryguard/retryguard/test/e2e/internal/policyview"
 )
 
 // The manager's leader election, as internal/manager configures it (controller-runtime's
@@ -305,7 +306,7 @@ var _ = Describe("Retryguard installed from its chart", Ordered, Label("e2e"), f
 				defer GinkgoRecover()
 				defer wg.Done()
 				Eventually(func(g Gomega) {
-					var v PolicyView
+					var v policyview.View
 					g.Expect(call(ctx, "GET", svcURL(app)+"/policy", nil, &v)).To(Succeed())
 					g.Expect(v.MaxAttempts).To(BeEquivalentTo(2))
 				}).WithContext(ctx).WithPolling(100 * time.Millisecond).WithTimeout(3 * time.Minute).Should(Succeed())

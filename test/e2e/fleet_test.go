@@ -22,6 +22,7 @@ import (
 
 	policyv1alpha1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/contract/policyconfig"
+	"github.com/retryguard/retryguard/test/e2e/internal/policyview"
 )
 
 // The fleet budget's objects (testdata/fleet-budget.yaml) and the pods that
@@ -46,23 +47,6 @@ const (
 	fleetSendEvery = 200 * time.Millisecond
 	fleetLoadFor   = 10 * time.Second
 )
-
-// BudgetView mirrors smsapp's /policy budget: the consumer count the pod's
-// payload carries, whether it names the pod, and the share's denominator the
-// runtime enforces.
-type BudgetView struct {
-	Name        string     `json:"name"`
-	Consumers   *int32     `json:"consumers"`
-	ObservedAt  *time.Time `json:"observedAt"`
-	Named       bool       `json:"named"`
-	Denominator int64      `json:"denominator"`
-}
-
-// FleetPolicyView is smsapp's /policy answer with its budget.
-type FleetPolicyView struct {
-	PolicyView
-	Budget *BudgetView `json:"budget"`
-}
 
 // FleetAttempt is the vendor's log entry with its arrival and whether its
 // key was seen before.
@@ -176,7 +160,7 @@ func awaitShares(ctx context.Context, pods map[string]string, consumers *int32, 
 func awaitShare(ctx context.Context, name, policyURL, budget string, consumers *int32, want int64) {
 	GinkgoHelper()
 	Eventually(func(g Gomega) {
-		var v FleetPolicyView
+		var v policyview.View
 		g.Expect(call(ctx, "GET", policyURL, nil, &v)).To(Succeed())
 		g.Expect(v.Found).To(BeTrue())
 		g.Expect(v.Budget).NotTo(BeNil())
@@ -390,7 +374,7 @@ func lateJoinerSpec(ctx context.Context, vendorSvc *corev1.Service, dep *appsv1.
 			}
 		}
 	}).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Succeed())
-	var v FleetPolicyView
+	var v policyview.View
 	Expect(call(ctx, "GET", lateURL+"/policy", nil, &v)).To(Succeed())
 	Expect(v.Budget).NotTo(BeNil())
 	Expect(v.Budget.Named).To(BeFalse(), "%s, started with the controller stopped: %+v", late, v.Budget)

@@ -22,6 +22,7 @@ import (
 
 	policyv1alpha1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/hack/drills/fleet"
+	"github.com/retryguard/retryguard/hack/drills/fleet/clientstats"
 	"github.com/retryguard/retryguard/hack/drills/fleet/depseries"
 )
 
@@ -83,20 +84,6 @@ func fleetDrillOut() string {
 		return d
 	}
 	return filepath.Join(repoRoot, "bin", "fleet-drill")
-}
-
-// ClientStats mirrors fleetclient's /stats.
-type ClientStats struct {
-	Run       string            `json:"run"`
-	Started   int               `json:"started"`
-	Succeeded int               `json:"succeeded"`
-	Failed    map[string]int    `json:"failed"`
-	Unknown   int               `json:"unknown"`
-	InFlight  int               `json:"inFlight"`
-	Refused   int               `json:"refused"`
-	Letters   map[string]int    `json:"letters"`
-	Examples  map[string]string `json:"examples"`
-	MaxLateMs float64           `json:"maxLateMs"`
 }
 
 func drillObjects(ns, depURL string, pods int) []client.Object {
@@ -235,11 +222,11 @@ func drillRun(ctx context.Context, form drillForm, depURL string, pods map[strin
 	// A naive operation can take 27 attempt timeouts and its delays, and
 	// longer on a node the storm keeps busy; an operation still open after
 	// drainFor is counted without a terminal state.
-	stats := map[string]ClientStats{}
+	stats := map[string]clientstats.Stats{}
 	var mu sync.Mutex
 	for deadline := time.Now().Add(drainFor); ; time.Sleep(time.Second) {
 		eachPod(pods, func(name, url string) error {
-			var s ClientStats
+			var s clientstats.Stats
 			if err := call(ctx, "GET", url+"/stats", nil, &s); err != nil {
 				return err
 			}

@@ -200,13 +200,6 @@ type SendResult struct {
 	Last     any    `json:"last"`
 }
 
-// PolicyView mirrors smsapp's /policy answer.
-type PolicyView struct {
-	Found       bool  `json:"found"`
-	MaxAttempts int32 `json:"maxAttempts"`
-	Generation  int64 `json:"generation"`
-}
-
 // Short names for the kinds the uninstall check lists.
 type (
 	admissionList     = admissionregistrationv1.ValidatingWebhookConfigurationList

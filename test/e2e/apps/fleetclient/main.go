@@ -8,7 +8,7 @@
 //
 //	POST /start?mode=naive|retryguard&rate=R&run=ID  begins R operations a second
 //	POST /stop                                       stops beginning operations
-//	GET  /stats                                      JSON Stats of the run
+//	GET  /stats                                      JSON clientstats.Stats of the run
 //	GET  /policy                                     JSON {found, maxAttempts, generation, budget}
 //	GET  /healthz                                    200 once the policy is known
 //
@@ -37,13 +37,14 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/retryguard/retryguard/contract/codes"
+	"github.com/retryguard/retryguard/hack/drills/fleet/clientstats"
 	"github.com/retryguard/retryguard/hack/drills/fleet/depseries"
 	"github.com/retryguard/retryguard/hack/drills/fleet/naive"
-	"github.com/retryguard/retryguard/runtime/budget"
 	"github.com/retryguard/retryguard/runtime/deadletter"
 	"github.com/retryguard/retryguard/runtime/retry"
 	"github.com/retryguard/retryguard/runtime/watch"
 	"github.com/retryguard/retryguard/runtime/watch/informer"
+	"github.com/retryguard/retryguard/test/e2e/internal/policyview"
 )
 
 // The modes a run drives its operations in.
@@ -61,27 +62,6 @@ const naiveAttemptTimeout = depseries.MaxHealthyWait
 // cannot take the pod's memory; an operation refused by it is counted.
 const maxInFlight = 4000
 
-// Stats is /stats: what one run's operations came to in this pod.
-type Stats struct {
-	Run  string `json:"run"`
-	Mode string `json:"mode"`
-	// Started operations; Succeeded and Failed ended, by their final code
-	// ("" for a status the client returned as is), Unknown among the failed
-	// with an unknown outcome. InFlight have no terminal state yet.
-	Started   int            `json:"started"`
-	Succeeded int            `json:"succeeded"`
-	Failed    map[string]int `json:"failed"`
-	Unknown   int            `json:"unknown"`
-	InFlight  int            `json:"inFlight"`
-	Refused   int            `json:"refused"`
-	// Letters are the dead letters its journal stored, by code; Examples
-	// the first failure's detail of each code.
-	Letters  map[string]int    `json:"letters"`
-	Examples map[string]string `json:"examples"`
-	// MaxLateMs is how late the generator began an operation at worst.
-	MaxLateMs float64 `json:"maxLateMs"`
-}
-
 type client struct {
 	pod    string
 	depURL string
@@ -92,8 +72,8 @@ type client struct {
 	mu sync.Mutex
 	// stats is the current run's; runs holds every run's by name, so that
 	// an operation of an earlier run still counts in its own.
-	stats *Stats
-	runs  map[string]*Stats
+	stats *clientstats.Stats
+	runs  map[string]*clientstats.Stats
 	stop  context.CancelFunc
 }
 
@@ -157,7 +137,7 @@ func run(ctx context.Context) error {
 	}
 	defer journal.Close()
 	c := &client{pod: os.Getenv("POD_NAME"), depURL: strings.TrimSuffix(os.Getenv("DEP_URL"), "/"), policy: policy}
-	c.stats, c.runs = newStats("", ""), map[string]*Stats{}
+	c.stats, c.runs = newStats("", ""), map[string]*clientstats.Stats{}
 	ex := retry.New(src, retry.WithDeadLetters(countingSink{j: journal, c: c}))
 	c.rg = &http.Client{Transport: &retry.RoundTripper{Executor: ex, Policy: policy, Pools: &retry.Pools{}}}
 	c.plain = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 512}}
@@ -171,7 +151,7 @@ func run(ctx context.Context) error {
 		w.WriteHeader(http.StatusOK)
 	})
 	mux.HandleFunc("GET /policy", func(w http.ResponseWriter, _ *http.Request) {
-		_ = json.NewEncoder(w).Encode(policyView(src, ex, policy))
+		_ = json.NewEncoder(w).Encode(policyview.Of(src, ex, policy))
 	})
 	mux.HandleFunc("POST /start", c.start)
 	mux.HandleFunc("POST /stop", func(w http.ResponseWriter, _ *http.Request) {
@@ -199,28 +179,6 @@ func run(ctx context.Context) error {
 		return err
 	}
 	return nil
-}
-
-// policyView is /policy: the policy and its budget as this pod divides it,
-// as smsapp's /policy reports them (the e2e suite reads both alike).
-func policyView(src retry.Source, ex *retry.Executor, policy string) map[string]any {
-	p, ok := src.Policy(policy)
-	out := map[string]any{"found": ok}
-	if !ok {
-		return out
-	}
-	out["maxAttempts"], out["generation"] = p.Policy.MaxAttempts, p.Policy.Generation
-	if b := p.Budget; b != nil {
-		v := map[string]any{"name": b.Name, "named": false, "denominator": int64(0)}
-		if enforced, ok := ex.Budget(policy); ok {
-			v["denominator"] = enforced.Denominator()
-		}
-		if cs := b.Consumers; cs != nil {
-			v["consumers"], v["observedAt"], v["named"] = cs.Count, cs.ObservedAt, cs.Includes(os.Getenv(budget.PodUIDEnv))
-		}
-		out["budget"] = v
-	}
-	return out
 }
 
 // start begins a run: rate operations a second until /stop.
@@ -260,7 +218,7 @@ func (c *client) start(w http.ResponseWriter, r *http.Request) {
 // generate begins operation n at n/rate seconds after the start, whatever
 // the earlier ones are doing (an open loop: users do not wait for the
 // dependency to recover).
-func (c *client) generate(ctx context.Context, st *Stats, mode, id string, rate int) {
+func (c *client) generate(ctx context.Context, st *clientstats.Stats, mode, id string, rate int) {
 	begin := time.Now()
 	for n := 0; ; n++ {
 		due := begin.Add(time.Duration(n) * time.Second / time.Duration(rate))
@@ -293,8 +251,8 @@ func (c *client) generate(ctx context.Context, st *Stats, mode, id string, rate 
 }
 
 // newStats is an empty run's.
-func newStats(id, mode string) *Stats {
-	return &Stats{Run: id, Mode: mode, Failed: map[string]int{}, Letters: map[string]int{}, Examples: map[string]string{}}
+func newStats(id, mode string) *clientstats.Stats {
+	return &clientstats.Stats{Run: id, Mode: mode, Failed: map[string]int{}, Letters: map[string]int{}, Examples: map[string]string{}}
 }
 
 // ended lets a new run start once this one stopped beginning operations.
@@ -305,7 +263,7 @@ func (c *client) ended() {
 }
 
 // operation runs one operation to its end and counts it in st.
-func (c *client) operation(st *Stats, mode, op string) {
+func (c *client) operation(st *clientstats.Stats, mode, op string) {
 	var ok, unknown bool
 	var code, detail string
 	if mode == modeNaive {

@@ -32,10 +32,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/retryguard/retryguard/runtime/budget"
 	"github.com/retryguard/retryguard/runtime/retry"
 	"github.com/retryguard/retryguard/runtime/watch"
 	"github.com/retryguard/retryguard/runtime/watch/informer"
+	"github.com/retryguard/retryguard/test/e2e/internal/policyview"
 )
 
 // defaultPolicy is the policy this application runs under unless $POLICY
@@ -64,18 +64,6 @@ func main() {
 	if err := run(ctx); err != nil {
 		log.Fatal(err)
 	}
-}
-
-// BudgetView is /policy's view of the policy's budget in this pod.
-type BudgetView struct {
-	Name string `json:"name"`
-	// Consumers and ObservedAt are the payload's consumer count, when it
-	// carries one, and Named whether it names this pod (by $POD_UID).
-	Consumers  *int32     `json:"consumers,omitempty"`
-	ObservedAt *time.Time `json:"observedAt,omitempty"`
-	Named      bool       `json:"named"`
-	// Denominator is the D the runtime's budget enforces now (0: no share).
-	Denominator int64 `json:"denominator"`
 }
 
 func run(ctx context.Context) error {
@@ -119,22 +107,7 @@ func run(ctx context.Context) error {
 		w.WriteHeader(http.StatusOK)
 	})
 	mux.HandleFunc("GET /policy", func(w http.ResponseWriter, _ *http.Request) {
-		p, ok := src.Policy(policy)
-		out := map[string]any{"found": ok}
-		if ok {
-			out["maxAttempts"], out["generation"] = p.Policy.MaxAttempts, p.Policy.Generation
-			if b := p.Budget; b != nil {
-				v := BudgetView{Name: b.Name}
-				if enforced, ok := ex.Budget(policy); ok {
-					v.Denominator = enforced.Denominator()
-				}
-				if c := b.Consumers; c != nil {
-					v.Consumers, v.ObservedAt, v.Named = &c.Count, &c.ObservedAt, c.Includes(os.Getenv(budget.PodUIDEnv))
-				}
-				out["budget"] = v
-			}
-		}
-		_ = json.NewEncoder(w).Encode(out)
+		_ = json.NewEncoder(w).Encode(policyview.Of(src, ex, policy))
 	})
 	mux.HandleFunc("POST /send", func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
