@@ -124,7 +124,13 @@ func TestFilesReadsAProjectedVolumeOfSeveralConfigMaps(t *testing.T) {
 		"sms-2fa-dispatch/policy.json":          payload("sms-2fa-dispatch", "auth", 2),
 		"marketing-campaign-notify/policy.json": []byte(`{"schemaVersion":"corrupt"}`),
 	})
-	waitUntil(t, changed, func() bool { p, _ := f.Policy("sms-2fa-dispatch"); return p.Policy.Generation == 2 })
+	// A rescan that began before the swap may read one file through the old
+	// ..data and the next through the new, so the test waits for both to be
+	// read (the rescan the swap's own event starts), not for the first.
+	waitUntil(t, changed, func() bool {
+		p, _ := f.Policy("sms-2fa-dispatch")
+		return p.Policy.Generation == 2 && f.Rejected() > 0
+	})
 	if p, ok := f.Policy("marketing-campaign-notify"); !ok || p.Policy.Generation != 1 || f.Rejected() != 1 {
 		t.Fatalf("a corrupt payload did not keep the last good policy: %v %v, rejected %d", p, ok, f.Rejected())
 	}
@@ -277,9 +283,12 @@ func TestFilesRefusesAFileOverTheConfigMapLimit(t *testing.T) {
 func waitUntil(t *testing.T, changed <-chan string, cond func() bool) {
 	t.Helper()
 	timeout := time.After(10 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond) // a refusal is not a change: nothing is sent for it
+	defer tick.Stop()
 	for !cond() {
 		select {
 		case <-changed:
+		case <-tick.C:
 		case <-timeout:
 			t.Fatal("the change went unnoticed for 10s")
 		}
