@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -75,17 +74,11 @@ func wgetapp(name, policy, vendorURL string, labels map[string]string) (*corev1.
 		SecurityContext:    &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true)},
 		Containers: []corev1.Container{{
 			Name: "app", Image: busyboxImage, ImagePullPolicy: corev1.PullNever,
-			Args:  []string{"httpd", "-f", "-p", "8080", "-h", "/www"},
-			Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
-			ReadinessProbe: &corev1.Probe{
-				ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}},
-				PeriodSeconds: 1,
-			},
-			VolumeMounts: []corev1.VolumeMount{{Name: "www", MountPath: "/www", ReadOnly: true}},
-			SecurityContext: &corev1.SecurityContext{
-				AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
-				Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-			},
+			Args:            []string{"httpd", "-f", "-p", "8080", "-h", "/www"},
+			Ports:           []corev1.ContainerPort{{ContainerPort: 8080}},
+			ReadinessProbe:  readyOnHealthz(),
+			VolumeMounts:    []corev1.VolumeMount{{Name: "www", MountPath: "/www", ReadOnly: true}},
+			SecurityContext: restricted(),
 		}},
 		Volumes: []corev1.Volume{{Name: "www", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 			LocalObjectReference: corev1.LocalObjectReference{Name: cm.Name},

@@ -16,7 +16,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -93,24 +92,15 @@ func drillObjects(ns, depURL string, pods int) []client.Object {
 		SecurityContext:    &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true)},
 		Containers: []corev1.Container{{
 			Name: "client", Image: fleetclientImage, ImagePullPolicy: corev1.PullNever,
-			Env: []corev1.EnvVar{
+			Env: append([]corev1.EnvVar{
 				{Name: "POLICY", Value: drillPolicy},
 				{Name: "DEP_URL", Value: depURL},
 				{Name: "JOURNAL", Value: "/var/run/drill/letters.journal"},
-				{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
-				{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
-				{Name: "POD_UID", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}}},
-			},
-			Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
-			ReadinessProbe: &corev1.Probe{
-				ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}},
-				PeriodSeconds: 1,
-			},
-			VolumeMounts: []corev1.VolumeMount{{Name: "journal", MountPath: "/var/run/drill"}},
-			SecurityContext: &corev1.SecurityContext{
-				AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
-				Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-			},
+			}, podIdentity()...),
+			Ports:           []corev1.ContainerPort{{ContainerPort: 8080}},
+			ReadinessProbe:  readyOnHealthz(),
+			VolumeMounts:    []corev1.VolumeMount{{Name: "journal", MountPath: "/var/run/drill"}},
+			SecurityContext: restricted(),
 		}},
 		Volumes: []corev1.Volume{{Name: "journal", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
 	}
@@ -135,11 +125,8 @@ func drillDependency(ns string) (*appsv1.Deployment, *corev1.Service) {
 		AutomountServiceAccountToken: ptr.To(false),
 		Containers: []corev1.Container{{
 			Name: drillDep, Image: metadepImage, ImagePullPolicy: corev1.PullNever,
-			Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
-			ReadinessProbe: &corev1.Probe{
-				ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}},
-				PeriodSeconds: 1,
-			},
+			Ports:          []corev1.ContainerPort{{ContainerPort: 8080}},
+			ReadinessProbe: readyOnHealthz(),
 		}},
 	})
 	svc := service(drillDep, labels)

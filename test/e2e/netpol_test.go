@@ -15,7 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -236,11 +235,8 @@ func deployNetprobe(ctx context.Context, ns string) *corev1.Service {
 		AutomountServiceAccountToken: ptr.To(false),
 		Containers: []corev1.Container{{
 			Name: "netprobe", Image: netprobeImage, ImagePullPolicy: corev1.PullNever,
-			Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
-			ReadinessProbe: &corev1.Probe{
-				ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}},
-				PeriodSeconds: 1,
-			},
+			Ports:          []corev1.ContainerPort{{ContainerPort: 8080}},
+			ReadinessProbe: readyOnHealthz(),
 		}},
 	})
 	svc := service("netprobe", labels)

@@ -76,28 +76,46 @@ func appRole() []client.Object {
 	}}
 }
 
+// podIdentity is the pod's namespace, name and UID from the downward API:
+// the runtime reads its namespace's policies, and a fleet budget's count
+// names the pod by its UID.
+func podIdentity() []corev1.EnvVar {
+	field := func(name, path string) corev1.EnvVar {
+		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
+	}
+	return []corev1.EnvVar{field("POD_NAMESPACE", "metadata.namespace"), field("POD_NAME", "metadata.name"), field("POD_UID", "metadata.uid")}
+}
+
+// readyOnHealthz is the readiness of every app of the suite: /healthz on
+// port 8080, asked every second.
+func readyOnHealthz() *corev1.Probe {
+	return &corev1.Probe{
+		ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}},
+		PeriodSeconds: 1,
+	}
+}
+
+// restricted is the container security context of the Pod Security
+// Standards' restricted profile, with a read-only root.
+func restricted() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
+		Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+	}
+}
+
 // smsapp is a Deployment and Service of the demo application.
 func smsapp(name, watch, vendorURL string) (*appsv1.Deployment, *corev1.Service) {
 	labels := map[string]string{"app": name}
 	container := corev1.Container{
 		Name: "app", Image: smsappImage, ImagePullPolicy: corev1.PullNever,
-		Env: []corev1.EnvVar{
+		Env: append([]corev1.EnvVar{
 			{Name: "WATCH", Value: watch},
 			{Name: "VENDOR_URL", Value: vendorURL},
-			{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
-			// The pod's identity, which a fleet budget's count must name.
-			{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
-			{Name: "POD_UID", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}}},
-		},
-		Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
-		ReadinessProbe: &corev1.Probe{
-			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}},
-			PeriodSeconds: 1,
-		},
-		SecurityContext: &corev1.SecurityContext{
-			AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
-			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-		},
+		}, podIdentity()...),
+		Ports:           []corev1.ContainerPort{{ContainerPort: 8080}},
+		ReadinessProbe:  readyOnHealthz(),
+		SecurityContext: restricted(),
 	}
 	spec := corev1.PodSpec{
 		ServiceAccountName: "smsapp",
@@ -124,11 +142,8 @@ func vendor() (*appsv1.Deployment, *corev1.Service) {
 		AutomountServiceAccountToken: ptr.To(false),
 		Containers: []corev1.Container{{
 			Name: "vendor", Image: vendorImage, ImagePullPolicy: corev1.PullNever,
-			Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
-			ReadinessProbe: &corev1.Probe{
-				ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}},
-				PeriodSeconds: 1,
-			},
+			Ports:          []corev1.ContainerPort{{ContainerPort: 8080}},
+			ReadinessProbe: readyOnHealthz(),
 		}},
 	}), service("vendor", labels)
 }
