@@ -149,6 +149,7 @@ FLEET_DRILL_OUT ?= $(abspath bin/fleet-drill)
 .PHONY: fleet-drill
 fleet-drill: manifests image ## Run the fleet drill's full form on the e2e node (root; about 20 min): report and plot in FLEET_DRILL_OUT.
 	cd test/e2e && RETRYGUARD_E2E_MANAGER_IMAGE=$${RETRYGUARD_E2E_MANAGER_IMAGE:-$(abspath $(IMAGE_DIR))/retryguard-manager.tar} \
+		RETRYGUARD_E2E_PROXY_IMAGE=$${RETRYGUARD_E2E_PROXY_IMAGE:-$(abspath $(IMAGE_DIR))/retryguard-proxy.tar} \
 		RETRYGUARD_FLEET_DRILL=full RETRYGUARD_FLEET_DRILL_OUT=$(FLEET_DRILL_OUT) \
 		$(GO) test -v -count=1 $(E2E_FLAGS) . -args -ginkgo.v '-ginkgo.label-filter=install || fleet-drill'
 

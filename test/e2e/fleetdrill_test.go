@@ -16,6 +16,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -23,6 +24,8 @@ import (
 	"github.com/retryguard/retryguard/hack/drills/fleet"
 	"github.com/retryguard/retryguard/hack/drills/fleet/clientstats"
 	"github.com/retryguard/retryguard/hack/drills/fleet/depseries"
+	"github.com/retryguard/retryguard/proxy"
+	"github.com/retryguard/retryguard/webhooks"
 )
 
 // The fleet drill's objects (testdata/fleet-drill.yaml, in each namespace)
@@ -30,8 +33,14 @@ import (
 const (
 	drillBudget = "drill-dependency"
 	drillPolicy = "drill-connector"
-	drillClient = "fleetclient"
-	drillDep    = "metadep"
+	// drillGRPCPolicy is the gRPC clients' connector, beside drillPolicy
+	// under the same job layer and budget.
+	drillGRPCPolicy = "drill-connector-grpc"
+	drillClient     = "fleetclient"
+	drillDep        = "metadep"
+	// drillGRPCPort is metadep's gRPC port ($GRPC_ADDR's default), on its
+	// pod and its Service.
+	drillGRPCPort = 8081
 )
 
 // drillNamespaces hold the fleet, half of its pods each; the dependency
@@ -85,36 +94,68 @@ func fleetDrillOut() string {
 	return filepath.Join(repoRoot, "bin", "fleet-drill")
 }
 
-func drillObjects(ns, depURL string, pods int) []client.Object {
-	labels := map[string]string{"app": drillClient}
-	spec := corev1.PodSpec{
-		ServiceAccountName: drillClient,
-		SecurityContext:    &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true)},
-		Containers: []corev1.Container{{
-			Name: "client", Image: fleetclientImage, ImagePullPolicy: corev1.PullNever,
-			Env: append([]corev1.EnvVar{
-				{Name: "POLICY", Value: drillPolicy},
-				{Name: "DEP_URL", Value: depURL},
-				{Name: "JOURNAL", Value: "/var/run/drill/letters.journal"},
-			}, podIdentity()...),
-			Ports:           []corev1.ContainerPort{{ContainerPort: 8080}},
-			ReadinessProbe:  readyOnHealthz(),
-			VolumeMounts:    []corev1.VolumeMount{{Name: "journal", MountPath: "/var/run/drill"}},
-			SecurityContext: restricted(),
-		}},
-		Volumes: []corev1.Volume{{Name: "journal", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
-	}
-	dep := deployment(drillClient, labels, spec)
-	dep.Namespace, dep.Spec.Replicas = ns, ptr.To(int32(pods))
-	return []client.Object{
+// drillMix is how many of a namespace's pods reach the dependency each
+// way: three in ten through the sidecar, three in ten on runtime/grpc, the
+// rest on the RoundTripper.
+func drillMix(pods int) map[string]int {
+	side, grpc := pods*3/10, pods*3/10
+	return map[string]int{clientstats.HTTP: pods - side - grpc, clientstats.GRPC: grpc, clientstats.Sidecar: side}
+}
+
+// drillObjects are one namespace's client pods, a Deployment for each way
+// of drillMix, all labelled app=fleetclient, which the budget counts.
+func drillObjects(ns string, dep *corev1.Service, pods int) []client.Object {
+	objs := []client.Object{
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: drillClient, Namespace: ns}},
+		// The Go clients' and the sidecars' policy watch.
 		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: drillClient, Namespace: ns},
 			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}}}},
 		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: drillClient, Namespace: ns},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: drillClient},
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: drillClient, Namespace: ns}}},
-		dep,
 	}
+	depURL := svcURL(dep)
+	for kind, n := range drillMix(pods) {
+		if n == 0 {
+			continue
+		}
+		policy := drillPolicy
+		if kind == clientstats.GRPC {
+			policy = drillGRPCPolicy
+		}
+		env := []corev1.EnvVar{{Name: "CLIENT", Value: kind}, {Name: "POLICY", Value: policy}, {Name: "DEP_URL", Value: depURL}}
+		c := corev1.Container{
+			Name: "client", Image: fleetclientImage, ImagePullPolicy: corev1.PullNever,
+			Ports:           []corev1.ContainerPort{{ContainerPort: 8080}},
+			ReadinessProbe:  readyOnHealthz(),
+			SecurityContext: restricted(),
+		}
+		spec := corev1.PodSpec{
+			ServiceAccountName: drillClient,
+			SecurityContext:    &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true)},
+		}
+		var annotations map[string]string
+		switch kind {
+		case clientstats.Sidecar:
+			// No journal of its own: the sidecar keeps the letters.
+			env = append(env, corev1.EnvVar{Name: "SIDECAR_URL", Value: fmt.Sprintf("http://127.0.0.1:%d", proxyPort)})
+			annotations = map[string]string{webhooks.InjectAnnotation: "true", proxy.RoutesAnnotation: routeTable(drillPolicy, depURL)}
+		default:
+			if kind == clientstats.GRPC {
+				env = append(env, corev1.EnvVar{Name: "DEP_GRPC", Value: fmt.Sprintf("%s:%d", dep.Spec.ClusterIP, drillGRPCPort)})
+			}
+			env = append(env, corev1.EnvVar{Name: "JOURNAL", Value: "/var/run/drill/letters.journal"})
+			c.VolumeMounts = []corev1.VolumeMount{{Name: "journal", MountPath: "/var/run/drill"}}
+			spec.Volumes = []corev1.Volume{{Name: "journal", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+		}
+		c.Env = append(env, podIdentity()...)
+		spec.Containers = []corev1.Container{c}
+		d := deployment(drillClient+"-"+kind, map[string]string{"app": drillClient, "client": kind}, spec)
+		d.Namespace, d.Spec.Replicas = ns, ptr.To(int32(n))
+		d.Spec.Template.Annotations = annotations
+		objs = append(objs, d)
+	}
+	return objs
 }
 
 // drillDependency is metadep's Deployment and Service.
@@ -125,11 +166,13 @@ func drillDependency(ns string) (*appsv1.Deployment, *corev1.Service) {
 		AutomountServiceAccountToken: ptr.To(false),
 		Containers: []corev1.Container{{
 			Name: drillDep, Image: metadepImage, ImagePullPolicy: corev1.PullNever,
-			Ports:          []corev1.ContainerPort{{ContainerPort: 8080}},
+			Ports:          []corev1.ContainerPort{{ContainerPort: 8080}, {ContainerPort: drillGRPCPort}},
 			ReadinessProbe: readyOnHealthz(),
 		}},
 	})
 	svc := service(drillDep, labels)
+	svc.Spec.Ports[0].Name = "http"
+	svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: "grpc", Port: drillGRPCPort, TargetPort: intstr.FromInt32(drillGRPCPort)})
 	dep.Namespace, svc.Namespace = ns, ns
 	return dep, svc
 }
@@ -240,11 +283,19 @@ func drillRun(ctx context.Context, form drillForm, depURL string, pods map[strin
 
 	var series depseries.Series
 	Expect(call(ctx, "GET", depURL+"/series", nil, &series)).To(Succeed())
-	c := fleet.Clients{Pods: len(pods), Letters: map[string]int{}, FailedBy: map[string]int{}, Examples: map[string]string{}}
+	c := fleet.Clients{Pods: len(pods), Letters: map[string]int{}, FailedBy: map[string]int{}, Examples: map[string]string{},
+		ByClient: map[string]fleet.Operations{}}
 	for _, s := range stats {
 		c.Started, c.Succeeded, c.Unknown = c.Started+s.Started, c.Succeeded+s.Succeeded, c.Unknown+s.Unknown
-		c.InFlight, c.Refused = c.InFlight+s.InFlight, c.Refused+s.Refused
+		c.InFlight, c.Refused, c.Unconfirmed = c.InFlight+s.InFlight, c.Refused+s.Refused, c.Unconfirmed+s.Unconfirmed
 		c.MaxLateMs = max(c.MaxLateMs, s.MaxLateMs)
+		o := c.ByClient[s.Client]
+		o.Pods++
+		o.Started, o.Succeeded, o.Unknown = o.Started+s.Started, o.Succeeded+s.Succeeded, o.Unknown+s.Unknown
+		for _, n := range s.Failed {
+			o.Failed += n
+		}
+		c.ByClient[s.Client] = o
 		for code, n := range s.Failed {
 			c.Failed += n
 			c.FailedBy[code] += n
@@ -295,7 +346,7 @@ func fleetDrillSpec(ctx context.Context) {
 	depURL := svcURL(depSvc)
 	for _, ns := range drillNamespaces {
 		Expect(create(ctx, filepath.Join("testdata", "fleet-drill.yaml"), ns)).To(Succeed())
-		for _, o := range drillObjects(ns, depURL, form.podsPerNamespace) {
+		for _, o := range drillObjects(ns, depSvc, form.podsPerNamespace) {
 			Expect(k8s.Create(ctx, o)).To(Succeed())
 		}
 	}
@@ -318,7 +369,10 @@ func fleetDrillSpec(ctx context.Context) {
 	record("fleet drill: 20 pods created to every pod's share covered", time.Since(start))
 
 	rep := &fleet.Report{Capacity: 0, PrimaryRate: form.ratePerPod * want, Pods: want, Namespaces: len(drillNamespaces), Quick: !form.full,
-		SustainFor: form.sustainFor}
+		SustainFor: form.sustainFor, PodsBy: map[string]int{}}
+	for kind, n := range drillMix(form.podsPerNamespace) {
+		rep.PodsBy[kind] = n * len(drillNamespaces)
+	}
 	runs := time.Now()
 	for _, kind := range depseries.Kinds {
 		modes := []string{fleet.Retryguard}

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/retryguard/retryguard/hack/drills/drillreport"
+	"github.com/retryguard/retryguard/hack/drills/fleet/clientstats"
 	"github.com/retryguard/retryguard/hack/drills/fleet/depseries"
 )
 
@@ -53,8 +54,11 @@ type Clients struct {
 	Unknown  int `json:"unknown"`
 	InFlight int `json:"inFlight"`
 	Refused  int `json:"refused"`
-	// Letters are the dead letters the pods' journals stored, by code.
-	Letters map[string]int `json:"letters"`
+	// Letters are the dead letters the pods' journals stored, by code;
+	// Unconfirmed those a sidecar said it kept and its journal does not
+	// hold (clientstats.Stats.Unconfirmed), counted as lost.
+	Letters     map[string]int `json:"letters"`
+	Unconfirmed int            `json:"unconfirmed,omitempty"`
 	// FailedBy counts the failed operations by final code, Examples holds
 	// one failure's detail for each.
 	FailedBy map[string]int    `json:"failedBy"`
@@ -62,6 +66,18 @@ type Clients struct {
 	// MaxLateMs is how late a pod began an operation at worst: a busy
 	// node delays the open-loop schedule.
 	MaxLateMs float64 `json:"maxLateMs"`
+	// ByClient splits the operations by how their pods reach the
+	// dependency (clientstats.Clients).
+	ByClient map[string]Operations `json:"byClient,omitempty"`
+}
+
+// Operations are the counts of one part of the fleet.
+type Operations struct {
+	Pods      int `json:"pods"`
+	Started   int `json:"started"`
+	Succeeded int `json:"succeeded"`
+	Failed    int `json:"failed"`
+	Unknown   int `json:"unknown"`
 }
 
 // Run is one run of one trigger.
@@ -122,14 +138,17 @@ type Verdict struct {
 
 // Report is report.json.
 type Report struct {
-	Capacity    int    `json:"capacity"`
-	PrimaryRate int    `json:"primaryRate"`
-	Pods        int    `json:"pods"`
-	Namespaces  int    `json:"namespaces"`
-	Quick       bool   `json:"quick"`
-	SustainFor  int    `json:"sustainForSeconds"`
-	Runs        []*Run `json:"runs"`
-	Pass        bool   `json:"pass"`
+	Capacity    int `json:"capacity"`
+	PrimaryRate int `json:"primaryRate"`
+	Pods        int `json:"pods"`
+	Namespaces  int `json:"namespaces"`
+	// PodsBy counts the pods by how they reach the dependency
+	// (clientstats.Clients).
+	PodsBy     map[string]int `json:"podsBy,omitempty"`
+	Quick      bool           `json:"quick"`
+	SustainFor int            `json:"sustainForSeconds"`
+	Runs       []*Run         `json:"runs"`
+	Pass       bool           `json:"pass"`
 }
 
 // trigger is the run's trigger window.
@@ -183,7 +202,7 @@ func (r *Run) Compute(sustainFor int) error {
 		}
 	}
 	f.NonTerminal, f.Unknown = c.InFlight, c.Unknown
-	f.Lost = c.InFlight + max(0, c.Failed-lettered)
+	f.Lost = c.InFlight + max(0, c.Failed-(lettered-c.Unconfirmed))
 	r.Figures = f
 	r.Verdict = r.judge(w, sustainFor)
 	return nil
@@ -305,8 +324,8 @@ func Markdown(rep *Report) string {
 	if rep.Quick {
 		form = "quick"
 	}
-	fmt.Fprintf(&b, "Fleet drill (%s form): %d pods in %d namespaces, %d operations/s against a dependency of %d requests/s.\n\n",
-		form, rep.Pods, rep.Namespaces, rep.PrimaryRate, rep.Capacity)
+	fmt.Fprintf(&b, "Fleet drill (%s form): %d pods in %d namespaces%s, %d operations/s against a dependency of %d requests/s.\n\n",
+		form, rep.Pods, rep.Namespaces, podsBy(rep.PodsBy), rep.PrimaryRate, rep.Capacity)
 	b.WriteString("| trigger | run | max retries/primaries (window) | peak second (received, ×primaries) | back under capacity | " +
 		"duplicates applied | no terminal state | lost | unknown outcomes / letters | verdict |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
@@ -349,5 +368,43 @@ func Markdown(rep *Report) string {
 		}
 		b.WriteString(".\n")
 	}
+	b.WriteString(byClient(rep))
 	return b.String()
+}
+
+// byClient is the report's line of operations by client, per run, or ""
+// when no run says.
+func byClient(rep *Report) string {
+	var runs []string
+	for _, r := range rep.Runs {
+		var parts []string
+		for _, c := range clientstats.Clients {
+			if o, ok := r.Clients.ByClient[c]; ok {
+				parts = append(parts, fmt.Sprintf("%s %d pods, %d started, %d succeeded, %d failed (%d unknown)", c, o.Pods, o.Started, o.Succeeded, o.Failed, o.Unknown))
+			}
+		}
+		if len(parts) > 0 {
+			runs = append(runs, fmt.Sprintf("%s %s: %s", r.Trigger, r.Mode, strings.Join(parts, "; ")))
+		}
+	}
+	if len(runs) == 0 {
+		return ""
+	}
+	return "\nOperations by client:\n\n- " + strings.Join(runs, "\n- ") + "\n"
+}
+
+// podsBy is " (n on the RoundTripper, …)", or "" when the report does not
+// say.
+func podsBy(by map[string]int) string {
+	names := map[string]string{clientstats.HTTP: "on retry.RoundTripper", clientstats.GRPC: "on runtime/grpc", clientstats.Sidecar: "through the sidecar"}
+	var parts []string
+	for _, c := range clientstats.Clients {
+		if n := by[c]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, names[c]))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/retryguard/retryguard/hack/drills/fleet/clientstats"
 	"github.com/retryguard/retryguard/hack/drills/fleet/depseries"
 )
 
@@ -54,6 +55,8 @@ func TestRetryguardRunFailsEachGoal(t *testing.T) {
 		"a lost operation":    {func(int) int { return 0 }, Clients{Started: 6000, Succeeded: 5999, Failed: 1, Letters: map[string]int{}}, "1 operations lost"},
 		"no terminal state": {func(int) int { return 0 },
 			Clients{Started: 6000, Succeeded: 5999, InFlight: 1, Letters: map[string]int{}}, "1 without a terminal state"},
+		"a letter the journal does not hold": {func(int) int { return 0 },
+			Clients{Started: 6000, Succeeded: 5999, Failed: 1, Letters: map[string]int{"ERR_RETRY_LIMIT_EXCEEDED": 1}, Unconfirmed: 1}, "1 operations lost"},
 		"an unlettered unknown": {func(int) int { return 0 },
 			Clients{Started: 6000, Succeeded: 5999, Failed: 1, Unknown: 1, Letters: map[string]int{"ERR_RETRY_LIMIT_EXCEEDED": 1}}, "1 unknown outcomes, 0 letters"},
 	} {
@@ -115,10 +118,12 @@ func TestNaiveRunReproducesOnlyWhenTheStormOutlivesTheTrigger(t *testing.T) {
 }
 
 func TestWriteReportAndPlot(t *testing.T) {
-	rep := &Report{Capacity: 400, PrimaryRate: 300, Pods: 20, Namespaces: 2, Quick: true, SustainFor: 5}
+	rep := &Report{Capacity: 400, PrimaryRate: 300, Pods: 20, Namespaces: 2, Quick: true, SustainFor: 5,
+		PodsBy: map[string]int{clientstats.HTTP: 8, clientstats.GRPC: 6, clientstats.Sidecar: 6}}
 	rep.Runs = []*Run{
 		run(Naive, func(i int) int { return 5000 * min(1, i/5) }, Clients{}),
-		run(Retryguard, func(int) int { return 0 }, Clients{Letters: map[string]int{}}),
+		run(Retryguard, func(int) int { return 0 }, Clients{Letters: map[string]int{},
+			ByClient: map[string]Operations{clientstats.GRPC: {Pods: 6, Started: 1800, Succeeded: 1790, Failed: 10, Unknown: 2}}}),
 	}
 	for _, r := range rep.Runs {
 		if err := r.Compute(5); err != nil {
@@ -145,7 +150,9 @@ func TestWriteReportAndPlot(t *testing.T) {
 		t.Fatalf("fleet-drill.svg: %v", err)
 	}
 	md, _ := os.ReadFile(filepath.Join(dir, "report.md"))
-	for _, want := range []string{"| outage | naive |", "storm sustained", "| outage | retryguard |", "| pass |"} {
+	for _, want := range []string{"| outage | naive |", "storm sustained", "| outage | retryguard |", "| pass |",
+		"(8 on retry.RoundTripper, 6 on runtime/grpc, 6 through the sidecar)",
+		"outage retryguard: grpc 6 pods, 1800 started, 1790 succeeded, 10 failed (2 unknown)"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report.md lacks %q:\n%s", want, md)
 		}

@@ -1,18 +1,27 @@
 // Command fleetclient is one pod of the fleet drill's client fleet: it
-// drives a steady, open-loop rate of operations against the dependency
-// ($DEP_URL/v1/work), either with naive retries (hack/drills/fleet/naive:
-// 3 × 3 × 3 attempts, fixed delays, no jitter, no budget) or through
-// retry.RoundTripper under $POLICY, the connector layer of a chain the
-// RetryPolicies declare, drawing on their counted RetryBudget. Every
-// attempt of one operation carries one Idempotency-Key.
+// drives a steady, open-loop rate of operations against the dependency,
+// either with naive retries (hack/drills/fleet/naive: 3 × 3 × 3 attempts,
+// fixed delays, no jitter, no budget) or with Retryguard under $POLICY, the
+// connector layer of a chain the RetryPolicies declare, drawing on their
+// counted RetryBudget. Every attempt of one operation carries one
+// Idempotency-Key. $CLIENT says how the pod reaches the dependency
+// (clientstats.Clients):
+//
+//	http     $DEP_URL/v1/work through retry.RoundTripper (naive: plain net/http)
+//	grpc     $DEP_GRPC's Work method through runtime/grpc's Interceptor (naive: plain grpc-go)
+//	sidecar  plain HTTP to the injected retryguard-proxy's route at $SIDECAR_URL, with
+//	         no Retryguard code in the process, as a busybox or Python client
+//	         (naive: plain net/http to $DEP_URL, past the sidecar)
 //
 //	POST /start?mode=naive|retryguard&rate=R&run=ID  begins R operations a second
 //	POST /stop                                       stops beginning operations
 //	GET  /stats                                      JSON clientstats.Stats of the run
-//	GET  /policy                                     JSON {found, maxAttempts, generation, budget}
+//	GET  /policy                                     JSON policyview.View (a sidecar pod: the sidecar's)
 //	GET  /healthz                                    200 once the policy is known
 //
-// Dead letters go to a journal ($JOURNAL); /stats counts those it stored.
+// A Go client's dead letters go to a journal ($JOURNAL); /stats counts
+// those it stored. A sidecar pod's are in the sidecar's journal: it counts
+// them from the answers and checks the count against the journal's.
 package main
 
 import (
@@ -27,6 +36,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,10 +74,13 @@ const maxInFlight = 4000
 
 type client struct {
 	pod    string
+	kind   string // how the pod reaches the dependency: one of clientstats.Clients
 	depURL string
 	policy string
 	rg     *http.Client
 	plain  *http.Client
+	grpc   *grpcDep // a grpc pod's
+	side   *sidecar // a sidecar pod's
 
 	mu sync.Mutex
 	// stats is the current run's; runs holds every run's by name, so that
@@ -111,6 +124,29 @@ func run(ctx context.Context) error {
 	if policy == "" {
 		return errors.New("$POLICY: want the connector layer's RetryPolicy")
 	}
+	c := &client{pod: os.Getenv("POD_NAME"), kind: cmp.Or(os.Getenv("CLIENT"), clientstats.HTTP),
+		depURL: strings.TrimSuffix(os.Getenv("DEP_URL"), "/"), policy: policy}
+	if !slices.Contains(clientstats.Clients, c.kind) {
+		return fmt.Errorf("$CLIENT=%q: want one of %v", c.kind, clientstats.Clients)
+	}
+	c.stats, c.runs = newStats("", "", c.kind), map[string]*clientstats.Stats{}
+	c.plain = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 512}}
+	mux := http.NewServeMux()
+	if c.kind == clientstats.Sidecar {
+		// No Retryguard code in this process: the sidecar enforces the policy.
+		c.side = newSidecar(os.Getenv("SIDECAR_URL"), policy)
+		mux.HandleFunc("GET /healthz", c.side.healthz)
+		mux.HandleFunc("GET /policy", c.side.policyView)
+	} else if err := c.retryguardClients(ctx, mux); err != nil {
+		return err
+	}
+	return c.serve(ctx, mux)
+}
+
+// retryguardClients starts a Go client's policy watch, journal and
+// executor, and serves its /healthz and /policy.
+func (c *client) retryguardClients(ctx context.Context, mux *http.ServeMux) error {
+	policy := c.policy
 	var src interface {
 		retry.Source
 		Start(context.Context) error
@@ -135,14 +171,15 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("$JOURNAL: %w", err)
 	}
-	defer journal.Close()
-	c := &client{pod: os.Getenv("POD_NAME"), depURL: strings.TrimSuffix(os.Getenv("DEP_URL"), "/"), policy: policy}
-	c.stats, c.runs = newStats("", ""), map[string]*clientstats.Stats{}
+	context.AfterFunc(ctx, func() { _ = journal.Close() })
 	ex := retry.New(src, retry.WithDeadLetters(countingSink{j: journal, c: c}))
 	c.rg = &http.Client{Transport: &retry.RoundTripper{Executor: ex, Policy: policy, Pools: &retry.Pools{}}}
-	c.plain = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 512}}
-
-	mux := http.NewServeMux()
+	if c.kind == clientstats.GRPC {
+		if c.grpc, err = newGRPCDep(os.Getenv("DEP_GRPC"), ex, policy); err != nil {
+			return fmt.Errorf("$DEP_GRPC: %w", err)
+		}
+		context.AfterFunc(ctx, func() { _ = c.grpc.close() })
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if _, ok := src.Policy(policy); !ok {
 			http.Error(w, "policy "+policy+" not published yet", http.StatusServiceUnavailable)
@@ -153,6 +190,11 @@ func run(ctx context.Context) error {
 	mux.HandleFunc("GET /policy", func(w http.ResponseWriter, _ *http.Request) {
 		_ = json.NewEncoder(w).Encode(policyview.Of(src, ex, policy))
 	})
+	return nil
+}
+
+// serve answers the drill until ctx ends.
+func (c *client) serve(ctx context.Context, mux *http.ServeMux) error {
 	mux.HandleFunc("POST /start", c.start)
 	mux.HandleFunc("POST /stop", func(w http.ResponseWriter, _ *http.Request) {
 		c.mu.Lock()
@@ -162,10 +204,16 @@ func run(ctx context.Context) error {
 		c.mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
 	})
-	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
+		c.mu.Lock()
+		st := c.stats
+		c.mu.Unlock()
+		if c.side != nil {
+			c.side.confirm(r.Context(), st, &c.mu)
+		}
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		_ = json.NewEncoder(w).Encode(c.stats)
+		_ = json.NewEncoder(w).Encode(st)
 	})
 	srv := &http.Server{Addr: cmp.Or(os.Getenv("ADDR"), ":8080"), Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
@@ -174,7 +222,7 @@ func run(ctx context.Context) error {
 		defer cancel()
 		_ = srv.Shutdown(shutdown)
 	}()
-	slog.Info("fleetclient listening", "policy", policy, "dependency", c.depURL)
+	slog.Info("fleetclient listening", "client", c.kind, "policy", c.policy, "dependency", c.depURL)
 	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
@@ -207,9 +255,18 @@ func (c *client) start(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("run %s has run before: keys must be new", id), http.StatusConflict)
 		return
 	}
+	st := newStats(id, mode, c.kind)
+	if c.side != nil && mode == modeRetryguard {
+		// The sidecar's journal before the run: what it holds after, less
+		// this, are the run's letters.
+		if err := c.side.begin(r.Context(), st); err != nil {
+			http.Error(w, "the sidecar's journal: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
-	c.stats = newStats(id, mode)
+	c.stats = st
 	c.runs[id] = c.stats
 	go c.generate(ctx, c.stats, mode, id, rate)
 	w.WriteHeader(http.StatusNoContent)
@@ -251,8 +308,8 @@ func (c *client) generate(ctx context.Context, st *clientstats.Stats, mode, id s
 }
 
 // newStats is an empty run's.
-func newStats(id, mode string) *clientstats.Stats {
-	return &clientstats.Stats{Run: id, Mode: mode, Failed: map[string]int{}, Letters: map[string]int{}, Examples: map[string]string{}}
+func newStats(id, mode, kind string) *clientstats.Stats {
+	return &clientstats.Stats{Run: id, Mode: mode, Client: kind, Failed: map[string]int{}, Letters: map[string]int{}, Examples: map[string]string{}}
 }
 
 // ended lets a new run start once this one stopped beginning operations.
@@ -264,16 +321,27 @@ func (c *client) ended() {
 
 // operation runs one operation to its end and counts it in st.
 func (c *client) operation(st *clientstats.Stats, mode, op string) {
-	var ok, unknown bool
+	var ok, unknown, lettered bool
 	var code, detail string
-	if mode == modeNaive {
+	switch {
+	case mode == modeNaive && c.grpc != nil:
+		ok, unknown = c.grpc.naive(c.key(op))
+		code = naiveCode
+	case mode == modeNaive:
 		ok, unknown = c.naive(op)
 		code = naiveCode
-	} else {
+	case c.grpc != nil:
+		ok, code, detail, unknown = c.grpc.retryguard(c.pod, op)
+	case c.side != nil:
+		ok, code, detail, unknown, lettered = c.side.send(c.pod, op)
+	default:
 		ok, code, detail, unknown = c.retryguard(op)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if lettered {
+		st.Letters[code]++
+	}
 	st.InFlight--
 	switch {
 	case ok:

@@ -254,34 +254,48 @@ func (d *dep) work(ctx context.Context) {
 	}
 }
 
-// serve answers one request of the dependency's API.
-func (d *dep) serve(w http.ResponseWriter, r *http.Request) {
-	v, j := d.arrive(r.Header.Get("Idempotency-Key"), time.Now())
+// answer runs one request with key through the model, for either API:
+// its status once the dependency has one (201 applied; 503 for an outage,
+// a full queue or a stale job; 429 throttled), after SlowBy when the slow
+// trigger was on at its arrival; or ctx's error when the client went
+// first, which is owed no answer.
+func (d *dep) answer(ctx context.Context, key string) (int, error) {
+	v, j := d.arrive(key, time.Now())
 	switch v {
 	case outage, shed:
-		w.WriteHeader(http.StatusServiceUnavailable)
-		return
+		return http.StatusServiceUnavailable, nil
 	case throttled:
-		w.Header().Set("Retry-After", strconv.Itoa(d.cfg.RetryAfter))
-		w.WriteHeader(http.StatusTooManyRequests)
-		return
+		return http.StatusTooManyRequests, nil
 	}
 	// The request stays queued, and is served, after its client gave up:
 	// the dependency cannot know.
 	var status int
 	select {
 	case status = <-j.done:
-	case <-r.Context().Done():
-		return
+	case <-ctx.Done():
+		return 0, ctx.Err()
 	}
 	if j.slow {
 		t := time.NewTimer(d.cfg.SlowBy)
 		defer t.Stop()
 		select {
 		case <-t.C:
-		case <-r.Context().Done():
-			return
+		case <-ctx.Done():
+			return 0, ctx.Err()
 		}
+	}
+	return status, nil
+}
+
+// serve answers one request of the HTTP API; a throttled one's 429 asks
+// for RetryAfter seconds.
+func (d *dep) serve(w http.ResponseWriter, r *http.Request) {
+	status, err := d.answer(r.Context(), r.Header.Get("Idempotency-Key"))
+	if err != nil {
+		return
+	}
+	if status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", strconv.Itoa(d.cfg.RetryAfter))
 	}
 	w.WriteHeader(status)
 }

@@ -10,12 +10,20 @@
 // or retried (an Idempotency-Key it saw before), and every one it applied,
 // duplicates (a key applied before) among them.
 //
+// It serves one model over two APIs, so that HTTP and gRPC clients land in
+// one series: HTTP on $ADDR (:8080 by default) and gRPC on $GRPC_ADDR
+// (:8081), the service test/e2e/internal/depgrpc describes, whose Work
+// answers as POST /v1/work does (the key in the metadata idempotency-key;
+// OK for 201, UNAVAILABLE for 503, RESOURCE_EXHAUSTED with
+// grpc-retry-pushback-ms for 429 and its Retry-After).
+//
 //	POST /v1/work                      the API: 201 once applied
 //	POST /reset                        begins a new series
 //	POST /trigger?kind=K&for=D         switches trigger K (outage, throttle, slow) on for D; JSON window
 //	GET  /series                       JSON depseries.Series
 //	GET  /state                        JSON {queue, trigger}
 //	GET  /healthz                      200
+//	gRPC /retryguard.drill.v1.Dependency/Work   the API: OK once applied
 package main
 
 import (
@@ -26,12 +34,15 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
 	"syscall"
 	"time"
+
+	"google.golang.org/grpc"
 )
 
 func main() {
@@ -41,16 +52,49 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	srv := &http.Server{Addr: cmp.Or(os.Getenv("ADDR"), ":8080"), Handler: start(ctx, cfg), ReadHeaderTimeout: 5 * time.Second}
+	d := startDep(ctx, cfg)
+	srv := &http.Server{Addr: cmp.Or(os.Getenv("ADDR"), ":8080"), Handler: d.handler(), ReadHeaderTimeout: 5 * time.Second}
+	lis, err := net.Listen("tcp", cmp.Or(os.Getenv("GRPC_ADDR"), ":8081"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	gs := d.grpcServer()
 	go func() {
 		<-ctx.Done()
 		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
+		// GracefulStop waits for every call; the workers have stopped with
+		// ctx, so a queued call ends only with its client: Stop cuts the
+		// rest when the HTTP server's grace is over.
+		stopped := make(chan struct{})
+		go func() { gs.GracefulStop(); close(stopped) }()
 		_ = srv.Shutdown(shutdown)
+		select {
+		case <-stopped:
+		case <-shutdown.Done():
+			gs.Stop()
+		}
 	}()
-	slog.Info("metadep listening", "capacity", cfg.capacity(), "queue", cfg.QueueLimit, "dropAfter", cfg.DropAfter)
-	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
-		log.Fatal(err)
+	slog.Info("metadep listening", "capacity", cfg.capacity(), "queue", cfg.QueueLimit, "dropAfter", cfg.DropAfter, "grpc", lis.Addr().String())
+	errs := make(chan error, 2)
+	go func() {
+		if err := gs.Serve(lis); !errors.Is(err, grpc.ErrServerStopped) {
+			errs <- err // nil once stopped while serving
+			return
+		}
+		errs <- nil
+	}()
+	go func() {
+		if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+			errs <- err
+			return
+		}
+		errs <- nil
+	}()
+	for range 2 {
+		if err := <-errs; err != nil {
+			log.Fatal(err)
+		}
 	}
 }
 
@@ -79,8 +123,11 @@ func configFromEnv(base config, env func(string) string) (config, error) {
 	return c, c.validate()
 }
 
-// start runs the workers until ctx ends and returns the handler.
-func start(ctx context.Context, cfg config) http.Handler {
+// start runs the workers until ctx ends and returns the HTTP handler.
+func start(ctx context.Context, cfg config) http.Handler { return startDep(ctx, cfg).handler() }
+
+// startDep runs a new dependency's workers until ctx ends.
+func startDep(ctx context.Context, cfg config) *dep {
 	d := newDep(cfg, time.Now())
 	for range cfg.Workers {
 		go d.work(ctx)
@@ -90,6 +137,11 @@ func start(ctx context.Context, cfg config) http.Handler {
 		d.nonEmpty.Broadcast()
 		d.mu.Unlock()
 	})
+	return d
+}
+
+// handler is the HTTP API, the drill's controls among it.
+func (d *dep) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/work", d.serve)
 	mux.HandleFunc("POST /reset", func(w http.ResponseWriter, _ *http.Request) {
