@@ -39,7 +39,7 @@ demo: manifests envtest ## Run the story on an embedded local control plane, the
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) run ./hack/demo
 
 .PHONY: test
-test: manifests generate fmt vet api-lint envtest chart-check image-check publish-check drill-check consumer-check otlp-check release-check ## Regenerate, check and run every test against a real API server.
+test: manifests generate fmt vet api-lint envtest chart-check image-check publish-check drill-check e2e-apps-check consumer-check otlp-check release-check ## Regenerate, check and run every test against a real API server.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test $(TEST_FLAGS) $(TEST_PKGS)
 	for m in $(RUNTIME_TEST_MODULES); do KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) -C $$m test $(TEST_FLAGS) ./...; done
 
@@ -126,6 +126,14 @@ release-check: ## Publish the modules at a test version to a file-based module p
 .PHONY: drill-check
 drill-check: envtest ## Run the recovery drill's tests, its --quick run (the drill's regression guard) included (about a minute).
 	cd hack/drills && KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test -count=1 ./...
+
+# The e2e suite's apps and helpers (the fleet drill's dependency and clients
+# among them) have unit tests of their own, on loopback; the suite itself
+# needs the node (make e2e).
+.PHONY: e2e-apps-check
+e2e-apps-check: ## Vet the e2e module and run its apps' and helpers' tests (not the suite: make e2e).
+	$(GO) -C test/e2e vet ./...
+	$(GO) -C test/e2e test $(TEST_FLAGS) ./apps/... ./internal/...
 
 .PHONY: fuzz
 fuzz: ## Run every native fuzz test for FUZZTIME each (default 60s).
