@@ -101,12 +101,7 @@ func TestGRPCCountsInTheHTTPSeries(t *testing.T) {
 	if err := depgrpc.Work(ctx, cc); grpcstatus.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("during the latency spike: %v, want DeadlineExceeded", err)
 	}
-	s = depseries.Series{}
-	for total(s).Applied == 0 {
-		getJSON(t, url+"/series", &s)
-		time.Sleep(10 * time.Millisecond)
-	}
-	if got, want := total(s), (depseries.Second{Received: 2, First: 2, Applied: 1, Throttled: 1}); got != want {
+	if got, want := total(onceApplied(t, url)), (depseries.Second{Received: 2, First: 2, Applied: 1, Throttled: 1}); got != want {
 		t.Errorf("got %+v, want %+v", got, want)
 	}
 }
