@@ -109,3 +109,30 @@ func TestNothingOutsideHackImportsHack(t *testing.T) {
 		t.Fatalf("checked only %d Go files outside hack/; is the walk rooted at the checkout?", checked)
 	}
 }
+
+// The API imports nothing of the pods' library: what the two share (codes,
+// limits, the HTTP rules, the payload) is the contract module's, which both
+// import (docs/README.md, the contract's packages), so that a bound or a code has one
+// home and the API's module graph holds no runtime.
+func TestTheAPIImportsNoRuntimePackage(t *testing.T) {
+	fset := token.NewFileSet()
+	checked := 0
+	goFiles(t, func(rel, path string) {
+		if !strings.HasPrefix(rel, "api/") {
+			return
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatalf("parse %s: %v", rel, err)
+		}
+		checked++
+		for _, spec := range f.Imports {
+			if imp, _ := strconv.Unquote(spec.Path.Value); imp == modulePath+"/runtime" || strings.HasPrefix(imp, modulePath+"/runtime/") {
+				t.Errorf("%s imports %s: take what the API shares with the pods from %s/contract", rel, imp, modulePath)
+			}
+		}
+	})
+	if checked < 20 {
+		t.Fatalf("checked only %d Go files under api/", checked)
+	}
+}
