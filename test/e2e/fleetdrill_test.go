@@ -288,6 +288,7 @@ func drillRun(ctx context.Context, form drillForm, depURL string, pods map[strin
 	for _, s := range stats {
 		c.Started, c.Succeeded, c.Unknown = c.Started+s.Started, c.Succeeded+s.Succeeded, c.Unknown+s.Unknown
 		c.InFlight, c.Refused, c.Unconfirmed = c.InFlight+s.InFlight, c.Refused+s.Refused, c.Unconfirmed+s.Unconfirmed
+		c.UnknownLetters += s.UnknownLetters
 		c.MaxLateMs = max(c.MaxLateMs, s.MaxLateMs)
 		o := c.ByClient[s.Client]
 		o.Pods++

@@ -59,6 +59,9 @@ type Clients struct {
 	// hold (clientstats.Stats.Unconfirmed), counted as lost.
 	Letters     map[string]int `json:"letters"`
 	Unconfirmed int            `json:"unconfirmed,omitempty"`
+	// UnknownLetters are the letters of operations whose outcome is
+	// unknown (clientstats.Stats.UnknownLetters).
+	UnknownLetters int `json:"unknownLetters"`
 	// FailedBy counts the failed operations by final code, Examples holds
 	// one failure's detail for each.
 	FailedBy map[string]int    `json:"failedBy"`
@@ -195,12 +198,10 @@ func (r *Run) Compute(sustainFor int) error {
 	f.RecoverySeconds, f.Recovered, f.OverAfter = recovery(r.seconds, r.Series.Capacity, w.To)
 	c := r.Clients
 	lettered := 0
-	for code, n := range c.Letters {
+	for _, n := range c.Letters {
 		lettered += n
-		if code == "ERR_UNKNOWN_OUTCOME" {
-			f.UnknownLettered += n
-		}
 	}
+	f.UnknownLettered = c.UnknownLetters
 	f.NonTerminal, f.Unknown = c.InFlight, c.Unknown
 	f.Lost = c.InFlight + max(0, c.Failed-(lettered-c.Unconfirmed))
 	r.Figures = f

@@ -27,7 +27,8 @@ func TestRetryguardRunMeetsTheGoals(t *testing.T) {
 			return 20
 		}
 		return 0
-	}, Clients{Started: 6000, Succeeded: 5000, Failed: 1000, Unknown: 10, Letters: map[string]int{"ERR_UNKNOWN_OUTCOME": 10, "ERR_BUDGET_EXHAUSTED": 990}})
+	}, Clients{Started: 6000, Succeeded: 5000, Failed: 1000, Unknown: 10, Letters: map[string]int{"ERR_UNKNOWN_OUTCOME": 10, "ERR_BUDGET_EXHAUSTED": 990},
+		UnknownLetters: 10})
 	if err := r.Compute(10); err != nil {
 		t.Fatal(err)
 	}

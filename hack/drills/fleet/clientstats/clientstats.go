@@ -23,6 +23,10 @@ type Stats struct {
 	// the first failure's detail of each code.
 	Letters  map[string]int    `json:"letters"`
 	Examples map[string]string `json:"examples"`
+	// UnknownLetters are the letters of operations in state
+	// UNKNOWN_OUTCOME, whatever their code (a budget's refusal after an
+	// attempt that may have been applied is one).
+	UnknownLetters int `json:"unknownLetters"`
 	// Unconfirmed are letters the sidecar's answers said it kept that its
 	// journal does not hold (the journal's count grew by fewer): a sidecar
 	// pod counts its letters from the answers, by code, and checks the

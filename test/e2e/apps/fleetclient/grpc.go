@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/retryguard/retryguard/contract/codes"
 	"github.com/retryguard/retryguard/hack/drills/fleet/naive"
 	retrygrpc "github.com/retryguard/retryguard/runtime/grpc"
 	"github.com/retryguard/retryguard/runtime/retry"
@@ -58,7 +57,7 @@ func (g *grpcDep) retryguard(pod, op string) (ok bool, code, detail string, unkn
 	case err == nil:
 		return true, "", "", false
 	case errors.As(err, &re):
-		return false, string(re.Code), re.Error(), re.Code == codes.UnknownOutcome
+		return false, string(re.Code), re.Error(), re.State == retry.UnknownOutcome
 	}
 	st := status.Convert(err)
 	return false, st.Code().String(), st.Message(), false

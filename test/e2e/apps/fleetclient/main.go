@@ -46,7 +46,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/retryguard/retryguard/contract/codes"
 	"github.com/retryguard/retryguard/hack/drills/fleet/clientstats"
 	"github.com/retryguard/retryguard/hack/drills/fleet/depseries"
 	"github.com/retryguard/retryguard/hack/drills/fleet/naive"
@@ -106,6 +105,9 @@ func (s countingSink) Write(ctx context.Context, l retry.DeadLetter) error {
 	for id, st := range s.c.runs {
 		if strings.HasPrefix(l.Key, s.c.key(id+"-")) {
 			st.Letters[string(l.Code)]++
+			if l.State == retry.UnknownOutcome {
+				st.UnknownLetters++
+			}
 		}
 	}
 	return nil
@@ -341,6 +343,9 @@ func (c *client) operation(st *clientstats.Stats, mode, op string) {
 	defer c.mu.Unlock()
 	if lettered {
 		st.Letters[code]++
+		if unknown {
+			st.UnknownLetters++
+		}
 	}
 	st.InFlight--
 	switch {
@@ -400,7 +405,7 @@ func (c *client) retryguard(op string) (ok bool, code, detail string, unknown bo
 	var re *retry.Error
 	switch {
 	case errors.As(err, &re):
-		return false, string(re.Code), re.Error(), re.Code == codes.UnknownOutcome
+		return false, string(re.Code), re.Error(), re.State == retry.UnknownOutcome
 	case err != nil:
 		return false, "transport", err.Error(), false
 	}
