@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 
+	"go.opentelemetry.io/contrib/propagators/autoprop"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
@@ -31,6 +32,7 @@ const (
 	envTracesExporter = "OTEL_TRACES_EXPORTER"
 	envSDKDisabled    = "OTEL_SDK_DISABLED"
 	envServiceName    = "OTEL_SERVICE_NAME"
+	envPropagators    = "OTEL_PROPAGATORS"
 )
 
 // serviceName is the sidecar's service.name when OTEL_SERVICE_NAME is unset.
@@ -91,8 +93,30 @@ func startTracing(ctx context.Context) (*tracing, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the OpenTelemetry resource: %w", err)
 	}
+	prop, err := propagator()
+	if err != nil {
+		return nil, err
+	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
-	return &tracing{provider: tp, propagator: propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})}, nil
+	return &tracing{provider: tp, propagator: prop}, nil
+}
+
+// propagator is how trace context enters from the application and leaves
+// with each attempt: OTEL_PROPAGATORS' list as the SDK reads it (autoprop:
+// tracecontext, baggage, b3, b3multi, jaeger, xray, ottrace, none), or
+// tracecontext and baggage, the specification's default, when unset. A name
+// it does not know is an error that names the variable: autoprop's own
+// reader would only log it and fall back.
+func propagator() (propagation.TextMapPropagator, error) {
+	v := os.Getenv(envPropagators)
+	if v == "" {
+		return propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}), nil
+	}
+	p, err := autoprop.TextMapPropagator(strings.Split(v, ",")...)
+	if err != nil {
+		return nil, fmt.Errorf("%s=%q: %w", envPropagators, v, err)
+	}
+	return p, nil
 }
 
 // option is the executors' Observer.
