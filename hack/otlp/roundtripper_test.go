@@ -8,12 +8,14 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/retryguard/retryguard/contract/codes"
 	"github.com/retryguard/retryguard/contract/policyconfig/fixtures"
 	retryotel "github.com/retryguard/retryguard/runtime/otel"
 	"github.com/retryguard/retryguard/runtime/retry"
@@ -108,5 +110,45 @@ func TestRoundTripperAttemptsAreOneTraceInTheReceiver(t *testing.T) {
 	}
 	if !got[retryotel.AttemptsMetric] || !got[retryotel.OperationDurationMetric] {
 		t.Errorf("the metrics recorded are %v, want %s and %s", got, retryotel.AttemptsMetric, retryotel.OperationDurationMetric)
+	}
+}
+
+// A request refused for its key before any attempt (the template names a
+// variable the request does not carry) reaches the receiver as one span, of
+// no attempt, in error with the refusal's code: a trace says why nothing
+// was sent. It holds no state attribute: the operation never entered the
+// state machine.
+func TestARequestRefusedForItsKeyIsOneSpanInTheReceiver(t *testing.T) {
+	rcv := startReceiver(t)
+	exp, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpoint(rcv.httpAddr), otlptracehttp.WithInsecure())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	obs, err := retryotel.New(retryotel.WithTracerProvider(tp), retryotel.WithPropagator(propagation.TraceContext{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, seen := flaky(t)
+	p := fixtures.SMS() // its key template names {user_id} and {login_session_id}
+	ex := retry.New(watch.NewStatic(p), retry.WithObserver(obs))
+	client := &http.Client{Transport: &retry.RoundTripper{Executor: ex, Policy: p.Policy.Name}}
+	if res, err := client.Post(srv.URL+"/v1/messages", "application/json", nil); err == nil {
+		_ = res.Body.Close()
+		t.Fatalf("a request without its key's variables was sent: %d", res.StatusCode)
+	}
+	spans := rcv.spans(t, 1)
+	if len(spans) != 1 || len(seen.all()) != 0 {
+		t.Fatalf("got spans %v and %d requests at the server, want one span and none", names(spans), len(seen.all()))
+	}
+	s := spans[0]
+	code, _ := s.attr(string(retryotel.CodeKey))
+	errType, _ := s.attr("error.type")
+	attempts, _ := s.attr(string(retryotel.AttemptsKey))
+	_, hasState := s.attr(string(retryotel.StateKey))
+	if s.status != ptrace.StatusCodeError || code.Str() != string(codes.MissingKeyVariable) || errType.Str() != code.Str() || attempts.Int() != 0 || hasState {
+		t.Errorf("the span: status %v, code %q, error.type %q, attempts %d, a state attribute %t; want an error, %s twice, 0, none",
+			s.status, code.Str(), errType.Str(), attempts.Int(), hasState, codes.MissingKeyVariable)
 	}
 }

@@ -254,8 +254,12 @@ func (o *Observer) EndOperation(ctx context.Context, attempts int, err error) {
 		state, code = re.State, string(re.Code)
 	}
 	span := trace.SpanFromContext(ctx)
-	attrs := []attribute.KeyValue{StateKey.String(string(state)), AttemptsKey.Int(attempts)}
-	measured := []attribute.KeyValue{PolicyKey.String(op.policy), StateKey.String(string(state))}
+	attrs := []attribute.KeyValue{AttemptsKey.Int(attempts)}
+	measured := []attribute.KeyValue{PolicyKey.String(op.policy)}
+	if state != "" { // "": refused before its first attempt (its key), it never entered the state machine
+		attrs = append(attrs, StateKey.String(string(state)))
+		measured = append(measured, StateKey.String(string(state)))
+	}
 	if code != "" {
 		attrs = append(attrs, CodeKey.String(code), semconv.ErrorTypeKey.String(code))
 		measured = append(measured, semconv.ErrorTypeKey.String(code))

@@ -320,7 +320,12 @@ func (e *Executor) do(ctx context.Context, policy string, vars Vars, op Operatio
 			if _, bad := err.(*errBadKey); bad {
 				code = codes.InvalidKeyTemplate
 			}
-			return &Error{Code: code, Policy: policy, Detail: err.Error(), Err: err}
+			refused := &Error{Code: code, Policy: policy, Detail: err.Error(), Err: err}
+			if e.observer != nil {
+				// An operation of no attempt, so that its trace says why nothing was sent.
+				e.observer.EndOperation(r.startOperation(ctx), 0, refused)
+			}
+			return refused
 		}
 		r.key = key
 	}

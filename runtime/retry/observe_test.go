@@ -213,3 +213,20 @@ func TestAHedgeThatFailedBesideTheWinnerKeepsItsEvidence(t *testing.T) {
 	}
 	srv.Client().CloseIdleConnections()
 }
+
+// An operation refused for its key before any attempt (a variable the
+// template names is missing) is still one operation to the Observer, of no
+// attempt and with the refusal: a trace shows why nothing was sent.
+func TestObserverSeesAnOperationRefusedForItsKey(t *testing.T) {
+	p := smsPolicy()
+	rec := &recorder{}
+	ex := New(staticSource{p.Policy.Name: p}, WithObserver(rec))
+	err := ex.Do(context.Background(), p.Policy.Name, Vars{"user_id": "42"}, func(context.Context, Attempt) error { return nil })
+	if err == nil {
+		t.Fatal("a missing key variable was not refused")
+	}
+	want := []string{"start sms-2fa-dispatch request=false", "end attempts=0 err=true"}
+	if got := rec.all(); !slices.Equal(got, want) {
+		t.Fatalf("the observer saw\n%q\nwant\n%q", got, want)
+	}
+}
