@@ -35,6 +35,16 @@ const (
 	AttemptsHeader = "Retryguard-Attempts"
 )
 
+// LetterHeader tells the application that its operation's dead letter was
+// not kept (LetterDropped): it is not reconciled from the journal, and the
+// application must keep what it needs itself. The sidecar sets it on its
+// answer, and removes it from any other answer, so that an upstream cannot
+// claim it.
+const (
+	LetterHeader  = "Retryguard-Letter"
+	LetterDropped = "dropped"
+)
+
 // callerKey is the variable that carries a caller's own idempotency key
 // through the keyed executor's template (see keyedSource).
 const callerKey = "caller_idempotency_key"

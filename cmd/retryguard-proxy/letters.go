@@ -11,18 +11,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/retryguard/retryguard/proxy"
 	"github.com/retryguard/retryguard/runtime/deadletter"
 	"github.com/retryguard/retryguard/runtime/retry"
-)
-
-// LetterHeader tells the application that its operation's dead letter was
-// not kept (LetterDropped): it is not reconciled from the journal, and the
-// application must keep what it needs itself. The sidecar sets it on its
-// answer, and removes it from any other answer, so that an upstream cannot
-// claim it.
-const (
-	LetterHeader  = "Retryguard-Letter"
-	LetterDropped = "dropped"
 )
 
 // maxProblem bounds the problem body that the sidecar reads to add the
@@ -69,7 +60,7 @@ func (s *keptSink) Write(ctx context.Context, l retry.DeadLetter) error {
 }
 
 // tellDropped wraps a route listener's handler: when the request's letter
-// was not kept, its answer carries LetterHeader, and a problem answer the
+// was not kept, its answer carries proxy.LetterHeader, and a problem answer the
 // member "letter": "dropped".
 func tellDropped(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -80,7 +71,7 @@ func tellDropped(next http.Handler) http.Handler {
 	})
 }
 
-// letterWriter sets LetterHeader as the answer's header is written, and
+// letterWriter sets proxy.LetterHeader as the answer's header is written, and
 // holds a problem body back to add the letter member to it.
 type letterWriter struct {
 	http.ResponseWriter
@@ -97,12 +88,12 @@ func (lw *letterWriter) WriteHeader(status int) {
 	}
 	lw.wrote = true
 	h := lw.Header()
-	h.Del(LetterHeader)
+	h.Del(proxy.LetterHeader)
 	if !lw.dropped.Load() {
 		lw.ResponseWriter.WriteHeader(status)
 		return
 	}
-	h.Set(LetterHeader, LetterDropped)
+	h.Set(proxy.LetterHeader, proxy.LetterDropped)
 	if strings.HasPrefix(h.Get("Content-Type"), "application/problem+json") {
 		lw.status, lw.problem = status, &bytes.Buffer{}
 		h.Del("Content-Length")
@@ -135,7 +126,7 @@ func (lw *letterWriter) finish() {
 		lw.flushHeld()
 		return
 	}
-	p["letter"] = LetterDropped
+	p["letter"] = proxy.LetterDropped
 	data, err := json.Marshal(p)
 	if err != nil {
 		lw.flushHeld()

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/retryguard/retryguard/proxy"
 )
 
 // Issue 29: "A full journal never evicts the pod and every unkept letter is
@@ -19,7 +21,7 @@ import (
 func TestAtTheJournalsCapTheAnswerSaysTheLetterWasNotKept(t *testing.T) {
 	var status atomic.Int32
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set(LetterHeader, LetterDropped) // a claim the sidecar removes
+		w.Header().Set(proxy.LetterHeader, proxy.LetterDropped) // a claim the sidecar removes
 		w.WriteHeader(int(status.Load()))
 		_, _ = io.WriteString(w, `{"from":"upstream"}`)
 	}))
@@ -40,13 +42,13 @@ func TestAtTheJournalsCapTheAnswerSaysTheLetterWasNotKept(t *testing.T) {
 	}
 
 	status.Store(http.StatusCreated)
-	if res, _ := send(); res.StatusCode != 201 || res.Header.Get(LetterHeader) != "" {
-		t.Fatalf("a success: %d, %s %q; want 201 without the upstream's claim", res.StatusCode, LetterHeader, res.Header.Get(LetterHeader))
+	if res, _ := send(); res.StatusCode != 201 || res.Header.Get(proxy.LetterHeader) != "" {
+		t.Fatalf("a success: %d, %s %q; want 201 without the upstream's claim", res.StatusCode, proxy.LetterHeader, res.Header.Get(proxy.LetterHeader))
 	}
 	// A permanent failure: the upstream's own answer, with the header.
 	status.Store(http.StatusBadRequest)
-	if res, body := send(); res.StatusCode != 400 || res.Header.Get(LetterHeader) != LetterDropped || body != `{"from":"upstream"}` {
-		t.Fatalf("a permanent failure: %d, %s %q, %s", res.StatusCode, LetterHeader, res.Header.Get(LetterHeader), body)
+	if res, body := send(); res.StatusCode != 400 || res.Header.Get(proxy.LetterHeader) != proxy.LetterDropped || body != `{"from":"upstream"}` {
+		t.Fatalf("a permanent failure: %d, %s %q, %s", res.StatusCode, proxy.LetterHeader, res.Header.Get(proxy.LetterHeader), body)
 	}
 	// Retries exhausted: the proxy's problem, with the header and the member.
 	status.Store(http.StatusServiceUnavailable)
@@ -55,9 +57,9 @@ func TestAtTheJournalsCapTheAnswerSaysTheLetterWasNotKept(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &p); err != nil {
 		t.Fatalf("%d %s: %v", res.StatusCode, body, err)
 	}
-	if res.StatusCode != 503 || res.Header.Get(LetterHeader) != LetterDropped || p["letter"] != LetterDropped || p["code"] == nil ||
+	if res.StatusCode != 503 || res.Header.Get(proxy.LetterHeader) != proxy.LetterDropped || p["letter"] != proxy.LetterDropped || p["code"] == nil ||
 		res.Header.Get("Retryguard-Code") == "" {
-		t.Fatalf("retries exhausted: %d, %s %q, %s", res.StatusCode, LetterHeader, res.Header.Get(LetterHeader), body)
+		t.Fatalf("retries exhausted: %d, %s %q, %s", res.StatusCode, proxy.LetterHeader, res.Header.Get(proxy.LetterHeader), body)
 	}
 
 	var page lettersAnswer

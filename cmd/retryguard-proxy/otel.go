@@ -105,18 +105,25 @@ func startTracing(ctx context.Context) (*tracing, error) {
 // with each attempt: OTEL_PROPAGATORS' list as the SDK reads it (autoprop:
 // tracecontext, baggage, b3, b3multi, jaeger, xray, ottrace, none), or
 // tracecontext and baggage, the specification's default, when unset. A name
-// it does not know is an error that names the variable: autoprop's own
-// reader would only log it and fall back.
+// it does not know is an error that names the variable, even beside none
+// (autoprop's list stops reading at none, and its own reader of the
+// variable would only log an unknown name and fall back).
 func propagator() (propagation.TextMapPropagator, error) {
 	v := os.Getenv(envPropagators)
 	if v == "" {
 		return propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}), nil
 	}
-	p, err := autoprop.TextMapPropagator(strings.Split(v, ",")...)
-	if err != nil {
-		return nil, fmt.Errorf("%s=%q: %w", envPropagators, v, err)
+	names := strings.Split(v, ",")
+	for i, name := range names {
+		names[i] = strings.TrimSpace(name)
+		if names[i] == "none" {
+			continue
+		}
+		if _, err := autoprop.TextMapPropagator(names[i]); err != nil {
+			return nil, fmt.Errorf("%s=%q: %w", envPropagators, v, err)
+		}
 	}
-	return p, nil
+	return autoprop.TextMapPropagator(names...)
 }
 
 // option is the executors' Observer.

@@ -29,6 +29,7 @@ func TestTracingFollowsTheSDKsVariables(t *testing.T) {
 		{name: "zipkin", env: map[string]string{envEndpoint: "http://127.0.0.1:4318", envTracesExporter: "zipkin"}, err: envTracesExporter},
 		{name: "b3 propagation", env: map[string]string{envEndpoint: "http://127.0.0.1:4318", envPropagators: "b3"}, tracing: true},
 		{name: "an unknown propagator", env: map[string]string{envEndpoint: "http://127.0.0.1:4318", envPropagators: "tracecontext,w3c"}, err: envPropagators},
+		{name: "an unknown propagator beside none", env: map[string]string{envEndpoint: "http://127.0.0.1:4318", envPropagators: "w3c,none"}, err: envPropagators},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, k := range []string{envEndpoint, envTracesEndpoint, envProtocol, envTracesProtocol, envTracesExporter, envSDKDisabled, envPropagators} {
@@ -61,12 +62,12 @@ func TestThePropagatorFollowsOTELPropagators(t *testing.T) {
 		TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled,
 	}))
 	for value, want := range map[string][]string{
-		"":                {"Traceparent"},
-		"b3":              {"B3"},
-		"b3multi,baggage": {"X-B3-Traceid", "X-B3-Spanid", "X-B3-Sampled"},
-		"tracecontext,b3": {"Traceparent", "B3"},
-		"none":            nil,
-		"jaeger":          {"Uber-Trace-Id"},
+		"":                 {"Traceparent"},
+		"b3":               {"B3"},
+		"b3multi,baggage":  {"X-B3-Traceid", "X-B3-Spanid", "X-B3-Sampled"},
+		"tracecontext, b3": {"Traceparent", "B3"},
+		"none":             nil,
+		"jaeger":           {"Uber-Trace-Id"},
 	} {
 		t.Run(value, func(t *testing.T) {
 			t.Setenv(envPropagators, value)

@@ -38,8 +38,8 @@ const (
 	drillGRPCPolicy = "drill-connector-grpc"
 	drillClient     = "fleetclient"
 	drillDep        = "metadep"
-	// drillGRPCPort is metadep's gRPC port ($GRPC_ADDR's default), on its
-	// pod and its Service.
+	// drillGRPCPort is metadep's gRPC port, set in its pod ($GRPC_ADDR)
+	// and its Service.
 	drillGRPCPort = 8081
 )
 
@@ -166,6 +166,7 @@ func drillDependency(ns string) (*appsv1.Deployment, *corev1.Service) {
 		AutomountServiceAccountToken: ptr.To(false),
 		Containers: []corev1.Container{{
 			Name: drillDep, Image: metadepImage, ImagePullPolicy: corev1.PullNever,
+			Env:            []corev1.EnvVar{{Name: "GRPC_ADDR", Value: fmt.Sprintf(":%d", drillGRPCPort)}},
 			Ports:          []corev1.ContainerPort{{ContainerPort: 8080}, {ContainerPort: drillGRPCPort}},
 			ReadinessProbe: readyOnHealthz(),
 		}},

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/retryguard/retryguard/hack/drills/drillreport"
@@ -54,9 +55,10 @@ type Clients struct {
 	Unknown  int `json:"unknown"`
 	InFlight int `json:"inFlight"`
 	Refused  int `json:"refused"`
-	// Letters are the dead letters the pods' journals stored, by code;
-	// Unconfirmed those a sidecar said it kept and its journal does not
-	// hold (clientstats.Stats.Unconfirmed), counted as lost.
+	// Letters are the dead letters of the run, by code: those a Go
+	// client's journal stored, and those a sidecar announced in its answers;
+	// Unconfirmed those a sidecar announced and its journal does not hold
+	// (clientstats.Stats.Unconfirmed), counted as lost.
 	Letters     map[string]int `json:"letters"`
 	Unconfirmed int            `json:"unconfirmed,omitempty"`
 	// UnknownLetters are the letters of operations whose outcome is
@@ -345,8 +347,12 @@ func Markdown(rep *Report) string {
 		case !r.Verdict.Pass:
 			verdict = "FAIL: " + strings.Join(r.Verdict.Failures, "; ")
 		}
-		fmt.Fprintf(&b, "| %s | %s | %.3f (%d s) | %d (×%.2f max) | %s | %d | %d | %d | %d / %d | %s |\n", r.Trigger, r.Mode, f.MaxWindowRatio,
-			min(Window, len(r.seconds)), f.PeakReceived, f.MaxSecondRatio, rec, f.Duplicates, f.NonTerminal, f.Lost, f.Unknown, f.UnknownLettered, verdict)
+		lost := strconv.Itoa(f.Lost)
+		if u := r.Clients.Unconfirmed; u > 0 {
+			lost += fmt.Sprintf(" (%d letters a sidecar announced and its journal does not hold)", u)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %.3f (%d s) | %d (×%.2f max) | %s | %d | %d | %s | %d / %d | %s |\n", r.Trigger, r.Mode, f.MaxWindowRatio,
+			min(Window, len(r.seconds)), f.PeakReceived, f.MaxSecondRatio, rec, f.Duplicates, f.NonTerminal, lost, f.Unknown, f.UnknownLettered, verdict)
 	}
 	codes := map[string]int{}
 	for _, r := range rep.Runs {

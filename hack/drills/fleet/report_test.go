@@ -166,3 +166,17 @@ func TestWriteReportAndPlot(t *testing.T) {
 		t.Errorf("the report failed: %+v", rep.Runs[0].Verdict)
 	}
 }
+
+// A letter a sidecar announced that its journal does not hold is an
+// operation lost, and the table says why.
+func TestTheReportSaysWhichLettersTheJournalDoesNotHold(t *testing.T) {
+	r := run(Retryguard, func(int) int { return 0 }, Clients{Started: 6000, Succeeded: 5999, Failed: 1,
+		Letters: map[string]int{"ERR_RETRY_LIMIT_EXCEEDED": 1}, Unconfirmed: 1})
+	if err := r.Compute(10); err != nil {
+		t.Fatal(err)
+	}
+	rep := &Report{Capacity: 400, PrimaryRate: 300, Pods: 20, Namespaces: 2, Runs: []*Run{r}}
+	if md := Markdown(rep); !strings.Contains(md, "| 1 (1 letters a sidecar announced and its journal does not hold) |") || r.Verdict.Pass {
+		t.Errorf("verdict %+v; the table:\n%s", r.Verdict, md)
+	}
+}

@@ -3,6 +3,8 @@
 // drill reads, as package depseries is the dependency's.
 package clientstats
 
+import "maps"
+
 // Stats is /stats: what one run's operations came to in this pod.
 type Stats struct {
 	Run  string `json:"run"`
@@ -37,6 +39,13 @@ type Stats struct {
 	JournalBefore int `json:"journalBefore,omitempty"`
 	// MaxLateMs is how late the generator began an operation at worst.
 	MaxLateMs float64 `json:"maxLateMs"`
+}
+
+// Clone is a copy of s that shares no map with it.
+func (s *Stats) Clone() Stats {
+	c := *s
+	c.Failed, c.Letters, c.Examples = maps.Clone(s.Failed), maps.Clone(s.Letters), maps.Clone(s.Examples)
+	return c
 }
 
 // The ways a fleet pod reaches the dependency in a Retryguard run; in a

@@ -80,6 +80,8 @@ type client struct {
 	plain  *http.Client
 	grpc   *grpcDep // a grpc pod's
 	side   *sidecar // a sidecar pod's
+	// closers end what the Go clients hold open, once the server is shut down.
+	closers []func() error
 
 	mu sync.Mutex
 	// stats is the current run's; runs holds every run's by name, so that
@@ -142,7 +144,11 @@ func run(ctx context.Context) error {
 	} else if err := c.retryguardClients(ctx, mux); err != nil {
 		return err
 	}
-	return c.serve(ctx, mux)
+	err := c.serve(ctx, mux)
+	for _, close := range c.closers {
+		err = errors.Join(err, close())
+	}
+	return err
 }
 
 // retryguardClients starts a Go client's policy watch, journal and
@@ -173,14 +179,14 @@ func (c *client) retryguardClients(ctx context.Context, mux *http.ServeMux) erro
 	if err != nil {
 		return fmt.Errorf("$JOURNAL: %w", err)
 	}
-	context.AfterFunc(ctx, func() { _ = journal.Close() })
+	c.closers = append(c.closers, journal.Close) // after the server: letters of operations still ending are kept
 	ex := retry.New(src, retry.WithDeadLetters(countingSink{j: journal, c: c}))
 	c.rg = &http.Client{Transport: &retry.RoundTripper{Executor: ex, Policy: policy, Pools: &retry.Pools{}}}
 	if c.kind == clientstats.GRPC {
 		if c.grpc, err = newGRPCDep(os.Getenv("DEP_GRPC"), ex, policy); err != nil {
 			return fmt.Errorf("$DEP_GRPC: %w", err)
 		}
-		context.AfterFunc(ctx, func() { _ = c.grpc.close() })
+		c.closers = append(c.closers, c.grpc.close)
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if _, ok := src.Policy(policy); !ok {
@@ -208,14 +214,12 @@ func (c *client) serve(ctx context.Context, mux *http.ServeMux) error {
 	})
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
 		c.mu.Lock()
-		st := c.stats
+		st := c.stats.Clone() // the counts as they are now; the journal is read after them
 		c.mu.Unlock()
 		if c.side != nil {
-			c.side.confirm(r.Context(), st, &c.mu)
+			c.side.confirm(r.Context(), &st)
 		}
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		_ = json.NewEncoder(w).Encode(st)
+		_ = json.NewEncoder(w).Encode(&st)
 	})
 	srv := &http.Server{Addr: cmp.Or(os.Getenv("ADDR"), ":8080"), Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
@@ -247,6 +251,16 @@ func (c *client) start(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "run: want the run's name, which every key carries", http.StatusBadRequest)
 		return
 	}
+	st := newStats(id, mode, c.kind)
+	if c.side != nil && mode == modeRetryguard {
+		// The sidecar's journal before the run (read before the lock: it is
+		// a request to the sidecar): what it holds after, less this, are the
+		// run's letters.
+		if err := c.side.begin(r.Context(), st); err != nil {
+			http.Error(w, "the sidecar's journal: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.stop != nil {
@@ -256,15 +270,6 @@ func (c *client) start(w http.ResponseWriter, r *http.Request) {
 	if _, ok := c.runs[id]; ok {
 		http.Error(w, fmt.Sprintf("run %s has run before: keys must be new", id), http.StatusConflict)
 		return
-	}
-	st := newStats(id, mode, c.kind)
-	if c.side != nil && mode == modeRetryguard {
-		// The sidecar's journal before the run: what it holds after, less
-		// this, are the run's letters.
-		if err := c.side.begin(r.Context(), st); err != nil {
-			http.Error(w, "the sidecar's journal: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel

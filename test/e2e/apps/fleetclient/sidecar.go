@@ -6,22 +6,15 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/retryguard/retryguard/hack/drills/fleet/clientstats"
 	"github.com/retryguard/retryguard/proxy"
 	"github.com/retryguard/retryguard/runtime/retry"
-)
-
-// The sidecar's answer header that says a letter was not kept, and its
-// value (cmd/retryguard-proxy's LetterHeader and LetterDropped; docs/proxy.md,
-// "A letter that was not kept is told"): a main package cannot be imported.
-const (
-	letterHeader  = "Retryguard-Letter"
-	letterDropped = "dropped"
 )
 
 // sidecarAnswerWithin bounds one request to the sidecar, far past the
@@ -54,10 +47,15 @@ func newSidecar(routeURL, policy string) *sidecar {
 // dependency's, or the sidecar's problem, whose code and state are in its
 // headers (docs/proxy.md, "What the application receives"): 202 in state
 // UNKNOWN_OUTCOME is an operation that may have been applied. lettered says
-// the sidecar kept the failure's letter (an answer with a code that does
-// not say it was dropped).
+// the sidecar kept the failure's letter: its state is one that is dead
+// lettered (a refusal before any attempt, such as ERR_PROXY_BUSY, has no
+// state and no letter), and the answer does not say the letter was
+// dropped. A request that reached the sidecar and got no whole answer may
+// have been applied: unknown, with no letter this pod can count.
 func (s *sidecar) send(pod, op string) (ok bool, code, detail string, unknown, lettered bool) {
-	req, err := http.NewRequest(http.MethodPost, s.route, nil)
+	var wrote atomic.Bool // set on the transport's writing goroutine
+	ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) }})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.route, nil)
 	if err != nil {
 		return false, "request", err.Error(), false, false
 	}
@@ -65,12 +63,15 @@ func (s *sidecar) send(pod, op string) (ok bool, code, detail string, unknown, l
 	req.Header.Set(proxy.VarHeaderPrefix+"Op", op)
 	res, err := s.hc.Do(req)
 	if err != nil {
-		return false, "transport", err.Error(), false, false
+		return false, "transport", err.Error(), wrote.Load(), false
 	}
-	body, _ := io.ReadAll(io.LimitReader(res.Body, 4<<10))
+	body, err := io.ReadAll(io.LimitReader(res.Body, 4<<10))
 	_ = res.Body.Close()
+	if err != nil {
+		return false, "transport", "the answer's body: " + err.Error(), true, false
+	}
 	code = res.Header.Get(proxy.CodeHeader)
-	unknown = res.StatusCode == http.StatusAccepted && res.Header.Get(proxy.StateHeader) == string(retry.UnknownOutcome)
+	state := retry.State(res.Header.Get(proxy.StateHeader))
 	switch {
 	case code == "" && res.StatusCode < 300:
 		return true, "", "", false, false
@@ -78,7 +79,8 @@ func (s *sidecar) send(pod, op string) (ok bool, code, detail string, unknown, l
 		// The dependency's own answer, passed through.
 		return false, strconv.Itoa(res.StatusCode), res.Status, false, false
 	}
-	return false, code, strings.TrimSpace(string(body)), unknown, res.Header.Get(letterHeader) != letterDropped
+	unknown = res.StatusCode == http.StatusAccepted && state == retry.UnknownOutcome
+	return false, code, strings.TrimSpace(string(body)), unknown, state.DeadLettered() && res.Header.Get(proxy.LetterHeader) != proxy.LetterDropped
 }
 
 // begin records in st how many letters the sidecar's journal holds before
@@ -92,17 +94,17 @@ func (s *sidecar) begin(ctx context.Context, st *clientstats.Stats) error {
 	return nil
 }
 
-// confirm sets st.Unconfirmed: the letters the answers said were kept that
-// the journal's growth since begin does not hold. A journal it cannot read
-// confirms none. mu guards st.
-func (s *sidecar) confirm(ctx context.Context, st *clientstats.Stats, mu *sync.Mutex) {
-	n, err := s.journalLetters(ctx)
-	mu.Lock()
-	defer mu.Unlock()
+// confirm sets st.Unconfirmed, in a copy of the run's counts: the letters
+// its answers said were kept that the journal's growth since begin does not
+// hold. The journal is read after the counts were taken, and the sidecar
+// writes a letter before it answers, so every letter counted is in the
+// journal by then. A journal it cannot read confirms none.
+func (s *sidecar) confirm(ctx context.Context, st *clientstats.Stats) {
 	claimed := 0
 	for _, k := range st.Letters {
 		claimed += k
 	}
+	n, err := s.journalLetters(ctx)
 	held := n - st.JournalBefore
 	if err != nil {
 		held = 0

@@ -244,6 +244,20 @@ func getJSON(t *testing.T, url string, out any) {
 	}
 }
 
+// triggerOff waits until no trigger is on.
+func triggerOff(t *testing.T, url string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var st struct{ Trigger string }
+		if getJSON(t, url+"/state", &st); st.Trigger == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("trigger %s still on after 10 s", st.Trigger)
+		}
+	}
+}
+
 // onceApplied is the series once the dependency has applied a request:
 // the latency spike's answer comes late, its work on time.
 func onceApplied(t *testing.T, url string) depseries.Series {
@@ -328,14 +342,7 @@ func TestCountsEveryRequestARealClientSends(t *testing.T) {
 	if res.StatusCode != http.StatusTooManyRequests || res.Header.Get("Retry-After") != "1" {
 		t.Errorf("throttled: %s Retry-After %q, want 429 and 1", res.Status, res.Header.Get("Retry-After"))
 	}
-	for {
-		var st struct{ Trigger string }
-		getJSON(t, url+"/state", &st)
-		if st.Trigger == "" {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	triggerOff(t, url)
 	trigger(t, url, depseries.Slow, "1h")
 	_, err = post(t, &http.Client{Timeout: 100 * time.Millisecond}, url+"/v1/work", "e")
 	var ne interface{ Timeout() bool }

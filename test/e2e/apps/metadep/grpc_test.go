@@ -85,14 +85,7 @@ func TestGRPCCountsInTheHTTPSeries(t *testing.T) {
 	if got := trailer.Get(pushbackTrailer); len(got) != 1 || got[0] != "1000" {
 		t.Errorf("throttled: %s %q, want [1000] (Retry-After: 1)", pushbackTrailer, got)
 	}
-	for {
-		var st struct{ Trigger string }
-		getJSON(t, url+"/state", &st)
-		if st.Trigger == "" {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	triggerOff(t, url)
 	// The slow trigger's answer comes after the client's deadline; the
 	// client sees DEADLINE_EXCEEDED, and the work is applied all the same.
 	trigger(t, url, depseries.Slow, "1h")
