@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
+	"github.com/retryguard/retryguard/contract/limits"
 	"github.com/retryguard/retryguard/internal/crdvalidation"
 	"github.com/retryguard/retryguard/internal/testenv"
 )
@@ -143,13 +144,13 @@ var _ = Describe("Offline, the CRDs give the API server's answer", func() {
 
 var _ = Describe("Rejections a user reads", func() {
 	It("names the field, the rule and the code", func() {
-		p := policyFor(GinkgoTB(), policyCase{Mutate: func(s *v1.RetryPolicySpec) { s.MaxAttempts = 5 }})
+		p := policyFor(GinkgoTB(), policyCase{Mutate: func(s *v1.RetryPolicySpec) { s.MaxAttempts = limits.MaxAttemptsCeiling + 1 }})
 		p.Name, p.Namespace = "too-many", "cel"
 		err := k8s.Create(ctx, p)
 		Expect(err).To(MatchError(And(
 			ContainSubstring("spec.maxAttempts"),
 			ContainSubstring("ERR_RETRY_LIMIT_EXCEEDED"),
-			ContainSubstring("between 1 and 3"),
+			ContainSubstring(fmt.Sprintf("between 1 and %d", limits.MaxAttemptsCeiling)),
 		)))
 	})
 
