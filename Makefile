@@ -51,13 +51,14 @@ api-lint: ## Run Kube API Linter over the API types (api/v1alpha1: the other api
 	bin/kal -test=false ./api/v1alpha1/
 
 .PHONY: manifests
-manifests: ## Generate CRDs, RBAC and webhook configuration from markers, with the bounds of contract/limits written into the CRDs and the payload schema.
+manifests: ## Generate CRDs, RBAC and webhook configuration from markers, with the bounds of contract/limits written into the CRDs and the payload schema, and the admission vectors from the admission table.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths="./..." \
 		output:crd:artifacts:config=config/crd/bases \
 		output:rbac:artifacts:config=config/rbac \
 		output:webhook:artifacts:config=config/webhook
 	$(GO) run ./hack/crdbounds
 	cd conformance && RETRYGUARD_WRITE_SCHEMA=1 $(GO) test -count=1 -run '^TestTheSchemaBoundsAreTheLimits$$' .
+	$(GO) test -count=1 -run '^TestConformanceAdmissionVectors$$' ./api/v1alpha1 -update-vectors
 	hack/chart-crds.sh config/crd/bases charts/retryguard/templates
 	$(GO) run ./hack/apiref
 	mkdir -p charts/retryguard/files
