@@ -22,6 +22,19 @@ import (
 	"github.com/retryguard/retryguard/runtime/watch"
 )
 
+// tracerOverHTTP is a TracerProvider that exports each span to the
+// receiver over OTLP/HTTP as it ends.
+func (r *receiver) tracerOverHTTP(t *testing.T) *sdktrace.TracerProvider {
+	t.Helper()
+	exp, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpoint(r.httpAddr), otlptracehttp.WithInsecure())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	return tp
+}
+
 // flaky is a loopback server that answers its first request 503 and every
 // later one 200, recording each request's traceparent.
 func flaky(t *testing.T) (*httptest.Server, *traceparents) {
@@ -47,12 +60,7 @@ func flaky(t *testing.T) (*httptest.Server, *traceparents) {
 // Beside it, the OTel metrics count the attempts and time the operation.
 func TestRoundTripperAttemptsAreOneTraceInTheReceiver(t *testing.T) {
 	rcv := startReceiver(t)
-	exp, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpoint(rcv.httpAddr), otlptracehttp.WithInsecure())
-	if err != nil {
-		t.Fatal(err)
-	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	defer func() { _ = tp.Shutdown(context.Background()) }()
+	tp := rcv.tracerOverHTTP(t)
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	obs, err := retryotel.New(retryotel.WithTracerProvider(tp), retryotel.WithMeterProvider(mp), retryotel.WithPropagator(propagation.TraceContext{}))
@@ -120,12 +128,7 @@ func TestRoundTripperAttemptsAreOneTraceInTheReceiver(t *testing.T) {
 // state machine.
 func TestARequestRefusedForItsKeyIsOneSpanInTheReceiver(t *testing.T) {
 	rcv := startReceiver(t)
-	exp, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpoint(rcv.httpAddr), otlptracehttp.WithInsecure())
-	if err != nil {
-		t.Fatal(err)
-	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	defer func() { _ = tp.Shutdown(context.Background()) }()
+	tp := rcv.tracerOverHTTP(t)
 	obs, err := retryotel.New(retryotel.WithTracerProvider(tp), retryotel.WithPropagator(propagation.TraceContext{}))
 	if err != nil {
 		t.Fatal(err)
