@@ -145,8 +145,8 @@ func run(ctx context.Context) error {
 		return err
 	}
 	err := c.serve(ctx, mux)
-	for _, close := range c.closers {
-		err = errors.Join(err, close())
+	for _, closeFn := range c.closers {
+		err = errors.Join(err, closeFn())
 	}
 	return err
 }
