@@ -21,9 +21,12 @@ import (
 	"github.com/retryguard/retryguard/test/e2e/internal/depgrpc"
 )
 
-// connectorPayload is drill-connector (testdata/fleet-drill.yaml) as the
-// controller publishes it for the gRPC method, with a shorter per-attempt
-// timeout to keep the test fast.
+// connectorPayload is drill-connector's rules (testdata/fleet-drill.yaml)
+// for the gRPC method, with a 200 ms per-attempt timeout and no reserve
+// (minRemaining) to keep the tests fast, and a budget of its own: the
+// drill's is counted and allows 15 retries a second shared by the fleet,
+// which would refuse a lone test process its first retries. Built from the
+// YAML by controllers.BuildPayload it would need those three changed.
 const connectorPayload = `{
   "schemaVersion": "policy.retryguard.io/payload/v1",
   "policy": {
