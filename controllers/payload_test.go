@@ -50,7 +50,7 @@ func specOf(p *policyconfig.Policy) v1.RetryPolicySpec {
 		s.Idempotency.KeyTemplate = ptr.To(p.KeyTemplate)
 	}
 	if p.Budget != "" {
-		s.BudgetRef = &v1.LocalObjectReference{Name: p.Budget}
+		s.BudgetRef = &v1.BudgetReference{Name: p.Budget}
 	}
 	if p.ConnectionPool != nil {
 		s.ConnectionPool = &v1.ConnectionPool{Name: p.ConnectionPool.Name, MaxConnections: p.ConnectionPool.MaxConnections}

@@ -51,7 +51,7 @@ func TestRetryPolicyValidatorJudgesWhatTheCRDCannot(t *testing.T) {
 	if _, err := validator().ValidateCreate(context.Background(), p); err != nil {
 		t.Fatalf("the webhook restates a CRD rule: %v", err)
 	}
-	p.Spec.Layer.AllowedChildren = &v1.AllowedChildren{Namespaces: &v1.ChildNamespaces{From: ptr.To(v1.NamespacesFromSelector),
+	p.Spec.Layer.AllowedChildren = &v1.AllowedChildren{Namespaces: &v1.AllowedNamespaces{From: ptr.To(v1.NamespacesFromSelector),
 		Selector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "team", Operator: "Near"}}}}}
 	_, err := validator().ValidateCreate(context.Background(), p)
 	if !apierrors.IsInvalid(err) {

@@ -264,7 +264,7 @@ var _ = Describe("Every default", func() {
 		"of the minimal policy is valid": minimal("defaults-minimal", func(*v1.RetryPolicySpec) {}),
 		"of a retrying policy without backoff is valid": minimal("defaults-retrying", func(s *v1.RetryPolicySpec) {
 			s.MaxAttempts = 3
-			s.BudgetRef = &v1.LocalObjectReference{Name: "ledger"}
+			s.BudgetRef = &v1.BudgetReference{Name: "ledger"}
 			s.Target.Operation = ptr.To("GET /v1/balance")
 		}),
 	} {

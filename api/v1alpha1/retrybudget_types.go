@@ -74,11 +74,19 @@ type RetryBudgetSpec struct {
 
 // BudgetConsumers selects the pods that share a budget.
 type BudgetConsumers struct {
-	// podSelector selects the consuming pods, in the budget's namespace.
-	// It must select every pod that draws on the budget; an empty selector
-	// selects every pod of the namespace.
+	// podSelector selects the consuming pods, in the budget's namespace and
+	// in every namespace that namespaces admits. It must select every pod
+	// that draws on the budget; an empty selector selects every pod of
+	// those namespaces.
 	// +required
 	PodSelector *metav1.LabelSelector `json:"podSelector,omitempty"`
+
+	// namespaces are the namespaces whose RetryPolicies may name this
+	// budget in budgetRef, and whose pods podSelector counts: Same (when
+	// unset: the budget's namespace only), All, or Selector. A foreign
+	// consumer lowers every pod's share, so consent is never assumed.
+	// +optional
+	Namespaces *AllowedNamespaces `json:"namespaces,omitempty"`
 }
 
 // RetryBudgetStatus is the observed state of a RetryBudget.

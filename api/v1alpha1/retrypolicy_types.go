@@ -152,22 +152,42 @@ type ParentReference struct {
 	Namespace *string `json:"namespace,omitempty"`
 }
 
+// BudgetReference names the RetryBudget a policy draws on.
+type BudgetReference struct {
+	// name of the RetryBudget.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name,omitempty"`
+
+	// namespace of the RetryBudget; the policy's own namespace when unset.
+	// A budget in another namespace must admit the policy's namespace in
+	// its consumers.namespaces (ERR_BUDGET_NOT_SHARED), and it counts the
+	// pods of every namespace it admits, so that one budget holds a fleet
+	// that spans namespaces.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Namespace *string `json:"namespace,omitempty"`
+}
+
 // AllowedChildren is a parent's consent to child layers.
 type AllowedChildren struct {
 	// namespaces selects the namespaces whose RetryPolicies may name this
 	// policy as their parentRef.
 	// +optional
 	// +default={"from": "Same"}
-	Namespaces *ChildNamespaces `json:"namespaces,omitempty"`
+	Namespaces *AllowedNamespaces `json:"namespaces,omitempty"`
 }
 
-// FromNamespaces says where child layers may come from.
+// FromNamespaces says which namespaces an AllowedNamespaces admits.
 // +kubebuilder:validation:Enum=Same;All;Selector
 type FromNamespaces string
 
-// The namespaces a parent accepts children from.
+// The namespaces an object consents to.
 const (
-	// NamespacesFromSame: only the parent's own namespace.
+	// NamespacesFromSame: only the object's own namespace.
 	NamespacesFromSame FromNamespaces = "Same"
 	// NamespacesFromAll: every namespace.
 	NamespacesFromAll FromNamespaces = "All"
@@ -175,11 +195,14 @@ const (
 	NamespacesFromSelector FromNamespaces = "Selector"
 )
 
-// ChildNamespaces selects namespaces, as Gateway API's allowedRoutes does.
+// AllowedNamespaces is an object's consent to objects of other namespaces,
+// as Gateway API's allowedRoutes is: a parent's to child layers
+// (layer.allowedChildren.namespaces), a budget's to consumers
+// (consumers.namespaces).
 // +kubebuilder:validation:XValidation:rule="(has(self.from) && self.from == 'Selector') == has(self.selector)",message="ERR_INVALID_SELECTOR: namespaces.selector is required when from is Selector, and allowed only then",fieldPath=".selector"
-type ChildNamespaces struct {
-	// from is Same (the default: the parent's namespace only), All, or
-	// Selector (the namespaces that match selector). The parent's own
+type AllowedNamespaces struct {
+	// from is Same (the default: the object's own namespace only), All, or
+	// Selector (the namespaces that match selector). The object's own
 	// namespace is always allowed.
 	// +optional
 	// +default="Same"
@@ -461,10 +484,11 @@ type RetryPolicySpec struct {
 	// +default={}
 	Idempotency *Idempotency `json:"idempotency,omitempty"`
 
-	// budgetRef names the RetryBudget, in the same namespace, that every retry
-	// draws from. Required when maxAttempts is above 1.
+	// budgetRef names the RetryBudget that every retry draws from, in the
+	// policy's namespace unless namespace says otherwise. Required when
+	// maxAttempts is above 1.
 	// +optional
-	BudgetRef *LocalObjectReference `json:"budgetRef,omitempty"`
+	BudgetRef *BudgetReference `json:"budgetRef,omitempty"`
 
 	// hedging sends a replay-safe operation again while its attempt is
 	// pending; each hedge is an attempt, paid for from budgetRef. Absent, no

@@ -18,16 +18,6 @@ const (
 	ConditionReconciling = "Reconciling"
 )
 
-// LocalObjectReference names another object of the expected kind in the same
-// namespace.
-type LocalObjectReference struct {
-	// name of the referenced object, in the same namespace.
-	// +required
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=253
-	Name string `json:"name,omitempty"`
-}
-
 // Reasons of a RetryPolicy's Ready condition. Every not-Ready reason is also
 // the NoRetry reason the policy's pods see, so users and pods read them too.
 const (
@@ -41,7 +31,10 @@ const (
 	// (or no longer does) allow this namespace in layer.allowedChildren.
 	ReasonParentNotPermitted = "ParentNotPermitted"
 	ReasonBudgetNotFound     = "BudgetNotFound"
-	ReasonPublishFailed      = "PublishFailed"
+	// ReasonBudgetNotShared: the budget, in another namespace, does not
+	// (or no longer does) admit this namespace in consumers.namespaces.
+	ReasonBudgetNotShared = "BudgetNotShared"
+	ReasonPublishFailed   = "PublishFailed"
 )
 
 // Reasons of a RetryBudget's Ready condition.

@@ -63,6 +63,9 @@ const (
 	// ParentNotPermitted: a parentRef names a policy in another namespace
 	// whose layer.allowedChildren does not allow the child's namespace.
 	ParentNotPermitted Code = "ERR_PARENT_NOT_PERMITTED"
+	// BudgetNotShared: a budgetRef names a RetryBudget in another namespace
+	// whose consumers.namespaces does not admit the policy's namespace.
+	BudgetNotShared Code = "ERR_BUDGET_NOT_SHARED"
 	// LayerCycle: a parentRef chain loops back on itself.
 	LayerCycle Code = "ERR_LAYER_CYCLE"
 	// SharedFailureDomainLeak: a pool or budget shared across criticalities or services.

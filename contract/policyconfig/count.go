@@ -25,14 +25,47 @@ const (
 	BudgetLabel = "policy.retryguard.io/budget"
 	// BudgetConfigMapPrefix starts the name of every budget's ConfigMap.
 	BudgetConfigMapPrefix = "retrybudget-"
+	// SharedBudgetConfigMapPrefix starts the name of every copy of a
+	// budget's count in a namespace it admits (BudgetConfigMapNameIn). It
+	// is not BudgetConfigMapPrefix, so that no copy's name is a budget's
+	// own.
+	SharedBudgetConfigMapPrefix = "retrysharedbudget-"
 	// BudgetOwnerKind is the kind of the controller owner reference a
 	// budget's ConfigMap carries: the RetryBudget it counts for.
 	BudgetOwnerKind = "RetryBudget"
+	// SharedOwnerKind is the kind of the controller owner reference a copy
+	// of a budget's count or shard carries: a RetryPolicy of the copy's
+	// namespace that names the budget, since an owner reference cannot
+	// cross namespaces and the garbage collector must still collect it.
+	SharedOwnerKind = "RetryPolicy"
 )
 
 // BudgetConfigMapName is the name of the ConfigMap a budget's count is
 // published in.
 func BudgetConfigMapName(budget string) string { return BudgetConfigMapPrefix + budget }
+
+// BudgetConfigMapNameIn is the name of the ConfigMap that holds, in
+// namespace, the count of the budget budgetNamespace/budget: the budget's
+// own in its namespace, and elsewhere the copy the controller publishes in
+// each namespace whose policies draw on it, since a pod reads only its own
+// namespace's ConfigMaps. A namespace name has no dot, so no two budgets'
+// copies share a name.
+func BudgetConfigMapNameIn(namespace, budgetNamespace, budget string) string {
+	if namespace == budgetNamespace {
+		return BudgetConfigMapName(budget)
+	}
+	return SharedBudgetConfigMapPrefix + budgetNamespace + "." + budget
+}
+
+// OwnerKindIn is the kind that controls, in namespace, the count and the
+// shards of a budget of budgetNamespace: the RetryBudget in its own
+// namespace, a RetryPolicy in a namespace it is shared with.
+func OwnerKindIn(namespace, budgetNamespace string) string {
+	if namespace == budgetNamespace {
+		return BudgetOwnerKind
+	}
+	return SharedOwnerKind
+}
 
 // Count is what a budget's ConfigMap carries: the budget it counts for, by
 // namespace, name and UID, and the count.
@@ -97,8 +130,8 @@ func (c *Count) validate() error {
 }
 
 // Join returns the payload as a pod enforces it, with its budget's count
-// joined from the budget's ConfigMap: c when it counts for the payload's
-// budget, by namespace, name and UID; otherwise none, so that the pod takes
+// joined from the budget's ConfigMap (or its copy): c when it counts for
+// the payload's budget, by namespace, name and UID; otherwise none, so that the pod takes
 // no share until a count of that budget names it. A payload whose budget
 // is not Counted is returned as it is (a payload of an older controller
 // keeps the count it inlined). p is never modified: the result is a copy
@@ -109,7 +142,7 @@ func (p *Payload) Join(c *Count) *Payload {
 		return p
 	}
 	var joined *Consumers
-	if c != nil && c.Namespace == p.Policy.Namespace && c.Budget == p.Budget.Name && c.UID == p.Budget.UID {
+	if c != nil && c.Namespace == p.Budget.NamespaceOf(p.Policy.Namespace) && c.Budget == p.Budget.Name && c.UID == p.Budget.UID {
 		cc := c.Consumers
 		joined = &cc
 	}

@@ -134,6 +134,11 @@ type FallbackChannel struct {
 // Budget is the RetryBudget the policy draws on, resolved by the controller.
 type Budget struct {
 	Name string `json:"name"`
+	// Namespace is the RetryBudget's namespace when it is not the
+	// policy's (budgetRef.namespace); absent, it is the policy's. A pod
+	// reads a foreign budget's count from the copy the controller
+	// publishes in the pod's namespace (BudgetConfigMapNameIn).
+	Namespace string `json:"namespace,omitempty"`
 	// UID is the RetryBudget's metadata.uid: a budget deleted and created
 	// again under the same name is a new budget, whose generation starts
 	// again at 1. Absent only in payloads of controllers that predate it.
@@ -159,8 +164,18 @@ type Budget struct {
 	Consumers *Consumers `json:"consumers,omitempty"`
 }
 
-// Key is "namespace/name", the budget's identity within a pod.
-func (b *Budget) Key(namespace string) string { return namespace + "/" + b.Name }
+// NamespaceOf is the budget's namespace for a policy of policyNamespace.
+func (b *Budget) NamespaceOf(policyNamespace string) string {
+	if b.Namespace != "" {
+		return b.Namespace
+	}
+	return policyNamespace
+}
+
+// Key is "namespace/name", the budget's identity within a pod, for a policy
+// of policyNamespace: two policies of two namespaces that name one budget
+// share its bucket.
+func (b *Budget) Key(policyNamespace string) string { return b.NamespaceOf(policyNamespace) + "/" + b.Name }
 
 // Duration is a time.Duration written as Go's duration string ("100ms").
 type Duration time.Duration

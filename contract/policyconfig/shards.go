@@ -34,6 +34,10 @@ const (
 	ShardLabel = "policy.retryguard.io/shard"
 	// MembersConfigMapPrefix starts the name of every shard's ConfigMap.
 	MembersConfigMapPrefix = "retrymembers-"
+	// SharedMembersConfigMapPrefix starts the name of every copy of a
+	// shard in a namespace the budget is shared with
+	// (MemberShardConfigMapNameIn).
+	SharedMembersConfigMapPrefix = "retrysharedmembers-"
 	// MemberShards is the number of shards: one per value of a
 	// fingerprint's first byte.
 	MemberShards = 256
@@ -43,6 +47,16 @@ const (
 // budget's shard (two hex digits, ShardOf).
 func MemberShardConfigMapName(shard, budget string) string {
 	return MembersConfigMapPrefix + shard + "-" + budget
+}
+
+// MemberShardConfigMapNameIn is the name of the ConfigMap that holds, in
+// namespace, shard of the members of budgetNamespace/budget: the budget's
+// own in its namespace, elsewhere its copy (as BudgetConfigMapNameIn).
+func MemberShardConfigMapNameIn(namespace, shard, budgetNamespace, budget string) string {
+	if namespace == budgetNamespace {
+		return MemberShardConfigMapName(shard, budget)
+	}
+	return SharedMembersConfigMapPrefix + shard + "-" + budgetNamespace + "." + budget
 }
 
 // ShardOf is the shard that names the pod whose UID is uid: the first byte

@@ -80,6 +80,10 @@ func (p *Payload) Validate() error {
 		if err := validateBudget(b); err != nil {
 			return err
 		}
+		if b.Namespace == p.Policy.Namespace {
+			// One form per budget: its own namespace is written as absent.
+			return bad("budget.namespace", "%q is the policy's own namespace; leave it out", b.Namespace)
+		}
 	}
 	if pol.MaxAttempts > 1 && p.Budget == nil {
 		return bad("budget", "an Enforced policy that retries must carry its resolved budget")
@@ -303,6 +307,8 @@ func validateBudget(b *Budget) error {
 	switch {
 	case b.Name == "" || len(b.Name) > limits.MaxObjectNameLength:
 		return bad("budget.name", "needs 1–%d bytes", limits.MaxObjectNameLength)
+	case b.Namespace != "" && (len(b.Namespace) > limits.MaxDNSLabelLength || !dnsLabel.MatchString(b.Namespace)):
+		return bad("budget.namespace", "%q is not a namespace name (a DNS-1123 label)", b.Namespace)
 	case b.RetryPercent < 1 || b.RetryPercent > limits.MaxBudgetRetryPercent:
 		return bad("budget.retryPercent", "%d is outside 1–%d", b.RetryPercent, limits.MaxBudgetRetryPercent)
 	case b.Window.D() < limits.MinBudgetWindow || b.Window.D() > limits.MaxBudgetWindow:
