@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/retryguard/retryguard/api/policygraph/policyindex"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 	"github.com/retryguard/retryguard/contract/policyconfig"
 )
@@ -74,34 +75,53 @@ type consumerTally struct {
 	Members string
 }
 
-// countConsumers counts the pods in b's namespace that match its selector,
-// reading the manager's cache, which serves a list only once the pod
-// informer has synced, and names them by UID. The cost follows the pods of
-// that one namespace.
-func countConsumers(ctx context.Context, r client.Reader, b *v1.RetryBudget, sel labels.Selector) (consumerTally, error) {
-	pods := podMetadataList()
-	if err := r.List(ctx, pods, client.InNamespace(b.Namespace), client.MatchingLabelsSelector{Selector: sel},
-		client.UnsafeDisableDeepCopy); err != nil {
-		return consumerTally{}, fmt.Errorf("counting the consumers of RetryBudget %s: %w", b.Name, err)
+// countConsumers counts the pods that match b's selector in the namespaces
+// it admits (every namespace when all is set, else namespaces), reading the
+// manager's cache, which serves a list only once the pod informer has
+// synced, and names them by UID. The cost follows the pods of those
+// namespaces.
+func countConsumers(ctx context.Context, r client.Reader, b *v1.RetryBudget, sel labels.Selector, all bool, namespaces []string) (consumerTally, error) {
+	if all {
+		namespaces = []string{metav1.NamespaceAll}
 	}
-	uids := make([]string, len(pods.Items))
-	for i := range pods.Items {
-		uids[i] = string(pods.Items[i].UID)
+	var uids []string
+	for _, ns := range namespaces {
+		pods := podMetadataList()
+		if err := r.List(ctx, pods, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel},
+			client.UnsafeDisableDeepCopy); err != nil {
+			return consumerTally{}, fmt.Errorf("counting the consumers of RetryBudget %s: %w", b.Name, err)
+		}
+		for i := range pods.Items {
+			uids = append(uids, string(pods.Items[i].UID))
+		}
 	}
-	return consumerTally{Count: int32(min(len(pods.Items), int(policyconfig.MaxConsumerCount))), Members: policyconfig.EncodeMembers(uids)}, nil
+	return consumerTally{Count: int32(min(len(uids), int(policyconfig.MaxConsumerCount))), Members: policyconfig.EncodeMembers(uids)}, nil
 }
 
-// budgetsSelecting returns the fleet budgets in pod's namespace whose
-// selector matches its labels. It lists the budgets of that namespace only.
+// budgetsSelecting returns the fleet budgets whose selector matches pod's
+// labels and that admit pod's namespace: those of its namespace, and those
+// of others shared with it.
 func budgetsSelecting(ctx context.Context, r client.Reader, pod client.Object) []v1.RetryBudget {
-	var list v1.RetryBudgetList
-	if err := r.List(ctx, &list, client.InNamespace(pod.GetNamespace())); err != nil {
+	var own v1.RetryBudgetList
+	if err := r.List(ctx, &own, client.InNamespace(pod.GetNamespace())); err != nil {
 		return nil
+	}
+	candidates := own.Items
+	for _, from := range []string{policyindex.SharedByAll, policyindex.SharedBySelector} {
+		var shared v1.RetryBudgetList
+		if err := r.List(ctx, &shared, client.MatchingFields{policyindex.IndexSharedBudget: from}); err != nil {
+			return nil // a count missing a pod would give the others more
+		}
+		for _, b := range shared.Items {
+			if b.Namespace != pod.GetNamespace() {
+				candidates = append(candidates, b)
+			}
+		}
 	}
 	set := labels.Set(pod.GetLabels())
 	var out []v1.RetryBudget
-	for _, b := range list.Items {
-		if sel, err := consumerSelector(&b); err == nil && sel != nil && sel.Matches(set) {
+	for _, b := range candidates {
+		if sel, err := consumerSelector(&b); err == nil && sel != nil && sel.Matches(set) && admits(ctx, r, &b, pod.GetNamespace()) {
 			out = append(out, b)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
@@ -61,8 +62,11 @@ type RetryBudgetReconciler struct {
 func (r *RetryBudgetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
 	var b v1.RetryBudget
 	if err := r.Get(ctx, req.NamespacedName, &b); err != nil {
-		r.leases.forget(req.NamespacedName) // the garbage collector deletes its ConfigMap
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+		r.leases.forget(req.NamespacedName) // the garbage collector deletes its own ConfigMaps
+		return ctrl.Result{}, deleteStaleCopies(ctx, r.Client, req.NamespacedName, nil)
 	}
 	before := b.DeepCopy()
 	defer func() {
@@ -73,7 +77,7 @@ func (r *RetryBudgetReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}()
 
 	var users v1.RetryPolicyList
-	if err := r.List(ctx, &users, client.InNamespace(b.Namespace), client.MatchingFields{policyindex.IndexBudgetRef: b.Name}); err != nil {
+	if err := r.List(ctx, &users, client.MatchingFields{policyindex.IndexBudgetRef: policyindex.BudgetRefKey(req.NamespacedName)}); err != nil {
 		return ctrl.Result{}, err
 	}
 	b.Status.PolicyCount = int32(len(users.Items))
@@ -85,7 +89,11 @@ func (r *RetryBudgetReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	var res ctrl.Result
 	if sel, err := consumerSelector(&b); err == nil && sel != nil {
 		now := r.now().UTC()
-		tally, err := countConsumers(ctx, r.Client, &b, sel)
+		all, namespaces, err := admittedNamespaces(ctx, r.Client, &b)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		tally, err := countConsumers(ctx, r.Client, &b, sel, all, namespaces)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
@@ -94,15 +102,27 @@ func (r *RetryBudgetReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		if refresh <= 0 {
 			refresh = policyconfig.ConsumerCountRefresh
 		}
-		live, err := r.liveMembers(ctx, &b)
-		if err != nil {
-			return ctrl.Result{}, err
+		targets := countTargets(ctx, r.Client, &b, users.Items)
+		live := make([]map[string]*policyconfig.MemberShard, len(targets))
+		for i, t := range targets {
+			if live[i], err = r.liveMembers(ctx, &b, t); err != nil {
+				return ctrl.Result{}, err
+			}
 		}
 		c, due := r.leases.renew(req.NamespacedName, b.UID, tally, now, refresh)
-		if err := r.publishMembers(ctx, &b, live, tally, c, r.leases.published(req.NamespacedName)); err != nil {
+		keep := map[string]bool{}
+		for i, t := range targets {
+			keep[t.Namespace] = true
+			if err := r.publishMembers(ctx, &b, t, live[i], tally, c, r.leases.published(req.NamespacedName)); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
+		if err := deleteStaleCopies(ctx, r.Client, req.NamespacedName, keep); err != nil {
 			return ctrl.Result{}, err
 		}
 		res.RequeueAfter = due // the count's lease
+	} else if err := deleteStaleCopies(ctx, r.Client, req.NamespacedName, nil); err != nil {
+		return ctrl.Result{}, err
 	}
 	b.Status.Consumers = consumers
 	meta.SetStatusCondition(&b.Status.Conditions, evaluateBudget(&b, b.Status.PolicyCount, r.Limits))
@@ -111,27 +131,29 @@ func (r *RetryBudgetReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 }
 
 // liveMembers reads from the API server the budget's published shards of its
-// members (those of this budget's UID; shard → shard), and raises the
-// lease's generations above every one published, the count's included, so
-// that a restarted controller never publishes a generation again.
-func (r *RetryBudgetReconciler) liveMembers(ctx context.Context, b *v1.RetryBudget) (map[string]*policyconfig.MemberShard, error) {
+// members in t's namespace (those of this budget's UID; shard → shard), and
+// raises the lease's generations above every one published, the count's
+// included, so that a restarted controller never publishes a generation
+// again.
+func (r *RetryBudgetReconciler) liveMembers(ctx context.Context, b *v1.RetryBudget, t countTarget) (map[string]*policyconfig.MemberShard, error) {
 	var cms corev1.ConfigMapList
-	if err := r.shardReader().List(ctx, &cms, client.InNamespace(b.Namespace), client.MatchingLabels{
+	if err := r.shardReader().List(ctx, &cms, client.InNamespace(t.Namespace), client.MatchingLabels{
 		policyconfig.ManagedByLabel: policyconfig.ManagedByValue, policyconfig.MembersLabel: labelValue(b.Name)}); err != nil {
-		return nil, fmt.Errorf("reading the member shards of RetryBudget %s: %w", b.Name, err)
+		return nil, fmt.Errorf("reading the member shards of RetryBudget %s in namespace %s: %w", b.Name, t.Namespace, err)
 	}
 	key := client.ObjectKeyFromObject(b)
 	live := map[string]*policyconfig.MemberShard{}
 	for i := range cms.Items {
 		s, err := policyconfig.ParseMemberShard([]byte(cms.Items[i].Data[policyconfig.MembersDataKey]))
-		if err != nil || s.UID != string(b.UID) || s.Budget != b.Name || cms.Items[i].Name != policyconfig.MemberShardConfigMapName(s.Shard, b.Name) {
+		if err != nil || s.UID != string(b.UID) || s.Budget != b.Name || s.Namespace != b.Namespace ||
+			cms.Items[i].Name != policyconfig.MemberShardConfigMapNameIn(t.Namespace, s.Shard, b.Namespace, b.Name) {
 			continue // rewritten below if its shard names anyone
 		}
 		live[s.Shard] = s
 		r.leases.raise(key, s.Generation)
 	}
 	var cm corev1.ConfigMap
-	if err := r.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: policyconfig.BudgetConfigMapName(b.Name)}, &cm); err == nil {
+	if err := r.Get(ctx, client.ObjectKey{Namespace: t.Namespace, Name: policyconfig.BudgetConfigMapNameIn(t.Namespace, b.Namespace, b.Name)}, &cm); err == nil {
 		if c, err := policyconfig.ParseCount([]byte(cm.Data[policyconfig.CountDataKey])); err == nil && c.UID == string(b.UID) {
 			r.leases.raise(key, c.MembersGeneration)
 		}
@@ -139,8 +161,8 @@ func (r *RetryBudgetReconciler) liveMembers(ctx context.Context, b *v1.RetryBudg
 	return live, nil
 }
 
-// publishMembers publishes the count in force (c, of membership generation
-// gen) and the shards of its members, in the order that keeps the delivery
+// publishMembers publishes in t's namespace the count in force (c, of
+// membership generation gen) and the shards of its members, in the order that keeps the delivery
 // bound: first the shards that lose members (the pods gone from counted,
 // each shard keeping its generation), then the count, then the shards
 // that gain members, at the count's generation. A pod therefore never
@@ -148,7 +170,7 @@ func (r *RetryBudgetReconciler) liveMembers(ctx context.Context, b *v1.RetryBudg
 // to a shard before its count arrives is named by a shard newer than its
 // count, which gives no share. Each shard is written only when its own
 // members change; the pods of the others receive nothing.
-func (r *RetryBudgetReconciler) publishMembers(ctx context.Context, b *v1.RetryBudget, live map[string]*policyconfig.MemberShard,
+func (r *RetryBudgetReconciler) publishMembers(ctx context.Context, b *v1.RetryBudget, t countTarget, live map[string]*policyconfig.MemberShard,
 	counted consumerTally, c policyconfig.Consumers, gen int64) error {
 	desired, inForce := policyconfig.ShardMembers(counted.Members), policyconfig.ShardMembers(c.Members)
 	shards := map[string]bool{}
@@ -164,20 +186,20 @@ func (r *RetryBudgetReconciler) publishMembers(ctx context.Context, b *v1.RetryB
 	fits := shardNamesFit(b.Name) // else evaluateBudget reports NameTooLongToCount
 	for s := range shards {
 		if keep := policyconfig.IntersectMembers(current[s], desired[s]); live[s] != nil && keep != current[s] && fits {
-			if err := r.publishShard(ctx, b, s, live[s].Generation, keep); err != nil {
+			if err := r.publishShard(ctx, b, t, s, live[s].Generation, keep); err != nil {
 				return err
 			}
 			current[s] = keep
 		}
 	}
 	c.Members = "" // in the shards
-	if err := r.publishCount(ctx, b, c, gen); err != nil {
+	if err := r.publishCount(ctx, b, t, c, gen); err != nil {
 		return err
 	}
 	for s := range shards {
 		target := policyconfig.IntersectMembers(inForce[s], desired[s])
 		if target != current[s] && fits {
-			if err := r.publishShard(ctx, b, s, gen, target); err != nil {
+			if err := r.publishShard(ctx, b, t, s, gen, target); err != nil {
 				return err
 			}
 		}
@@ -192,16 +214,16 @@ var maxCountedBudgetName = limits.MaxObjectNameLength - len(policyconfig.MemberS
 // shardNamesFit reports whether a budget named name can publish its member shards.
 func shardNamesFit(name string) bool { return len(name) <= maxCountedBudgetName }
 
-// publishShard makes the budget's shard s name members, as written for
-// membership generation gen.
-func (r *RetryBudgetReconciler) publishShard(ctx context.Context, b *v1.RetryBudget, s string, gen int64, members string) error {
+// publishShard makes the budget's shard s in t's namespace name members, as
+// written for membership generation gen.
+func (r *RetryBudgetReconciler) publishShard(ctx context.Context, b *v1.RetryBudget, t countTarget, s string, gen int64, members string) error {
 	data, err := policyconfig.MarshalMemberShard(&policyconfig.MemberShard{SchemaVersion: policyconfig.MembersSchemaVersion,
 		Namespace: b.Namespace, Budget: b.Name, UID: string(b.UID), Shard: s, Generation: gen, Members: members})
 	if err != nil {
 		return fmt.Errorf("encoding the member shard %s: %w", s, err)
 	}
-	return publishConfigMap(ctx, r.Client, b, r.scheme(), publishedConfigMap{
-		Name: policyconfig.MemberShardConfigMapName(s, b.Name),
+	return publishConfigMap(ctx, r.Client, t.Owner, r.scheme(), publishedConfigMap{
+		Name: policyconfig.MemberShardConfigMapNameIn(t.Namespace, s, b.Namespace, b.Name),
 		Labels: map[string]string{policyconfig.ManagedByLabel: policyconfig.ManagedByValue, policyconfig.MembersLabel: labelValue(b.Name),
 			policyconfig.ShardLabel: s},
 		DataKey: policyconfig.MembersDataKey, Data: data, Unhashed: true, Reader: r.shardReader(),
@@ -216,16 +238,16 @@ func (r *RetryBudgetReconciler) shardReader() client.Reader {
 	return r.APIReader
 }
 
-// publishCount makes the budget's ConfigMap hold its count, of membership
-// generation gen, its members being in the shards.
-func (r *RetryBudgetReconciler) publishCount(ctx context.Context, b *v1.RetryBudget, c policyconfig.Consumers, gen int64) error {
+// publishCount makes the budget's ConfigMap in t's namespace hold its
+// count, of membership generation gen, its members being in the shards.
+func (r *RetryBudgetReconciler) publishCount(ctx context.Context, b *v1.RetryBudget, t countTarget, c policyconfig.Consumers, gen int64) error {
 	data, err := policyconfig.MarshalCount(&policyconfig.Count{SchemaVersion: policyconfig.CountSchemaVersion,
 		Namespace: b.Namespace, Budget: b.Name, UID: string(b.UID), MembersGeneration: gen, Consumers: c})
 	if err != nil {
 		return fmt.Errorf("encoding the consumer count: %w", err)
 	}
-	return publishConfigMap(ctx, r.Client, b, r.scheme(), publishedConfigMap{
-		Name:    policyconfig.BudgetConfigMapName(b.Name),
+	return publishConfigMap(ctx, r.Client, t.Owner, r.scheme(), publishedConfigMap{
+		Name:    policyconfig.BudgetConfigMapNameIn(t.Namespace, b.Namespace, b.Name),
 		Labels:  map[string]string{policyconfig.ManagedByLabel: policyconfig.ManagedByValue, policyconfig.BudgetLabel: labelValue(b.Name)},
 		DataKey: policyconfig.CountDataKey, Data: data, Unhashed: true,
 	})

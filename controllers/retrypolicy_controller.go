@@ -139,10 +139,13 @@ func (r *RetryPolicyReconciler) observe(ctx context.Context, p *v1.RetryPolicy) 
 	// A new list: specErrs is remembered for later reconciles, and sorted in place here.
 	facts := policyFacts{SpecErrors: v1.SortErrors(slices.Concat(specErrs, policygraph.SelectorErrors(p, spec)))}
 	var budget *v1.RetryBudget
-	if ref := p.Spec.BudgetRef; ref != nil {
-		facts.BudgetRef = ref.Name
+	if key, ok := policygraph.BudgetKeyOf(p); ok {
+		facts.BudgetRef = key.Name
+		if key.Namespace != p.Namespace {
+			facts.BudgetRef = key.String()
+		}
 		var b v1.RetryBudget
-		switch err := r.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: ref.Name}, &b); {
+		switch err := r.Get(ctx, key, &b); {
 		case err == nil:
 			facts.BudgetFound, budget = true, &b
 		case !apierrors.IsNotFound(err):

@@ -106,6 +106,9 @@ func BuildPayload(p *v1.RetryPolicy, budget *v1.RetryBudget, leafAttempts int64,
 			MinRetriesPerSecond: *b.MinRetriesPerSecond,
 			Partitions:          *b.Partitions,
 		}
+		if budget.Namespace != p.Namespace {
+			out.Budget.Namespace = budget.Namespace
+		}
 		if m := b.MaxRetriesPerSecond; m != nil {
 			out.Budget.MaxRetriesPerSecond = ptr.To(*m)
 		}

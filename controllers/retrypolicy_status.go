@@ -39,6 +39,7 @@ var graphReasons = []struct {
 }{
 	{codes.LayerCycle, v1.ReasonLayerCycle},
 	{codes.ParentNotPermitted, v1.ReasonParentNotPermitted},
+	{codes.BudgetNotShared, v1.ReasonBudgetNotShared},
 	{codes.LayerAmplification, v1.ReasonAmplificationExceeded},
 	{codes.SharedFailureDomainLeak, v1.ReasonSharedFailureDomain},
 }

@@ -115,6 +115,12 @@ func SetupWithManager(_ context.Context, mgr ctrl.Manager, opts Options) error {
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesMetadata(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(budgetsOfPod(br.Client)),
 			builder.WithPredicates(podMembershipChanged)).
+		// A budget's copies in the namespaces it is shared with are
+		// controlled by a policy there, and repaired as its own ConfigMaps are.
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(budgetOfCopy), builder.WithPredicates(publishedFieldsChanged)).
+		// A namespace's labels decide whether a Selector budget counts its pods.
+		WatchesMetadata(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(sharedBudgets(br.Client)),
+			builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		Complete(br)
 }
 
@@ -148,17 +154,17 @@ func (r *RetryPolicyReconciler) relatives(ctx context.Context, o client.Object) 
 	if p.Spec.ConnectionPool != nil {
 		addAll(lookup.PoolUsers(ctx, p.Namespace, p.Spec.ConnectionPool.Name))
 	}
-	if p.Spec.BudgetRef != nil {
-		addAll(lookup.BudgetUsers(ctx, p.Namespace, p.Spec.BudgetRef.Name, policygraph.ClashingCriticality(p)))
+	if key, ok := policygraph.BudgetKeyOf(p); ok {
+		addAll(lookup.BudgetUsers(ctx, key, policygraph.ClashingCriticality(p)))
 	}
 	return out
 }
 
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=list;watch
 
-// foreignChildren maps a Namespace to its policies whose parent is in
-// another namespace: the namespace's labels decide whether a Selector
-// parent consents to them.
+// foreignChildren maps a Namespace to its policies whose parent or budget
+// is in another namespace: the namespace's labels decide whether a Selector
+// parent or budget consents to them.
 func (r *RetryPolicyReconciler) foreignChildren(ctx context.Context, o client.Object) []reconcile.Request {
 	var list v1.RetryPolicyList
 	if err := r.List(ctx, &list, client.InNamespace(o.GetName())); err != nil {
@@ -166,17 +172,38 @@ func (r *RetryPolicyReconciler) foreignChildren(ctx context.Context, o client.Ob
 	}
 	var out []reconcile.Request
 	for i := range list.Items {
-		if key, ok := policygraph.ParentKey(&list.Items[i]); ok && key.Namespace != o.GetName() {
+		parent, child := policygraph.ParentKey(&list.Items[i])
+		budget, draws := policygraph.BudgetKeyOf(&list.Items[i])
+		if (child && parent.Namespace != o.GetName()) || (draws && budget.Namespace != o.GetName()) {
 			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
 		}
 	}
 	return out
 }
 
-// budgetUsers maps a budget to every policy that inlines it.
+// sharedBudgets maps a Namespace to the budgets of other namespaces that a
+// Selector shares: the namespace's labels decide whether its pods count.
+func sharedBudgets(r client.Reader) func(context.Context, client.Object) []reconcile.Request {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		var list v1.RetryBudgetList
+		if err := r.List(ctx, &list, client.MatchingFields{policyindex.IndexSharedBudget: policyindex.SharedBySelector},
+			client.UnsafeDisableDeepCopy); err != nil {
+			return nil
+		}
+		out := make([]reconcile.Request, 0, len(list.Items))
+		for i := range list.Items {
+			if list.Items[i].Namespace != o.GetName() {
+				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+			}
+		}
+		return out
+	}
+}
+
+// budgetUsers maps a budget to every policy that inlines it, in every namespace.
 func (r *RetryPolicyReconciler) budgetUsers(ctx context.Context, o client.Object) []reconcile.Request {
 	var list v1.RetryPolicyList
-	if err := r.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{policyindex.IndexBudgetRef: o.GetName()}); err != nil {
+	if err := r.List(ctx, &list, client.MatchingFields{policyindex.IndexBudgetRef: policyindex.BudgetRefKey(client.ObjectKeyFromObject(o))}); err != nil {
 		return nil
 	}
 	out := make([]reconcile.Request, 0, len(list.Items))
@@ -189,10 +216,14 @@ func (r *RetryPolicyReconciler) budgetUsers(ctx context.Context, o client.Object
 // budgetOf maps a policy to the budget it draws on, for the budget's count.
 func budgetOf(_ context.Context, o client.Object) []reconcile.Request {
 	p, ok := o.(*v1.RetryPolicy)
-	if !ok || p.Spec.BudgetRef == nil {
+	if !ok {
 		return nil
 	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Spec.BudgetRef.Name}}}
+	key, ok := policygraph.BudgetKeyOf(p)
+	if !ok {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: key}}
 }
 
 // publishedFieldsChanged passes ConfigMap events that may need the owner

@@ -45,6 +45,7 @@ func (v *RetryBudgetValidator) validate(b *v1.RetryBudget) (admission.Warnings, 
 	if c := b.Spec.Consumers; c != nil {
 		errs = policygraph.LabelSelectorErrors(c.PodSelector, spec.Child("consumers", "podSelector"))
 	}
+	errs = append(errs, policygraph.BudgetSelectorErrors(b, spec)...)
 	verdict := policygraph.ValidateRetryBudget(b, v.Limits, spec)
 	errs = v1.SortErrors(append(errs, verdict.Errors...))
 	if len(errs) > 0 {

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
@@ -15,8 +16,8 @@ import (
 
 // FromOf is the parent's layer.allowedChildren.namespaces.from, Same when unset.
 func FromOf(parent *v1.RetryPolicy) v1.FromNamespaces {
-	if ac := parent.Spec.Layer.AllowedChildren; ac != nil && ac.Namespaces != nil && ac.Namespaces.From != nil {
-		return *ac.Namespaces.From
+	if ac := parent.Spec.Layer.AllowedChildren; ac != nil {
+		return fromOf(ac.Namespaces)
 	}
 	return v1.NamespacesFromSame
 }
@@ -28,21 +29,72 @@ func FromOf(parent *v1.RetryPolicy) v1.FromNamespaces {
 // selector that does not parse, refuse: a foreign child constrains the
 // parent's own changes, so consent is never assumed.
 func ChildPermitted(parent *v1.RetryPolicy, childNS string, childLabels map[string]string) bool {
-	if childNS == parent.Namespace {
+	var ns *v1.AllowedNamespaces
+	if ac := parent.Spec.Layer.AllowedChildren; ac != nil {
+		ns = ac.Namespaces
+	}
+	return Admits(parent.Namespace, ns, childNS, childLabels)
+}
+
+// Admits is every consent's rule (AllowedNamespaces, as Gateway API's
+// allowedRoutes): an object of namespace owner admits namespace ns when ns
+// is its own, or consent's from is All, or it is Selector and the selector
+// matches ns's labels (nsLabels, NamespaceLabelsOf adds the name label).
+// Unset (Same) and a selector that does not parse admit no other namespace.
+func Admits(owner string, consent *v1.AllowedNamespaces, ns string, nsLabels map[string]string) bool {
+	if ns == owner {
 		return true
 	}
-	switch FromOf(parent) {
+	switch fromOf(consent) {
 	case v1.NamespacesFromAll:
 		return true
 	case v1.NamespacesFromSelector:
-		sel, err := metav1.LabelSelectorAsSelector(parent.Spec.Layer.AllowedChildren.Namespaces.Selector)
+		sel, err := metav1.LabelSelectorAsSelector(consent.Selector)
 		if err != nil {
 			return false
 		}
-		return sel.Matches(labels.Set(NamespaceLabelsOf(childNS, childLabels)))
+		return sel.Matches(labels.Set(NamespaceLabelsOf(ns, nsLabels)))
 	default:
 		return false
 	}
+}
+
+func fromOf(consent *v1.AllowedNamespaces) v1.FromNamespaces {
+	if consent == nil || consent.From == nil {
+		return v1.NamespacesFromSame
+	}
+	return *consent.From
+}
+
+// ConsumerNamespaces is a budget's consumers.namespaces, nil (Same) when unset.
+func ConsumerNamespaces(b *v1.RetryBudget) *v1.AllowedNamespaces {
+	if b.Spec.Consumers == nil {
+		return nil
+	}
+	return b.Spec.Consumers.Namespaces
+}
+
+// BudgetAdmits is the budget's consent: a policy of namespace ns may draw
+// on b, and b's podSelector counts the pods of ns, only when b's
+// consumers.namespaces admits ns (Admits). A foreign consumer lowers every
+// pod's share and a foreign policy's retries spend the budget, so consent
+// is never assumed.
+func BudgetAdmits(b *v1.RetryBudget, ns string, nsLabels map[string]string) bool {
+	return Admits(b.Namespace, ConsumerNamespaces(b), ns, nsLabels)
+}
+
+// BudgetKeyOf is the key of the budget p draws on: budgetRef's namespace,
+// defaulted to p's own; ok is false when p names none.
+func BudgetKeyOf(p *v1.RetryPolicy) (key types.NamespacedName, ok bool) {
+	ref := p.Spec.BudgetRef
+	if ref == nil {
+		return key, false
+	}
+	key = types.NamespacedName{Namespace: p.Namespace, Name: ref.Name}
+	if ref.Namespace != nil {
+		key.Namespace = *ref.Namespace
+	}
+	return key, true
 }
 
 // NamespaceLabelsOf is what a Selector is matched against: the namespace's
@@ -84,6 +136,17 @@ func (c *consent) permits(ctx context.Context, parent *v1.RetryPolicy, childNS s
 		c.labels[childNS] = nsLabels
 	}
 	return ChildPermitted(parent, childNS, nsLabels), nil
+}
+
+// BudgetSelectorErrors checks b's consumers.namespaces.selector with
+// LabelSelectorErrors: a budget whose selector does not parse admits no
+// other namespace (BudgetAdmits).
+func BudgetSelectorErrors(b *v1.RetryBudget, fldPath *field.Path) field.ErrorList {
+	ns := ConsumerNamespaces(b)
+	if ns == nil {
+		return nil
+	}
+	return LabelSelectorErrors(ns.Selector, fldPath.Child("consumers", "namespaces", "selector"))
 }
 
 // SelectorErrors checks p's layer.allowedChildren.namespaces.selector with

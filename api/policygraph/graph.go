@@ -60,9 +60,11 @@ type Lookup interface {
 	Children(ctx context.Context, parent types.NamespacedName) ([]v1.RetryPolicy, error)
 	// PoolUsers lists the policies of namespace that use the pool.
 	PoolUsers(ctx context.Context, namespace, pool string) ([]v1.RetryPolicy, error)
-	// BudgetUsers lists the policies of namespace and of one criticality
-	// that draw on the budget.
-	BudgetUsers(ctx context.Context, namespace, budget string, crit v1.Criticality) ([]v1.RetryPolicy, error)
+	// BudgetUsers lists the policies, in every namespace, of one
+	// criticality that draw on the budget (BudgetKeyOf).
+	BudgetUsers(ctx context.Context, budget types.NamespacedName, crit v1.Criticality) ([]v1.RetryPolicy, error)
+	// Budget reads one RetryBudget; nil when it does not exist.
+	Budget(ctx context.Context, key types.NamespacedName) (*v1.RetryBudget, error)
 	// NamespaceLabels reads a namespace's labels; found is false when the
 	// lookup does not know the namespace.
 	NamespaceLabels(ctx context.Context, namespace string) (labels map[string]string, found bool, err error)

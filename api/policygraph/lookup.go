@@ -17,6 +17,7 @@ import (
 // concurrent use while WithNamespace adds to it.
 type StaticLookup struct {
 	policies   map[types.NamespacedName]v1.RetryPolicy
+	budgets    map[types.NamespacedName]v1.RetryBudget
 	namespaces map[string]map[string]string
 }
 
@@ -24,7 +25,8 @@ var _ Lookup = StaticLookup{}
 
 // NewStaticLookup indexes policies by namespace and name.
 func NewStaticLookup(policies ...v1.RetryPolicy) StaticLookup {
-	s := StaticLookup{policies: map[types.NamespacedName]v1.RetryPolicy{}, namespaces: map[string]map[string]string{}}
+	s := StaticLookup{policies: map[types.NamespacedName]v1.RetryPolicy{}, budgets: map[types.NamespacedName]v1.RetryBudget{},
+		namespaces: map[string]map[string]string{}}
 	for _, p := range policies {
 		s.policies[keyOf(&p)] = p
 	}
@@ -35,6 +37,23 @@ func NewStaticLookup(policies ...v1.RetryPolicy) StaticLookup {
 func (s StaticLookup) WithNamespace(name string, labels map[string]string) StaticLookup {
 	s.namespaces[name] = maps.Clone(labels)
 	return s
+}
+
+// WithBudget records budgets.
+func (s StaticLookup) WithBudget(budgets ...v1.RetryBudget) StaticLookup {
+	for _, b := range budgets {
+		s.budgets[types.NamespacedName{Namespace: b.Namespace, Name: b.Name}] = *b.DeepCopy()
+	}
+	return s
+}
+
+// Budget returns a copy of the budget, or nil.
+func (s StaticLookup) Budget(_ context.Context, key types.NamespacedName) (*v1.RetryBudget, error) {
+	b, ok := s.budgets[key]
+	if !ok {
+		return nil, nil
+	}
+	return b.DeepCopy(), nil
 }
 
 // Get returns a copy of the policy, or nil.
@@ -74,11 +93,12 @@ func (s StaticLookup) PoolUsers(_ context.Context, namespace, pool string) ([]v1
 	}), nil
 }
 
-// BudgetUsers lists the policies of namespace and of one criticality that
-// draw on the budget.
-func (s StaticLookup) BudgetUsers(_ context.Context, namespace, budget string, crit v1.Criticality) ([]v1.RetryPolicy, error) {
+// BudgetUsers lists the policies, in every namespace, of one criticality
+// that draw on the budget.
+func (s StaticLookup) BudgetUsers(_ context.Context, budget types.NamespacedName, crit v1.Criticality) ([]v1.RetryPolicy, error) {
 	return s.where(func(p *v1.RetryPolicy) bool {
-		return p.Namespace == namespace && p.Spec.BudgetRef != nil && p.Spec.BudgetRef.Name == budget && CriticalityOf(p) == crit
+		key, ok := BudgetKeyOf(p)
+		return ok && key == budget && CriticalityOf(p) == crit
 	}), nil
 }
 

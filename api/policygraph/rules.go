@@ -94,6 +94,11 @@ func ValidateRetryPolicy(ctx context.Context, lk Lookup, p *v1.RetryPolicy, limi
 		return v, err
 	}
 	v.Errors = append(v.Errors, domainErrs...)
+	consentErrs, err := validateBudgetConsent(ctx, lk, p, fldPath)
+	if err != nil {
+		return v, err
+	}
+	v.Errors = append(v.Errors, consentErrs...)
 	v.Schedule = WorstCase(&p.Spec)
 	if v.Schedule.FeasibleAttempts < p.Spec.MaxAttempts {
 		v.Warnings = append(v.Warnings, v.Schedule.Warning(p.Spec.MaxAttempts))
@@ -177,8 +182,9 @@ func validateFailureDomains(ctx context.Context, lk Lookup, p *v1.RetryPolicy, f
 					pool.Name, policiesCount(others), crit, p.Spec.Target.Service)))
 		}
 	}
-	if b := p.Spec.BudgetRef; b != nil {
-		users, err := lk.BudgetUsers(ctx, p.Namespace, b.Name, ClashingCriticality(p))
+	if key, ok := BudgetKeyOf(p); ok {
+		b := p.Spec.BudgetRef
+		users, err := lk.BudgetUsers(ctx, key, ClashingCriticality(p))
 		if err != nil {
 			return nil, err
 		}
@@ -189,6 +195,43 @@ func validateFailureDomains(ctx context.Context, lk Lookup, p *v1.RetryPolicy, f
 		}
 	}
 	return errs, nil
+}
+
+// validateBudgetConsent: a policy may draw on a budget of another namespace
+// only when the budget admits the policy's namespace (BudgetAdmits). A
+// budget that does not exist yet refuses nothing here: the controller
+// reports BudgetNotFound until it does, and then checks its consent.
+func validateBudgetConsent(ctx context.Context, lk Lookup, p *v1.RetryPolicy, fldPath *field.Path) (field.ErrorList, error) {
+	key, ok := BudgetKeyOf(p)
+	if !ok || key.Namespace == p.Namespace {
+		return nil, nil
+	}
+	b, err := lk.Budget(ctx, key)
+	if err != nil || b == nil {
+		return nil, err
+	}
+	var nsLabels map[string]string
+	if fromOf(ConsumerNamespaces(b)) == v1.NamespacesFromSelector {
+		if nsLabels, _, err = lk.NamespaceLabels(ctx, p.Namespace); err != nil {
+			return nil, err
+		}
+	}
+	if BudgetAdmits(b, p.Namespace, nsLabels) {
+		return nil, nil
+	}
+	return field.ErrorList{v1.Invalid(fldPath.Child("budgetRef", "namespace"), key.Namespace, codes.BudgetNotShared,
+		BudgetNotSharedMessage(key, fromOf(ConsumerNamespaces(b)), p.Namespace))}, nil
+}
+
+// BudgetNotSharedMessage explains a budget's refusal of a policy of
+// namespace ns, and the fix.
+func BudgetNotSharedMessage(budget types.NamespacedName, from v1.FromNamespaces, ns string) string {
+	why := "its consumers.namespaces.from is Same"
+	if from == v1.NamespacesFromSelector {
+		why = fmt.Sprintf("its consumers.namespaces.from is Selector and the selector does not match namespace %q", ns)
+	}
+	return fmt.Sprintf("RetryBudget %s does not admit namespace %q: %s; ask the budget's owner to admit it, "+
+		"or name a RetryBudget of namespace %q. Until then this policy is not Ready and its pods make a single attempt", budget, ns, why, ns)
 }
 
 // conflicting counts the users other than self that clash. A refusal

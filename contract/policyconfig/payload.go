@@ -175,7 +175,9 @@ func (b *Budget) NamespaceOf(policyNamespace string) string {
 // Key is "namespace/name", the budget's identity within a pod, for a policy
 // of policyNamespace: two policies of two namespaces that name one budget
 // share its bucket.
-func (b *Budget) Key(policyNamespace string) string { return b.NamespaceOf(policyNamespace) + "/" + b.Name }
+func (b *Budget) Key(policyNamespace string) string {
+	return b.NamespaceOf(policyNamespace) + "/" + b.Name
+}
 
 // Duration is a time.Duration written as Go's duration string ("100ms").
 type Duration time.Duration

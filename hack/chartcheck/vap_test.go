@@ -68,7 +68,10 @@ func TestChartAdmissionPolicyReservesPublishedConfigMaps(t *testing.T) {
 	byNameCM := configMap(policyconfig.ConfigMapName("job"), policyLabels)
 	byLabelCM := configMap("retrybudget-fleet", budgetLabels)
 	shardCM := configMap(policyconfig.MemberShardConfigMapName("3f", "fleet"), membersLabels)
-	for _, cm := range []*corev1.ConfigMap{byNameCM, byLabelCM, shardCM} {
+	// A shared budget's copies in a namespace it is shared with.
+	countCopy := configMap(policyconfig.BudgetConfigMapNameIn("shop", "platform", "fleet"), budgetLabels)
+	shardCopy := configMap(policyconfig.MemberShardConfigMapNameIn("shop", "3f", "platform", "fleet"), membersLabels)
+	for _, cm := range []*corev1.ConfigMap{byNameCM, byLabelCM, shardCM, countCopy, shardCopy} {
 		allowed(t, "the operator creates "+cm.Name, operator.Create(ctx, cm))
 		before := cm.DeepCopy()
 		cm.Data = map[string]string{"k": "v2"}
@@ -95,6 +98,8 @@ func TestChartAdmissionPolicyReservesPublishedConfigMaps(t *testing.T) {
 		"retrybudget-unmanaged":                {budgetLabel: "fleet"},
 		"retrymembers-00-budgetcm":             budgetLabels,  // a budget's label on a shard's name
 		"retrybudget-shardcm":                  membersLabels, // and the reverse
+		"retrysharedmembers-00-platform.fleet": budgetLabels,  // a budget's label on a shard copy's name
+		"retrysharedbudget-platform.fleet2":    membersLabels, // and the reverse
 	} {
 		outOfScope(t, "the operator creates "+name, operator.Create(ctx, configMap(name, labels)))
 	}
@@ -102,7 +107,7 @@ func TestChartAdmissionPolicyReservesPublishedConfigMaps(t *testing.T) {
 	// Anyone else is refused, whether the name or the label (old or new) marks it.
 	reserved(t, "alice creates a retrypolicy-* ConfigMap", alice.Create(ctx, configMap(policyconfig.ConfigMapName("forged"), nil)))
 	reserved(t, "alice creates a labelled ConfigMap", alice.Create(ctx, configMap("forged", managed)))
-	for _, cm := range []*corev1.ConfigMap{byNameCM, byLabelCM, shardCM} {
+	for _, cm := range []*corev1.ConfigMap{byNameCM, byLabelCM, shardCM, countCopy} {
 		forged := cm.DeepCopy()
 		forged.Data = map[string]string{"k": "forged"}
 		reserved(t, "alice updates "+cm.Name, alice.Update(ctx, forged))
@@ -113,6 +118,8 @@ func TestChartAdmissionPolicyReservesPublishedConfigMaps(t *testing.T) {
 	}
 	reserved(t, "alice squats a retrybudget-* name", alice.Create(ctx, configMap("retrybudget-squat", nil)))
 	reserved(t, "alice squats a retrymembers-* name", alice.Create(ctx, configMap("retrymembers-00-squat", nil)))
+	reserved(t, "alice squats a shared budget's copy", alice.Create(ctx, configMap("retrysharedbudget-platform.squat", nil)))
+	allowed(t, "the operator deletes a stale copy", operator.Delete(ctx, shardCopy))
 	gcWrites := byNameCM.DeepCopy()
 	gcWrites.Data = map[string]string{"k": "by the garbage collector"}
 	reserved(t, "the garbage collector updates", gc.Update(ctx, gcWrites))

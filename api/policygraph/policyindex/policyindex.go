@@ -29,16 +29,36 @@ const (
 	// under all namespaces, and a List without InNamespace reads that key.
 	IndexParentRef      = "spec.layer.parentRef"
 	IndexConnectionPool = "spec.connectionPool.name"
-	IndexBudgetRef      = "spec.budgetRef.name"
-	// IndexBudgetCriticality keys a policy by "budget/criticality", so that
+	// IndexBudgetRef keys a policy by its budget's "namespace/name"
+	// (BudgetRefKey), so that a List without InNamespace finds a budget's
+	// users in every namespace it is shared with.
+	IndexBudgetRef = "spec.budgetRef"
+	// IndexBudgetCriticality keys a policy by "namespace/budget/criticality", so that
 	// admission lists only the users of a budget that would clash.
-	IndexBudgetCriticality = "spec.budgetRef.name/criticality"
+	IndexBudgetCriticality = "spec.budgetRef/criticality"
 )
+
+// IndexSharedBudget keys a RetryBudget shared with other namespaces by its
+// consumers.namespaces.from (SharedByAll, SharedBySelector), so that a pod
+// or namespace event reads the budgets of its own namespace and the shared
+// ones, never every budget of the cluster.
+const IndexSharedBudget = "spec.consumers.namespaces.from"
+
+// The IndexSharedBudget values.
+const (
+	SharedByAll      = string(v1.NamespacesFromAll)
+	SharedBySelector = string(v1.NamespacesFromSelector)
+)
+
+// BudgetRefKey is the IndexBudgetRef value of the users of budget.
+func BudgetRefKey(budget types.NamespacedName) string { return budget.String() }
 
 // ParentRefKey is the IndexParentRef value of the children of parent.
 func ParentRefKey(parent types.NamespacedName) string { return parent.String() }
 
-func budgetCriticalityKey(budget string, c v1.Criticality) string { return budget + "/" + string(c) }
+func budgetCriticalityKey(budget types.NamespacedName, c v1.Criticality) string {
+	return BudgetRefKey(budget) + "/" + string(c)
+}
 
 // IndexFuncs returns the extractor of each RetryPolicy field index.
 func IndexFuncs() map[string]client.IndexerFunc {
@@ -64,28 +84,38 @@ func IndexFuncs() map[string]client.IndexerFunc {
 			return p.Spec.ConnectionPool.Name
 		}),
 		IndexBudgetRef: by(func(p *v1.RetryPolicy) string {
-			if p.Spec.BudgetRef == nil {
-				return ""
+			if key, ok := policygraph.BudgetKeyOf(p); ok {
+				return BudgetRefKey(key)
 			}
-			return p.Spec.BudgetRef.Name
+			return ""
 		}),
 		IndexBudgetCriticality: by(func(p *v1.RetryPolicy) string {
-			if p.Spec.BudgetRef == nil {
-				return ""
+			if key, ok := policygraph.BudgetKeyOf(p); ok {
+				return budgetCriticalityKey(key, policygraph.CriticalityOf(p))
 			}
-			return budgetCriticalityKey(p.Spec.BudgetRef.Name, policygraph.CriticalityOf(p))
+			return ""
 		}),
 	}
 }
 
-// RegisterIndexes adds the RetryPolicy field indexes to a cache.
+// sharedBudgetIndex is IndexSharedBudget's extractor: a budget whose
+// consumers.namespaces admits other namespaces, by its from.
+func sharedBudgetIndex(o client.Object) []string {
+	if c := policygraph.ConsumerNamespaces(o.(*v1.RetryBudget)); c != nil && c.From != nil && *c.From != v1.NamespacesFromSame {
+		return []string{string(*c.From)}
+	}
+	return nil
+}
+
+// RegisterIndexes adds the RetryPolicy field indexes, and the RetryBudget
+// one, to a cache.
 func RegisterIndexes(ctx context.Context, indexer client.FieldIndexer) error {
 	for field, fn := range IndexFuncs() {
 		if err := indexer.IndexField(ctx, &v1.RetryPolicy{}, field, fn); err != nil {
 			return err
 		}
 	}
-	return nil
+	return indexer.IndexField(ctx, &v1.RetryBudget{}, IndexSharedBudget, sharedBudgetIndex)
 }
 
 // CacheLookup reads through a client.Reader whose cache has the indexes
@@ -219,10 +249,22 @@ func (c CacheLookup) PoolUsers(ctx context.Context, namespace, pool string) ([]v
 	return c.by(ctx, IndexConnectionPool, pool, client.InNamespace(namespace))
 }
 
-// BudgetUsers lists the policies of namespace and of one criticality that
-// draw on the budget.
-func (c CacheLookup) BudgetUsers(ctx context.Context, namespace, budget string, crit v1.Criticality) ([]v1.RetryPolicy, error) {
-	return c.by(ctx, IndexBudgetCriticality, budgetCriticalityKey(budget, crit), client.InNamespace(namespace))
+// BudgetUsers lists the policies, in every namespace, of one criticality
+// that draw on the budget.
+func (c CacheLookup) BudgetUsers(ctx context.Context, budget types.NamespacedName, crit v1.Criticality) ([]v1.RetryPolicy, error) {
+	return c.by(ctx, IndexBudgetCriticality, budgetCriticalityKey(budget, crit))
+}
+
+// Budget reads one RetryBudget; nil when it does not exist.
+func (c CacheLookup) Budget(ctx context.Context, key types.NamespacedName) (*v1.RetryBudget, error) {
+	var b v1.RetryBudget
+	switch err := c.Reader.Get(ctx, key, &b); {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return &b, nil
 }
 
 // NamespaceMetadata is an empty metadata-only Namespace, as the cache and
