@@ -53,6 +53,7 @@ func TestValidateRetryPolicy(t *testing.T) {
 	limit9 := policygraph.Limits{MaxLeafAttempts: 9, MaxRetryPercent: 10}
 	for name, tc := range map[string]struct {
 		stored   []v1.RetryPolicy
+		budgets  []v1.RetryBudget
 		labels   map[string]map[string]string // namespace labels
 		incoming v1.RetryPolicy
 		limits   *policygraph.Limits
@@ -320,6 +321,40 @@ func TestValidateRetryPolicy(t *testing.T) {
 			want:     []string{"spec.budgetRef.name ERR_SHARED_FAILURE_DOMAIN_LEAK"},
 			message:  "must not share a retry quota",
 		},
+		"a budget of another namespace that admits no other namespace refuses the policy": {
+			budgets:  []v1.RetryBudget{*fixtures.SharedBudget("platform", "fleet", nil)},
+			incoming: pol("sms", "connector", 3, fixtures.BudgetIn("platform", "fleet")),
+			want:     []string{"spec.budgetRef.namespace ERR_BUDGET_NOT_SHARED"},
+			message:  `RetryBudget platform/fleet does not admit namespace "ns": its consumers.namespaces.from is Same`,
+		},
+		"a budget of another namespace that admits All is drawn on": {
+			budgets:  []v1.RetryBudget{*fixtures.SharedBudget("platform", "fleet", &v1.AllowedNamespaces{From: ptr.To(v1.NamespacesFromAll)})},
+			incoming: pol("sms", "connector", 3, fixtures.BudgetIn("platform", "fleet")), leaf: 3,
+		},
+		"a budget that admits namespaces by a selector admits a namespace whose labels match": {
+			budgets: []v1.RetryBudget{*fixtures.SharedBudget("platform", "fleet", &v1.AllowedNamespaces{From: ptr.To(v1.NamespacesFromSelector),
+				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": "sms"}}})},
+			labels:   map[string]map[string]string{"ns": {"fleet": "sms"}},
+			incoming: pol("sms", "connector", 3, fixtures.BudgetIn("platform", "fleet")), leaf: 3,
+		},
+		"a budget that admits namespaces by a selector refuses a namespace whose labels do not match": {
+			budgets: []v1.RetryBudget{*fixtures.SharedBudget("platform", "fleet", &v1.AllowedNamespaces{From: ptr.To(v1.NamespacesFromSelector),
+				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": "sms"}}})},
+			labels:   map[string]map[string]string{"ns": {"fleet": "email"}},
+			incoming: pol("sms", "connector", 3, fixtures.BudgetIn("platform", "fleet")),
+			want:     []string{"spec.budgetRef.namespace ERR_BUDGET_NOT_SHARED"},
+			message:  `the selector does not match namespace "ns"`,
+		},
+		"a budget of another namespace that does not exist yet refuses nothing (the controller waits for it)": {
+			incoming: pol("sms", "connector", 3, fixtures.BudgetIn("platform", "fleet")), leaf: 3,
+		},
+		"a budget shared across namespaces is shared across criticalities nowhere": {
+			budgets:  []v1.RetryBudget{*fixtures.SharedBudget("platform", "fleet", &v1.AllowedNamespaces{From: ptr.To(v1.NamespacesFromAll)})},
+			stored:   []v1.RetryPolicy{polIn("auth", "sms-2fa", "connector", 3, fixtures.BudgetIn("platform", "fleet"), critical)},
+			incoming: pol("marketing", "connector", 3, fixtures.BudgetIn("platform", "fleet")),
+			want:     []string{"spec.budgetRef.name ERR_SHARED_FAILURE_DOMAIN_LEAK"},
+			message:  "must not share a retry quota",
+		},
 		"updating a policy does not clash with its stored self": {
 			stored:   []v1.RetryPolicy{pol("sms", "connector", 3, pool("p"), budget("b"))},
 			incoming: pol("sms", "connector", 2, pool("p"), budget("b")), leaf: 2,
@@ -334,7 +369,7 @@ func TestValidateRetryPolicy(t *testing.T) {
 			if tc.limits != nil {
 				limits = *tc.limits
 			}
-			lk := policygraph.NewStaticLookup(tc.stored...)
+			lk := policygraph.NewStaticLookup(tc.stored...).WithBudget(tc.budgets...)
 			for ns, l := range tc.labels {
 				lk.WithNamespace(ns, l)
 			}

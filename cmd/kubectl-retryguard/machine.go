@@ -81,8 +81,8 @@ func graphPolicy(n *graph.Node, o graph.Options) output.GraphPolicy {
 	if n.NotPermitted != nil {
 		gp.NotPermitted = policygraph.NotPermittedMessage(*n.NotPermitted, p.Namespace)
 	}
-	if p.Spec.BudgetRef != nil {
-		gp.Budget = p.Namespace + "/" + p.Spec.BudgetRef.Name
+	if key, ok := policygraph.BudgetKeyOf(p); ok {
+		gp.Budget = key.String()
 	}
 	return gp
 }

@@ -59,6 +59,9 @@ func samplePayload(dir, name, namespace string) (*policyconfig.Payload, error) {
 	}
 	var budget *v1.RetryBudget
 	if ref := p.Spec.BudgetRef; ref != nil {
+		if ref.Namespace != nil && *ref.Namespace != namespace {
+			return nil, fmt.Errorf("RetryPolicy %s: budgetRef names a RetryBudget of namespace %q; the drill reads one namespace, %s", name, *ref.Namespace, dir)
+		}
 		for i := range budgets {
 			if budgets[i].Name == ref.Name {
 				budget = &budgets[i]

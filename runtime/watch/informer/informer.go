@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -50,8 +51,19 @@ import (
 // counted budget whose count is missing, of another UID, or not trusted
 // gives no share.
 //
+// A budget of another namespace B (budgetRef.namespace) is read from the
+// copy the controller publishes here (retrysharedbudget-<B>.<name>): it is
+// trusted by the managed-by label, a controller owner reference to a
+// RetryPolicy (an owner reference cannot cross namespaces, so the budget's
+// name and UID are checked in the count instead) and its name, which the
+// ValidatingAdmissionPolicy reserves with the label for the operator. Any
+// other count, a copy controlled by a RetryBudget or one named for another
+// budget included, is ignored. Counts are held by budget key (B/name), so
+// a local budget and a shared one of the same name stay apart.
+//
 // The count carries no members: they are in the budget's shards
-// (retrymembers-<xx>-<name>), and a third informer watches, selected on the
+// (retrymembers-<xx>-<name>, copies retrysharedmembers-<xx>-<B>.<name>,
+// trusted as counts are), and a third informer watches, selected on the
 // API server by policyconfig.ShardLabel, only the shard of this pod
 // (PodUID), joined to the count by policyconfig.Count.WithShards: what a
 // pod receives stays the same size however large the fleet. A pod without
@@ -70,8 +82,8 @@ type Informer struct {
 	mu       sync.Mutex
 	supplied map[string]string                    // ConfigMap name → the policy it supplies
 	raw      map[string]*policyconfig.Payload     // policy → its payload as published
-	counts   map[string]*policyconfig.Count       // budget name → its count
-	shards   map[string]*policyconfig.MemberShard // budget name → this pod's shard of its members
+	counts   map[string]*policyconfig.Count       // budget key (namespace/name) → its count
+	shards   map[string]*policyconfig.MemberShard // budget key → this pod's shard of its members
 }
 
 // New watches namespace through client.
@@ -214,7 +226,8 @@ func (i *Informer) countOf(p *policyconfig.Payload) *policyconfig.Count {
 	if p.Budget == nil {
 		return nil
 	}
-	return i.counts[p.Budget.Name].WithShards(i.shards[p.Budget.Name])
+	key := p.Budget.Key(p.Policy.Namespace)
+	return i.counts[key].WithShards(i.shards[key])
 }
 
 // upsertCount reads a budget's count and joins it to the payloads of that
@@ -222,7 +235,7 @@ func (i *Informer) countOf(p *policyconfig.Payload) *policyconfig.Count {
 // publish, leaves the last good one: it goes stale, and then gives no share.
 func (i *Informer) upsertCount(cm *corev1.ConfigMap) {
 	log := i.Logger.With("configmap", cm.Namespace+"/"+cm.Name)
-	if reason := untrustedMeta(cm, policyconfig.BudgetOwnerKind); reason != "" {
+	if reason := untrustedMeta(cm, policyconfig.BudgetOwnerKind, policyconfig.SharedOwnerKind); reason != "" {
 		i.ignore(log, reason)
 		return
 	}
@@ -238,31 +251,32 @@ func (i *Informer) upsertCount(cm *corev1.ConfigMap) {
 	}
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	i.counts[c.Budget] = c
-	i.rejoin(c.Budget)
+	key := c.Namespace + "/" + c.Budget
+	i.counts[key] = c
+	i.rejoin(key)
 }
 
 // removeCount forgets a deleted budget ConfigMap's count: the payloads of
-// that budget then have none, and their pods no share.
+// that budget then have none, and their pods no share. The held count is
+// found by the name it was trusted under, since a copy's name is not the
+// budget's.
 func (i *Informer) removeCount(cm *corev1.ConfigMap) {
-	budget, ok := strings.CutPrefix(cm.Name, policyconfig.BudgetConfigMapPrefix)
-	if !ok {
-		return
-	}
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	if _, held := i.counts[budget]; held {
-		delete(i.counts, budget)
-		i.rejoin(budget)
+	for key, c := range i.counts {
+		if b, ok := strings.CutPrefix(cm.Name, policyconfig.BudgetConfigMapPrefix); ok && b == c.Budget {
+			delete(i.counts, key)
+			i.rejoin(key)
+		}
 	}
 }
 
-// rejoin serves again every payload of budget with the count now held;
-// i.mu is held. The pod's payloads change here, and nothing is written to
-// the API server.
-func (i *Informer) rejoin(budget string) {
+// rejoin serves again every payload of the budget whose key is key with
+// the count now held; i.mu is held. The pod's payloads change here, and
+// nothing is written to the API server.
+func (i *Informer) rejoin(key string) {
 	for name, p := range i.raw {
-		if p.Budget != nil && p.Budget.Name == budget && p.Budget.Counted {
+		if p.Budget != nil && p.Budget.Counted && p.Budget.Key(p.Policy.Namespace) == key {
 			i.store.Set(name, p.Join(i.countOf(p)))
 		}
 	}
@@ -282,8 +296,9 @@ func (i *Informer) upsertShard(cm *corev1.ConfigMap) {
 	}
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	i.shards[s.Budget] = s
-	i.rejoin(s.Budget)
+	key := s.Namespace + "/" + s.Budget
+	i.shards[key] = s
+	i.rejoin(key)
 }
 
 // shardOf is cm as this pod's member shard of a budget, or nil, logged and
@@ -291,7 +306,7 @@ func (i *Informer) upsertShard(cm *corev1.ConfigMap) {
 // where its own name and owner put it, or another pod's shard.
 func (i *Informer) shardOf(cm *corev1.ConfigMap) *policyconfig.MemberShard {
 	log := i.Logger.With("configmap", cm.Namespace+"/"+cm.Name)
-	if reason := untrustedMeta(cm, policyconfig.BudgetOwnerKind); reason != "" {
+	if reason := untrustedMeta(cm, policyconfig.BudgetOwnerKind, policyconfig.SharedOwnerKind); reason != "" {
 		i.ignore(log, reason)
 		return nil
 	}
@@ -301,13 +316,11 @@ func (i *Informer) shardOf(cm *corev1.ConfigMap) *policyconfig.MemberShard {
 		log.Error("member shard rejected; it names no one", "err", err)
 		return nil
 	}
-	owner := metav1.GetControllerOfNoCopy(cm)
-	var reason string
+	reason := untrustedOwner(cm, s.Namespace, s.Budget, s.UID)
 	switch {
-	case s.Namespace != cm.Namespace || cm.Name != policyconfig.MemberShardConfigMapName(s.Shard, s.Budget):
+	case cm.Name != policyconfig.MemberShardConfigMapNameIn(cm.Namespace, s.Shard, s.Namespace, s.Budget):
 		reason = fmt.Sprintf("shard %s of %s/%s in ConfigMap %s/%s", s.Shard, s.Namespace, s.Budget, cm.Namespace, cm.Name)
-	case owner.Name != s.Budget || string(owner.UID) != s.UID:
-		reason = fmt.Sprintf("controlled by RetryBudget %q (uid %q), not %q (uid %q)", owner.Name, owner.UID, s.Budget, s.UID)
+	case reason != "":
 	case s.Shard != policyconfig.ShardOf(i.PodUID):
 		reason = fmt.Sprintf("shard %s, not this pod's %s", s.Shard, policyconfig.ShardOf(i.PodUID))
 	default:
@@ -322,10 +335,10 @@ func (i *Informer) shardOf(cm *corev1.ConfigMap) *policyconfig.MemberShard {
 func (i *Informer) removeShard(cm *corev1.ConfigMap) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	for budget, s := range i.shards {
-		if cm.Name == policyconfig.MemberShardConfigMapName(s.Shard, budget) {
-			delete(i.shards, budget)
-			i.rejoin(budget)
+	for key, s := range i.shards {
+		if cm.Name == policyconfig.MemberShardConfigMapNameIn(cm.Namespace, s.Shard, s.Namespace, s.Budget) {
+			delete(i.shards, key)
+			i.rejoin(key)
 		}
 	}
 }
@@ -336,8 +349,10 @@ func (i *Informer) ignore(log *slog.Logger, reason string) {
 }
 
 // untrustedMeta says why cm's metadata is not the operator's, publishing
-// for an object of kind ("" when it is).
-func untrustedMeta(cm *corev1.ConfigMap, kind string) string {
+// for an object of one of kinds ("" when it is); a count or shard's exact
+// kind depends on its budget's namespace, read from its data
+// (untrustedOwner).
+func untrustedMeta(cm *corev1.ConfigMap, kinds ...string) string {
 	if v := cm.Labels[policyconfig.ManagedByLabel]; v != policyconfig.ManagedByValue {
 		return fmt.Sprintf("label %s is %q, not %q", policyconfig.ManagedByLabel, v, policyconfig.ManagedByValue)
 	}
@@ -346,24 +361,34 @@ func untrustedMeta(cm *corev1.ConfigMap, kind string) string {
 		return "no controller owner reference"
 	}
 	gv, err := schema.ParseGroupVersion(owner.APIVersion)
-	want := schema.FromAPIVersionAndKind(policyconfig.OwnerAPIVersion, kind)
-	if err != nil || gv.Group != want.Group || owner.Kind != want.Kind {
-		return fmt.Sprintf("controlled by %s %s, not a %s", owner.APIVersion, owner.Kind, kind)
+	want, _ := schema.ParseGroupVersion(policyconfig.OwnerAPIVersion)
+	if err != nil || gv.Group != want.Group || !slices.Contains(kinds, owner.Kind) {
+		return fmt.Sprintf("controlled by %s %s, not a %s", owner.APIVersion, owner.Kind, strings.Join(kinds, " or "))
 	}
 	return ""
 }
 
 // untrustedCount says why c may not be joined from cm ("" when it may):
-// the ConfigMap's namespace, name and controller must be the budget's.
+// the ConfigMap's name and controller must be those of the budget's count
+// in cm's namespace (its own, or a copy).
 func untrustedCount(cm *corev1.ConfigMap, c *policyconfig.Count) string {
+	if want := policyconfig.BudgetConfigMapNameIn(cm.Namespace, c.Namespace, c.Budget); cm.Name != want {
+		return fmt.Sprintf("count of budget %s/%s in ConfigMap %q, not %q", c.Namespace, c.Budget, cm.Name, want)
+	}
+	return untrustedOwner(cm, c.Namespace, c.Budget, c.UID)
+}
+
+// untrustedOwner says why cm's controller (of the operator's group, by
+// untrustedMeta) may not publish for the budget budgetNamespace/budget of
+// uid ("" when it may): that RetryBudget in its own namespace; elsewhere a
+// RetryPolicy, of any name, since the copy's owner cannot be the budget.
+func untrustedOwner(cm *corev1.ConfigMap, budgetNamespace, budget, uid string) string {
 	owner := metav1.GetControllerOfNoCopy(cm)
-	switch {
-	case c.Namespace != cm.Namespace:
-		return fmt.Sprintf("count of namespace %q in namespace %q", c.Namespace, cm.Namespace)
-	case cm.Name != policyconfig.BudgetConfigMapName(c.Budget):
-		return fmt.Sprintf("count of budget %q in ConfigMap %q, not %q", c.Budget, cm.Name, policyconfig.BudgetConfigMapName(c.Budget))
-	case owner.Name != c.Budget || string(owner.UID) != c.UID:
-		return fmt.Sprintf("controlled by RetryBudget %q (uid %q), not %q (uid %q)", owner.Name, owner.UID, c.Budget, c.UID)
+	switch kind := policyconfig.OwnerKindIn(cm.Namespace, budgetNamespace); {
+	case owner.Kind != kind:
+		return fmt.Sprintf("budget %s/%s in namespace %q controlled by a %s, not a %s", budgetNamespace, budget, cm.Namespace, owner.Kind, kind)
+	case kind == policyconfig.BudgetOwnerKind && (owner.Name != budget || string(owner.UID) != uid):
+		return fmt.Sprintf("controlled by RetryBudget %q (uid %q), not %q (uid %q)", owner.Name, owner.UID, budget, uid)
 	}
 	return ""
 }

@@ -192,14 +192,15 @@ func writeBudget(w io.Writer, in Input) {
 		return
 	}
 	forest := graph.Build(in.Policies, in.Budgets)
+	key, _ := policygraph.BudgetKeyOf(p)
 	var b *graph.Budget
 	for _, fb := range forest.Budgets {
-		if fb.Key == (graph.Key{Namespace: p.Namespace, Name: p.Spec.BudgetRef.Name}) {
+		if fb.Key == (graph.Key{Namespace: key.Namespace, Name: key.Name}) {
 			b = fb
 		}
 	}
 	if b == nil || b.Budget == nil {
-		fmt.Fprintf(w, "  RetryBudget %s/%s does not exist: the policy is not Ready and its pods do not retry\n", p.Namespace, p.Spec.BudgetRef.Name)
+		fmt.Fprintf(w, "  RetryBudget %s does not exist: the policy is not Ready and its pods do not retry\n", key)
 		return
 	}
 	s := b.Budget.Spec.WithDefaults()
@@ -223,7 +224,8 @@ func writeBudget(w io.Writer, in Input) {
 			metav1.FormatLabelSelector(s.Consumers.PodSelector), counted)
 		fmt.Fprintf(w, "  the pods read the count from ConfigMap %s, joined to this budget by its UID, and each pod its own shard of the members, %s "+
 			"(xx: the first byte of its POD_UID's fingerprint), which names it once the count that counts it is out\n",
-			policyconfig.BudgetConfigMapName(b.Budget.Name), policyconfig.MemberShardConfigMapName("xx", b.Budget.Name))
+			policyconfig.BudgetConfigMapNameIn(p.Namespace, key.Namespace, key.Name),
+			policyconfig.MemberShardConfigMapNameIn(p.Namespace, "xx", key.Namespace, key.Name))
 		if counted > 0 {
 			fmt.Fprintf(w, "  each pod the count names (by its POD_UID) holds %s, %s after it reads the count; the %d%% ratio needs no split\n",
 				shareText(budget.ShareOver(cfg, counted)), policyconfig.ConsumerCountDelivery, s.RetryPercent)

@@ -238,10 +238,11 @@ func budgetsOf(f *Forest, keys []Key, budgets []v1.RetryBudget) []*Budget {
 	}
 	for _, k := range keys {
 		p := f.Nodes[k].Policy
-		if p.Spec.BudgetRef == nil {
+		ref, ok := policygraph.BudgetKeyOf(p)
+		if !ok {
 			continue
 		}
-		bk := Key{p.Namespace, p.Spec.BudgetRef.Name}
+		bk := Key{ref.Namespace, ref.Name}
 		if byKey[bk] == nil {
 			byKey[bk] = &Budget{Key: bk}
 		}

@@ -7,6 +7,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/retryguard/retryguard/api/policygraph"
 	v1 "github.com/retryguard/retryguard/api/v1alpha1"
 )
 
@@ -131,8 +132,12 @@ func (f *Forest) writeNode(w io.Writer, o Options, n *Node, home, lead, indent s
 	if over {
 		line += fmt.Sprintf(" > %d", o.MaxLeafAttempts)
 	}
-	if p.Spec.BudgetRef != nil {
-		line += "  budget " + p.Spec.BudgetRef.Name
+	if key, ok := policygraph.BudgetKeyOf(p); ok {
+		if key.Namespace == p.Namespace {
+			line += "  budget " + key.Name
+		} else {
+			line += "  budget " + key.String()
+		}
 	}
 	line += "  " + readyText(ReadyOf(p.Status.Conditions, p.Generation))
 	if n.MissingParent != nil {
