@@ -28,8 +28,8 @@ import (
 	"github.com/retryguard/retryguard/webhooks"
 )
 
-// The fleet drill's objects (testdata/fleet-drill.yaml, in each namespace)
-// and pods.
+// The fleet drill's objects (testdata/fleet-drill.yaml, in each namespace,
+// and its one budget, testdata/fleet-drill-budget.yaml, in the first) and pods.
 const (
 	drillBudget = "drill-dependency"
 	drillPolicy = "drill-connector"
@@ -44,9 +44,9 @@ const (
 )
 
 // drillNamespaces hold the fleet, half of its pods each; the dependency
-// runs in the first. A RetryBudget counts the pods of its own namespace,
-// so each namespace has its own, each allowing 10% of its own primaries:
-// together 10% of the fleet's.
+// and the fleet's one RetryBudget are in the first, which shares the budget
+// with the second (consumers.namespaces): one count of all 20 pods, 10% of
+// the fleet's primaries.
 var drillNamespaces = []string{"drill-east", "drill-west"}
 
 // drillForm is how long and how wide the drill runs.
@@ -346,6 +346,7 @@ func fleetDrillSpec(ctx context.Context) {
 	Expect(k8s.Create(ctx, depSvc)).To(Succeed())
 	Expect(k8s.Create(ctx, depDep)).To(Succeed())
 	depURL := svcURL(depSvc)
+	Expect(create(ctx, filepath.Join("testdata", "fleet-drill-budget.yaml"), drillNamespaces[0])).To(Succeed())
 	for _, ns := range drillNamespaces {
 		Expect(create(ctx, filepath.Join("testdata", "fleet-drill.yaml"), ns)).To(Succeed())
 		for _, o := range drillObjects(ns, depSvc, form.podsPerNamespace) {
@@ -357,16 +358,14 @@ func fleetDrillSpec(ctx context.Context) {
 	Eventually(func(g Gomega) {
 		pods = drillPods(ctx, g)
 		g.Expect(pods).To(HaveLen(want))
-		for _, ns := range drillNamespaces {
-			var b policyv1alpha1.RetryBudget
-			g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: drillBudget}, &b)).To(Succeed())
-			g.Expect(b.Status.Consumers).To(HaveValue(BeEquivalentTo(form.podsPerNamespace)), ns)
-		}
+		var b policyv1alpha1.RetryBudget
+		g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: drillNamespaces[0], Name: drillBudget}, &b)).To(Succeed())
+		g.Expect(b.Status.Consumers).To(HaveValue(BeEquivalentTo(want)), "one count of both namespaces' pods")
 		g.Expect(call(ctx, "GET", depURL+"/healthz", nil, nil)).To(Succeed())
 	}).WithContext(ctx).WithPolling(time.Second).WithTimeout(4 * time.Minute).Should(Succeed())
 	// Each pod retries only once a count taken after it started names it.
 	for name, url := range pods {
-		awaitShare(ctx, name, url+"/policy", drillBudget, ptr.To(int32(form.podsPerNamespace)), int64(form.podsPerNamespace))
+		awaitShare(ctx, name, url+"/policy", drillBudget, ptr.To(int32(want)), int64(want))
 	}
 	record("fleet drill: 20 pods created to every pod's share covered", time.Since(start))
 
