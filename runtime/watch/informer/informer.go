@@ -264,7 +264,7 @@ func (i *Informer) removeCount(cm *corev1.ConfigMap) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	for key, c := range i.counts {
-		if b, ok := strings.CutPrefix(cm.Name, policyconfig.BudgetConfigMapPrefix); ok && b == c.Budget {
+		if cm.Name == policyconfig.BudgetConfigMapNameIn(cm.Namespace, c.Namespace, c.Budget) {
 			delete(i.counts, key)
 			i.rejoin(key)
 		}
