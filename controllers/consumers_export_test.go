@@ -15,6 +15,6 @@ var BudgetsSelecting = budgetsSelecting
 // the live shards, the pods counted and the count in force.
 func (r *RetryBudgetReconciler) PublishMembers(ctx context.Context, b *v1.RetryBudget, live map[string]*policyconfig.MemberShard,
 	counted []string, inForce policyconfig.Consumers, gen int64) error {
-	own := countTarget{Namespace: b.Namespace, Owner: b}
-	return r.publishMembers(ctx, b, own, live, consumerTally{Count: int32(len(counted)), Members: policyconfig.EncodeMembers(counted)}, inForce, gen)
+	own := []countTarget{{Namespace: b.Namespace, Owner: b}}
+	return r.publishMembers(ctx, b, own, []map[string]*policyconfig.MemberShard{live}, consumerTally{Count: int32(len(counted)), Members: policyconfig.EncodeMembers(counted)}, inForce, gen)
 }

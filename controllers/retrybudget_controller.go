@@ -110,14 +110,7 @@ func (r *RetryBudgetReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			}
 		}
 		c, due := r.leases.renew(req.NamespacedName, b.UID, tally, now, refresh)
-		keep := map[string]bool{}
-		for i, t := range targets {
-			keep[t.Namespace] = true
-			if err := r.publishMembers(ctx, &b, t, live[i], tally, c, r.leases.published(req.NamespacedName)); err != nil {
-				return ctrl.Result{}, err
-			}
-		}
-		if err := deleteStaleCopies(ctx, r.Client, req.NamespacedName, keep); err != nil {
+		if err := r.publishMembers(ctx, &b, targets, live, tally, c, r.leases.published(req.NamespacedName)); err != nil {
 			return ctrl.Result{}, err
 		}
 		res.RequeueAfter = due // the count's lease
@@ -161,50 +154,80 @@ func (r *RetryBudgetReconciler) liveMembers(ctx context.Context, b *v1.RetryBudg
 	return live, nil
 }
 
-// publishMembers publishes in t's namespace the count in force (c, of
-// membership generation gen) and the shards of its members, in the order that keeps the delivery
-// bound: first the shards that lose members (the pods gone from counted,
-// each shard keeping its generation), then the count, then the shards
-// that gain members, at the count's generation. A pod therefore never
-// reads more pods named than a count it may read counts, and a pod added
+// publishMembers publishes the count in force (c, of membership generation
+// gen) and the shards of its members in every target namespace, in the
+// order that keeps the delivery bound across all of them: first, in every
+// namespace, the shards that lose members (the pods gone from counted,
+// each shard keeping its generation); then the stale copies go (a
+// namespace no longer admitted, or with no policy on the budget, names no
+// one); then the count, everywhere; then, everywhere, the shards that gain
+// members, at the count's generation. A pod therefore never reads more pods
+// named, in any namespace, than a count it may read counts, and a pod added
 // to a shard before its count arrives is named by a shard newer than its
-// count, which gives no share. Each shard is written only when its own
-// members change; the pods of the others receive nothing.
-func (r *RetryBudgetReconciler) publishMembers(ctx context.Context, b *v1.RetryBudget, t countTarget, live map[string]*policyconfig.MemberShard,
-	counted consumerTally, c policyconfig.Consumers, gen int64) error {
+// count, which gives no share. A failure before the counts stops there
+// (the last counts stay, and go stale: fewer shares, never more); a
+// failure after them is joined, and the other namespaces still get theirs.
+// Each shard is written only when its own members change; the pods of the
+// others receive nothing.
+func (r *RetryBudgetReconciler) publishMembers(ctx context.Context, b *v1.RetryBudget, targets []countTarget,
+	live []map[string]*policyconfig.MemberShard, counted consumerTally, c policyconfig.Consumers, gen int64) error {
 	desired, inForce := policyconfig.ShardMembers(counted.Members), policyconfig.ShardMembers(c.Members)
-	shards := map[string]bool{}
-	for _, m := range []map[string]string{desired, inForce} {
-		for s := range m {
-			shards[s] = true
-		}
-	}
-	current := map[string]string{}
-	for s, l := range live {
-		shards[s], current[s] = true, l.Members
-	}
 	fits := shardNamesFit(b.Name) // else evaluateBudget reports NameTooLongToCount
-	for s := range shards {
-		if keep := policyconfig.IntersectMembers(current[s], desired[s]); live[s] != nil && keep != current[s] && fits {
-			if err := r.publishShard(ctx, b, t, s, live[s].Generation, keep); err != nil {
-				return err
+	currents := make([]map[string]string, len(targets))
+	shardSets := make([]map[string]bool, len(targets))
+	for i, t := range targets {
+		shards := map[string]bool{}
+		for _, m := range []map[string]string{desired, inForce} {
+			for s := range m {
+				shards[s] = true
 			}
-			current[s] = keep
 		}
+		current := map[string]string{}
+		for s, l := range live[i] {
+			shards[s], current[s] = true, l.Members
+		}
+		for s := range shards {
+			if keep := policyconfig.IntersectMembers(current[s], desired[s]); live[i][s] != nil && keep != current[s] && fits {
+				if err := r.publishShard(ctx, b, t, s, live[i][s].Generation, keep); err != nil {
+					return err
+				}
+				current[s] = keep
+			}
+		}
+		currents[i], shardSets[i] = current, shards
 	}
-	c.Members = "" // in the shards
-	if err := r.publishCount(ctx, b, t, c, gen); err != nil {
+	keep := map[string]bool{}
+	for _, t := range targets {
+		keep[t.Namespace] = true
+	}
+	if err := deleteStaleCopies(ctx, r.Client, client.ObjectKeyFromObject(b), keep); err != nil {
 		return err
 	}
-	for s := range shards {
-		target := policyconfig.IntersectMembers(inForce[s], desired[s])
-		if target != current[s] && fits {
-			if err := r.publishShard(ctx, b, t, s, gen, target); err != nil {
-				return err
+	c.Members = "" // in the shards
+	var errs []error
+	published := make([]bool, len(targets))
+	for i, t := range targets {
+		if err := r.publishCount(ctx, b, t, c, gen); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		published[i] = true
+	}
+	for i, t := range targets {
+		if !published[i] {
+			continue // its shards wait for its count
+		}
+		for s := range shardSets[i] {
+			target := policyconfig.IntersectMembers(inForce[s], desired[s])
+			if target != currents[i][s] && fits {
+				if err := r.publishShard(ctx, b, t, s, gen, target); err != nil {
+					errs = append(errs, err)
+					break
+				}
 			}
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // maxCountedBudgetName is the longest name of a fleet budget whose member

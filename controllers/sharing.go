@@ -93,8 +93,8 @@ func countTargets(ctx context.Context, r client.Reader, b *v1.RetryBudget, users
 	owners := map[string]*v1.RetryPolicy{}
 	for i := range users {
 		u := &users[i]
-		if u.Namespace == b.Namespace || !copyNamesFit(u.Namespace, b) {
-			continue
+		if u.Namespace == b.Namespace || !copyNamesFit(u.Namespace, b) || !u.DeletionTimestamp.IsZero() {
+			continue // a policy being deleted owns no copy: the garbage collector would take it along
 		}
 		if o, ok := owners[u.Namespace]; (!ok || u.Name < o.Name) && admits(ctx, r, b, u.Namespace) {
 			owners[u.Namespace] = u

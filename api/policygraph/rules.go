@@ -173,7 +173,7 @@ func validateFailureDomains(ctx context.Context, lk Lookup, p *v1.RetryPolicy, f
 		if err != nil {
 			return nil, err
 		}
-		if others := conflicting(users, p.Name, func(q *v1.RetryPolicy) bool {
+		if others := conflicting(users, p, func(q *v1.RetryPolicy) bool {
 			return CriticalityOf(q) != crit || q.Spec.Target.Service != p.Spec.Target.Service
 		}); others > 0 {
 			errs = append(errs, v1.Invalid(fldPath.Child("connectionPool", "name"), pool.Name, codes.SharedFailureDomainLeak,
@@ -188,7 +188,7 @@ func validateFailureDomains(ctx context.Context, lk Lookup, p *v1.RetryPolicy, f
 		if err != nil {
 			return nil, err
 		}
-		if others := conflicting(users, p.Name, func(*v1.RetryPolicy) bool { return true }); others > 0 {
+		if others := conflicting(users, p, func(*v1.RetryPolicy) bool { return true }); others > 0 {
 			errs = append(errs, v1.Invalid(fldPath.Child("budgetRef", "name"), b.Name, codes.SharedFailureDomainLeak,
 				fmt.Sprintf("RetryBudget %q is already drawn on by %s of criticality %s; Critical and Standard callers must not share a retry quota",
 					b.Name, policiesCount(others), ClashingCriticality(p))))
@@ -239,10 +239,11 @@ func BudgetNotSharedMessage(budget types.NamespacedName, from v1.FromNamespaces,
 // another policy: the requester may not be allowed to read them, and
 // admission must not tell an anonymous caller they exist (docs/security.md,
 // tenant boundaries).
-func conflicting(users []v1.RetryPolicy, self string, clash func(*v1.RetryPolicy) bool) int {
+func conflicting(users []v1.RetryPolicy, self *v1.RetryPolicy, clash func(*v1.RetryPolicy) bool) int {
 	n := 0
 	for i := range users {
-		if q := &users[i]; q.Name != self && clash(q) {
+		// A budget's users span namespaces: self is its namespace and name.
+		if q := &users[i]; (q.Namespace != self.Namespace || q.Name != self.Name) && clash(q) {
 			n++
 		}
 	}

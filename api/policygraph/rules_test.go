@@ -355,6 +355,12 @@ func TestValidateRetryPolicy(t *testing.T) {
 			want:     []string{"spec.budgetRef.name ERR_SHARED_FAILURE_DOMAIN_LEAK"},
 			message:  "must not share a retry quota",
 		},
+		"a policy of another namespace with the same name is not the policy's stored self": {
+			budgets:  []v1.RetryBudget{*fixtures.SharedBudget("platform", "fleet", &v1.AllowedNamespaces{From: ptr.To(v1.NamespacesFromAll)})},
+			stored:   []v1.RetryPolicy{polIn("auth", "sms", "connector", 3, fixtures.BudgetIn("platform", "fleet"), critical)},
+			incoming: pol("sms", "connector", 3, fixtures.BudgetIn("platform", "fleet")),
+			want:     []string{"spec.budgetRef.name ERR_SHARED_FAILURE_DOMAIN_LEAK"},
+		},
 		"updating a policy does not clash with its stored self": {
 			stored:   []v1.RetryPolicy{pol("sms", "connector", 3, pool("p"), budget("b"))},
 			incoming: pol("sms", "connector", 2, pool("p"), budget("b")), leaf: 2,
