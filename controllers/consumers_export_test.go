@@ -16,5 +16,6 @@ var BudgetsSelecting = budgetsSelecting
 func (r *RetryBudgetReconciler) PublishMembers(ctx context.Context, b *v1.RetryBudget, live map[string]*policyconfig.MemberShard,
 	counted []string, inForce policyconfig.Consumers, gen int64) error {
 	own := []countTarget{{Namespace: b.Namespace, Owner: b}}
-	return r.publishMembers(ctx, b, own, []map[string]*policyconfig.MemberShard{live}, consumerTally{Count: int32(len(counted)), Members: policyconfig.EncodeMembers(counted)}, inForce, gen)
+	tally := consumerTally{Count: int32(len(counted)), Members: policyconfig.EncodeMembers(counted)}
+	return r.publishMembers(ctx, b, own, []map[string]*policyconfig.MemberShard{live}, tally, inForce, gen)
 }
