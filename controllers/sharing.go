@@ -46,12 +46,12 @@ type countTarget struct {
 // listed (its own first). A namespace whose labels cannot be read is not
 // admitted by a Selector: a pod of it takes no share, never more.
 func admittedNamespaces(ctx context.Context, r client.Reader, b *v1.RetryBudget) (all bool, namespaces []string, err error) {
-	consent := policygraph.ConsumerNamespaces(b)
-	switch {
-	case consent == nil || consent.From == nil || *consent.From == v1.NamespacesFromSame:
-		return false, []string{b.Namespace}, nil
-	case *consent.From == v1.NamespacesFromAll:
+	switch policygraph.ConsumersFrom(b) {
+	case v1.NamespacesFromAll:
 		return true, nil, nil
+	case v1.NamespacesFromSelector:
+	default:
+		return false, []string{b.Namespace}, nil
 	}
 	list := &metav1.PartialObjectMetadataList{}
 	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NamespaceList"))
@@ -67,21 +67,11 @@ func admittedNamespaces(ctx context.Context, r client.Reader, b *v1.RetryBudget)
 	return false, namespaces, nil
 }
 
-// admits reports whether b admits namespace ns, reading its labels from r
-// when b's consent is a Selector.
+// admits reports whether b admits namespace ns, reading its labels from r's
+// cache; a namespace whose labels cannot be read is not admitted.
 func admits(ctx context.Context, r client.Reader, b *v1.RetryBudget, ns string) bool {
-	if ns == b.Namespace {
-		return true
-	}
-	var nsLabels map[string]string
-	if c := policygraph.ConsumerNamespaces(b); c != nil && c.From != nil && *c.From == v1.NamespacesFromSelector {
-		m := policyindex.NamespaceMetadata()
-		if err := r.Get(ctx, client.ObjectKey{Name: ns}, m); err != nil {
-			return false
-		}
-		nsLabels = m.Labels
-	}
-	return policygraph.BudgetAdmits(b, ns, nsLabels)
+	ok, err := policygraph.BudgetAdmitsNamespace(ctx, policyindex.CacheLookup{Reader: r}, b, ns)
+	return ok && err == nil
 }
 
 // countTargets are the namespaces b's count is published in: its own, then

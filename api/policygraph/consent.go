@@ -83,6 +83,28 @@ func BudgetAdmits(b *v1.RetryBudget, ns string, nsLabels map[string]string) bool
 	return Admits(b.Namespace, ConsumerNamespaces(b), ns, nsLabels)
 }
 
+// ConsumersFrom is b's consumers.namespaces.from, Same when unset.
+func ConsumersFrom(b *v1.RetryBudget) v1.FromNamespaces { return fromOf(ConsumerNamespaces(b)) }
+
+// NamespaceLabeler reads a namespace's labels, as Lookup.NamespaceLabels.
+type NamespaceLabeler interface {
+	NamespaceLabels(ctx context.Context, namespace string) (labels map[string]string, found bool, err error)
+}
+
+// BudgetAdmitsNamespace is BudgetAdmits for namespace ns, reading ns's
+// labels through lk only when b's consent is a Selector: the one place
+// admission and the controllers ask a budget's consent of one namespace.
+func BudgetAdmitsNamespace(ctx context.Context, lk NamespaceLabeler, b *v1.RetryBudget, ns string) (bool, error) {
+	var nsLabels map[string]string
+	if ns != b.Namespace && ConsumersFrom(b) == v1.NamespacesFromSelector {
+		var err error
+		if nsLabels, _, err = lk.NamespaceLabels(ctx, ns); err != nil {
+			return false, err
+		}
+	}
+	return BudgetAdmits(b, ns, nsLabels), nil
+}
+
 // BudgetKeyOf is the key of the budget p draws on: budgetRef's namespace,
 // defaulted to p's own; ok is false when p names none.
 func BudgetKeyOf(p *v1.RetryPolicy) (key types.NamespacedName, ok bool) {

@@ -210,17 +210,11 @@ func validateBudgetConsent(ctx context.Context, lk Lookup, p *v1.RetryPolicy, fl
 	if err != nil || b == nil {
 		return nil, err
 	}
-	var nsLabels map[string]string
-	if fromOf(ConsumerNamespaces(b)) == v1.NamespacesFromSelector {
-		if nsLabels, _, err = lk.NamespaceLabels(ctx, p.Namespace); err != nil {
-			return nil, err
-		}
-	}
-	if BudgetAdmits(b, p.Namespace, nsLabels) {
-		return nil, nil
+	if ok, err := BudgetAdmitsNamespace(ctx, lk, b, p.Namespace); ok || err != nil {
+		return nil, err
 	}
 	return field.ErrorList{v1.Invalid(fldPath.Child("budgetRef", "namespace"), key.Namespace, codes.BudgetNotShared,
-		BudgetNotSharedMessage(key, fromOf(ConsumerNamespaces(b)), p.Namespace))}, nil
+		BudgetNotSharedMessage(key, ConsumersFrom(b), p.Namespace))}, nil
 }
 
 // BudgetNotSharedMessage explains a budget's refusal of a policy of

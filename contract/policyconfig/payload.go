@@ -176,8 +176,12 @@ func (b *Budget) NamespaceOf(policyNamespace string) string {
 // of policyNamespace: two policies of two namespaces that name one budget
 // share its bucket.
 func (b *Budget) Key(policyNamespace string) string {
-	return b.NamespaceOf(policyNamespace) + "/" + b.Name
+	return BudgetKey(b.NamespaceOf(policyNamespace), b.Name)
 }
+
+// BudgetKey is the key of the budget namespace/name (Budget.Key), for a
+// count or shard, which name their budget's namespace themselves.
+func BudgetKey(namespace, name string) string { return namespace + "/" + name }
 
 // Duration is a time.Duration written as Go's duration string ("100ms").
 type Duration time.Duration

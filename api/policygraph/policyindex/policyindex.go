@@ -101,8 +101,9 @@ func IndexFuncs() map[string]client.IndexerFunc {
 // sharedBudgetIndex is IndexSharedBudget's extractor: a budget whose
 // consumers.namespaces admits other namespaces, by its from.
 func sharedBudgetIndex(o client.Object) []string {
-	if c := policygraph.ConsumerNamespaces(o.(*v1.RetryBudget)); c != nil && c.From != nil && *c.From != v1.NamespacesFromSame {
-		return []string{string(*c.From)}
+	switch from := policygraph.ConsumersFrom(o.(*v1.RetryBudget)); from {
+	case v1.NamespacesFromAll, v1.NamespacesFromSelector:
+		return []string{string(from)}
 	}
 	return nil
 }

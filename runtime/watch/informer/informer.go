@@ -251,7 +251,7 @@ func (i *Informer) upsertCount(cm *corev1.ConfigMap) {
 	}
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	key := c.Namespace + "/" + c.Budget
+	key := policyconfig.BudgetKey(c.Namespace, c.Budget)
 	i.counts[key] = c
 	i.rejoin(key)
 }
@@ -296,7 +296,7 @@ func (i *Informer) upsertShard(cm *corev1.ConfigMap) {
 	}
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	key := s.Namespace + "/" + s.Budget
+	key := policyconfig.BudgetKey(s.Namespace, s.Budget)
 	i.shards[key] = s
 	i.rejoin(key)
 }
