@@ -304,7 +304,12 @@ func (c *call) keepBody(limit int64) error {
 	// One byte past the bound says the body is longer; a bound of
 	// math.MaxInt64 has no byte past it (and limit+1 would overflow to a
 	// negative limit, which reads nothing).
-	buf, err := io.ReadAll(io.LimitReader(req.Body, min(limit, math.MaxInt64-1)+1))
+	bound := min(limit, math.MaxInt64-1) + 1
+	size := req.ContentLength // trusted for the first buffer only up to the default bound, as a declared length costs the caller nothing
+	if size > min(limit, DefaultMaxBufferedBody) {
+		size = -1
+	}
+	buf, err := readAll(io.LimitReader(req.Body, bound), size)
 	if err != nil {
 		closeBody(req)
 		c.sentBody = true
@@ -318,6 +323,31 @@ func (c *call) keepBody(limit int64) error {
 	closeBody(req)
 	c.sentBody, c.hasBuffer, c.buffered = true, true, buf
 	return nil
+}
+
+// readAll is io.ReadAll starting from a buffer of size+1 bytes when size,
+// a body's declared length, is known (not negative): a body read whole
+// then fills it without growing, and the spare byte meets io.EOF (or shows
+// the body longer than declared), where io.ReadAll starts at 512 bytes and
+// doubles.
+func readAll(r io.Reader, size int64) ([]byte, error) {
+	if size < 0 {
+		return io.ReadAll(r)
+	}
+	b := make([]byte, 0, size+1)
+	for {
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // as io.ReadAll grows
+		}
+	}
 }
 
 // replaySafe reports whether the request sent may be sent again after it
