@@ -60,11 +60,14 @@ type call struct {
 	begins   atomic.Int32 // every attempt grpc-go began, transparent retries included
 	attempts atomic.Int32 // those that were not transparent retries
 	opened   atomic.Bool  // an attempt queued its headers on a connection (stats.OutHeader)
+	sent     atomic.Bool  // the last attempt handed its request message to the transport (stats.OutPayload)
 	header   atomic.Bool  // the last attempt received the server's headers (stats.InHeader)
 	trailer  atomic.Bool  // the last attempt received the server's trailers (stats.InTrailer)
+	refusals atomic.Int32 // attempts that ended with grpc-go's status for a stream the server did not process (stats.End)
 
 	mu       sync.Mutex
 	pushback []string // the last attempt's grpc-retry-pushback-ms values
+	refusal  error    // the last of those statuses
 }
 
 type callKey struct{}
@@ -81,9 +84,9 @@ func (c *call) Value(key any) any {
 func (*Interceptor) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
 
 // HandleRPC implements stats.Handler: it records each attempt's phases in
-// the call record the interceptor put in the call's context. Only the four
-// events the evidence reads look the record up; payloads, End and picks,
-// which grpc-go reports on every call, cost a type switch.
+// the call record the interceptor put in the call's context. Only the
+// events the evidence reads look the record up, End only when its status
+// is a refusal; the incoming payload and picks cost a type switch.
 func (*Interceptor) HandleRPC(ctx context.Context, s stats.RPCStats) {
 	switch s := s.(type) {
 	case *stats.Begin:
@@ -97,6 +100,7 @@ func (*Interceptor) HandleRPC(ctx context.Context, s stats.RPCStats) {
 		if c.begins.Add(1) == 1 {
 			return // the first attempt: nothing to forget
 		}
+		c.sent.Store(false)
 		c.header.Store(false)
 		c.trailer.Store(false)
 		c.mu.Lock()
@@ -105,6 +109,20 @@ func (*Interceptor) HandleRPC(ctx context.Context, s stats.RPCStats) {
 	case *stats.OutHeader:
 		if c := recordOf(ctx, s.Client); c != nil {
 			c.opened.Store(true)
+		}
+	case *stats.OutPayload:
+		if c := recordOf(ctx, s.Client); c != nil {
+			c.sent.Store(true)
+		}
+	case *stats.End:
+		if s.Error == nil || !unprocessedStatus(s.Error) {
+			return // the common end: no lookup
+		}
+		if c := recordOf(ctx, s.Client); c != nil {
+			c.mu.Lock()
+			c.refusal = s.Error
+			c.mu.Unlock()
+			c.refusals.Add(1)
 		}
 	case *stats.InHeader:
 		if c := recordOf(ctx, s.Client); c != nil {
@@ -174,9 +192,36 @@ func (c *call) hiddenRetries() int { return max(int(c.attempts.Load())-1, 0) }
 // streams it did not process: grpc-go began one attempt (a transparent
 // retry follows only a stream the server did not process: stream.go's
 // shouldRetry), the last received neither headers nor trailers, and its
-// status is the one grpc-go gives a stream it marks unprocessed.
+// status is the one grpc-go gives a stream it marks unprocessed, or the
+// last was a transparent retry that never sent its request (replayFailed).
 func (c *call) unprocessed(err error) bool {
-	return c.attempts.Load() == 1 && !c.header.Load() && !c.trailer.Load() && unprocessedStatus(err)
+	return c.attempts.Load() == 1 && !c.header.Load() && !c.trailer.Load() && (unprocessedStatus(err) || c.replayFailed(err))
+}
+
+// replayFailed reports whether err is the io.EOF grpc-go returns when its
+// transparent retry cannot send the request: every earlier attempt ended
+// refused unprocessed, and the server refused the retry's stream too before
+// the request was written to it (stream.go: replayBufferLocked's sendMsg
+// on a stream the transport has closed returns io.EOF, which withRetry
+// returns as it is, not the stream's status, and finish records as a
+// success). The retry's request message never reached the transport (no
+// stats.OutPayload), so the server held headers at most: a unary call it
+// cannot have run.
+func (c *call) replayFailed(err error) bool {
+	begins := c.begins.Load()
+	return err == io.EOF && begins > 1 && c.refusals.Load() == begins-1 && !c.sent.Load()
+}
+
+// refusedStatus is the status to report for an unprocessed call: err when
+// it is one, else (replayFailed) the refusal that started grpc-go's
+// transparent retry.
+func (c *call) refusedStatus(err error) error {
+	if unprocessedStatus(err) {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.refusal
 }
 
 // grpc-go's statuses for a stream the server did not process. grpc-go
@@ -264,7 +309,11 @@ func (c *call) evidence(err error) error {
 		return &attemptError{err: err, cause: context.DeadlineExceeded, note: "the call may have been applied"}
 	case !c.fromServer():
 		if c.unprocessed(err) {
-			return retry.NotDispatched(&attemptError{err: err, cause: syscall.ECONNREFUSED, note: "the server refused the stream unprocessed"})
+			note := "the server refused the stream unprocessed"
+			if err == io.EOF {
+				note += ", and grpc-go's transparent retry of it sent no request (grpc-go returned io.EOF)"
+			}
+			return retry.NotDispatched(&attemptError{err: c.refusedStatus(err), cause: syscall.ECONNREFUSED, note: note})
 		}
 		if code == grpccodes.Unavailable {
 			return &attemptError{err: err, cause: io.ErrUnexpectedEOF, note: "the connection ended before the server's status: the call may have been applied"}

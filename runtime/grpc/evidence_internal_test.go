@@ -3,6 +3,7 @@ package retrygrpc
 import (
 	"context"
 	"errors"
+	"io"
 	"strconv"
 	"strings"
 	"testing"
@@ -78,6 +79,14 @@ func TestOnlyGrpcGosOwnUnprocessedStatusIsProof(t *testing.T) {
 	refused := status.Error(grpccodes.Unavailable, refusedStreamMessage)
 	begin, transparent := &stats.Begin{Client: true}, &stats.Begin{Client: true, IsTransparentRetryAttempt: true}
 	out, header, trailer := &stats.OutHeader{Client: true}, &stats.InHeader{Client: true}, &stats.InTrailer{Client: true}
+	// What grpc-go reports around the io.EOF of a transparent retry the
+	// server refused before its request was written (stream.go's
+	// replayBufferLocked): the first attempt sent its request and ended
+	// refused; the retry queued its headers, sent no payload, and ended
+	// with no error.
+	payload, endRefused := &stats.OutPayload{Client: true}, &stats.End{Client: true, Error: refused}
+	endDrained := &stats.End{Client: true, Error: status.Error(grpccodes.Unavailable, drainingMessage)}
+	endOther, end := &stats.End{Client: true, Error: errors.New("EOF")}, &stats.End{Client: true}
 	for _, tc := range []struct {
 		name   string
 		events []stats.RPCStats
@@ -93,6 +102,13 @@ func TestOnlyGrpcGosOwnUnprocessedStatusIsProof(t *testing.T) {
 		{"the server's trailers", []stats.RPCStats{begin, out, trailer}, refused, false},
 		{"after a hidden retry", []stats.RPCStats{begin, out, begin, out}, refused, false},
 		{"not a status", []stats.RPCStats{begin, out}, errors.New(refusedStreamMessage), false},
+		{"io.EOF: a refused stream's retry sent no request", []stats.RPCStats{begin, out, payload, endRefused, transparent, out, end}, io.EOF, true},
+		{"io.EOF: a drained stream's retry sent no request", []stats.RPCStats{begin, out, payload, endDrained, transparent, out, end}, io.EOF, true},
+		{"io.EOF: the retry sent its request", []stats.RPCStats{begin, out, payload, endRefused, transparent, out, payload, end}, io.EOF, false},
+		{"io.EOF: the first ended otherwise", []stats.RPCStats{begin, out, payload, endOther, transparent, out, end}, io.EOF, false},
+		{"io.EOF: a first attempt", []stats.RPCStats{begin, out, end}, io.EOF, false},
+		{"io.EOF: the retry had the server's headers", []stats.RPCStats{begin, out, payload, endRefused, transparent, out, header, end}, io.EOF, false},
+		{"another error: the retry sent no request", []stats.RPCStats{begin, out, payload, endRefused, transparent, out, end}, io.ErrUnexpectedEOF, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &call{Context: context.Background(), watched: true}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 
 	"github.com/retryguard/retryguard/contract/codes"
@@ -26,6 +27,15 @@ import (
 // answers the client preface and the SETTINGS, then meets every stream's
 // HEADERS with refuse. It counts the streams it received.
 func refusing(t *testing.T, refuse func(fr *http2.Framer, stream uint32) error) (addr string, streams *atomic.Int32) {
+	t.Helper()
+	return refusingTold(t, refuse, nil)
+}
+
+// refusingTold is refusing that also says, on handled, when the client has
+// read each refusal: it follows each with a PING, whose ACK the client's
+// transport writes only after it has handled every frame before it (its
+// reader handles frames in order), or the client closes the connection.
+func refusingTold(t *testing.T, refuse func(fr *http2.Framer, stream uint32) error, handled chan<- struct{}) (addr string, streams *atomic.Int32) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -41,7 +51,7 @@ func refusing(t *testing.T, refuse func(fr *http2.Framer, stream uint32) error) 
 			if err != nil {
 				return
 			}
-			conns.Go(func() { serveRefusing(conn, refuse, streams) })
+			conns.Go(func() { serveRefusing(conn, refuse, streams, handled) })
 		}
 	}()
 	t.Cleanup(func() {
@@ -52,8 +62,14 @@ func refusing(t *testing.T, refuse func(fr *http2.Framer, stream uint32) error) 
 	return lis.Addr().String(), streams
 }
 
-func serveRefusing(conn net.Conn, refuse func(*http2.Framer, uint32) error, streams *atomic.Int32) {
+func serveRefusing(conn net.Conn, refuse func(*http2.Framer, uint32) error, streams *atomic.Int32, handled chan<- struct{}) {
 	defer conn.Close()
+	pending := 0 // refusals whose PING has no ACK yet
+	defer func() {
+		for ; pending > 0; pending-- {
+			handled <- struct{}{} // a connection the client closed was read to its end
+		}
+	}()
 	if _, err := io.ReadFull(conn, make([]byte, len(http2.ClientPreface))); err != nil {
 		return
 	}
@@ -72,12 +88,20 @@ func serveRefusing(conn net.Conn, refuse func(*http2.Framer, uint32) error, stre
 				err = fr.WriteSettingsAck()
 			}
 		case *http2.PingFrame:
-			if !f.IsAck() {
+			switch {
+			case !f.IsAck():
 				err = fr.WritePing(true, f.Data)
+			case pending > 0:
+				pending--
+				handled <- struct{}{}
 			}
 		case *http2.HeadersFrame:
 			streams.Add(1)
 			err = refuse(fr, f.StreamID)
+			if err == nil && handled != nil {
+				pending++
+				err = fr.WritePing(false, [8]byte{})
+			}
 		}
 		if err != nil {
 			return
@@ -128,6 +152,93 @@ func TestAStreamTheServerRefusedIsNotDispatched(t *testing.T) {
 		})
 	}
 }
+
+// grpc-go's transparent retry of a refused stream may itself be refused
+// before its request is written: the stream is closed when the caller
+// comes to send the message, and grpc-go returns a bare io.EOF, not a
+// status (stream.go, replayBufferLocked). Neither stream was processed, so
+// the attempt is a ConnectionRefused that sent nothing, as when the retry's
+// refusal comes later, and the caller hears grpc-go's UNAVAILABLE for the
+// refusal, not an UNKNOWN "EOF" that may have been applied. The race is
+// forced: a second stats handler holds each transparent retry after its
+// headers are queued until the client has read the server's refusal of it.
+func TestATransparentRetryRefusedBeforeItsRequestSentNothing(t *testing.T) {
+	for name, refuse := range map[string]func(*http2.Framer, uint32) error{
+		"REFUSED_STREAM": func(fr *http2.Framer, stream uint32) error {
+			return fr.WriteRSTStream(stream, http2.ErrCodeRefusedStream)
+		},
+		"GOAWAY below the stream": func(fr *http2.Framer, stream uint32) error {
+			return fr.WriteGoAway(stream-1, http2.ErrCodeNo, nil)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			handled := make(chan struct{}, 16)
+			addr, streams := refusingTold(t, refuse, handled)
+			hold := &holdRetries{handled: handled}
+			ic, _, _, _, dead := observed(grpcPolicy(keyless))
+			err := check(dial(t, addr, append(ic.DialOptions(), grpc.WithStatsHandler(hold))...))
+			re := retryError(t, err)
+			if hold.held != re.Attempts || hold.late {
+				t.Errorf("held %d transparent retries until their refusal was read (late: %v), want one an attempt", hold.held, hold.late)
+			}
+			if re.State != retry.TerminalExhausted || re.Code != codes.RetryLimitExceeded || re.Attempts != 3 {
+				t.Errorf("%s %s after %d attempts, want TERMINAL_EXHAUSTED ERR_RETRY_LIMIT_EXCEEDED after 3: %v", re.State, re.Code, re.Attempts, err)
+			}
+			if re.Last.Dispatched || re.Last.Transport != limits.ConnectionRefused || re.Last.Class != retry.Transient {
+				t.Errorf("last evidence %+v, want a transient ConnectionRefused, not dispatched", re.Last)
+			}
+			if n := streams.Load(); n != 6 {
+				t.Errorf("the server received %d streams, want 6: three attempts and grpc-go's transparent retry of each", n)
+			}
+			if status.Code(err) != grpccodes.Unavailable {
+				t.Errorf("status.Code(err) = %s, want grpc-go's Unavailable for the refusal: %v", status.Code(err), err)
+			}
+			for _, l := range dead.written() {
+				for _, a := range l.Attempts {
+					if l.State == retry.UnknownOutcome || a.Evidence.Dispatched {
+						t.Errorf("dead letter %s says attempt %d may have been applied: %+v", l.State, a.Attempt, a.Evidence)
+					}
+				}
+			}
+		})
+	}
+}
+
+// holdRetries is a stats.Handler that holds the caller of each transparent
+// retry, once its headers are queued (stats.OutHeader), until the server's
+// refusal of that stream has been read: the second refusal of each of the
+// executor's attempts. Its calls come one at a time.
+type holdRetries struct {
+	handled     <-chan struct{}
+	transparent bool
+	read, held  int
+	late        bool // a refusal was not read within the wait
+}
+
+func (h *holdRetries) HandleRPC(_ context.Context, s stats.RPCStats) {
+	switch s := s.(type) {
+	case *stats.Begin:
+		h.transparent = s.IsTransparentRetryAttempt
+	case *stats.OutHeader:
+		if !h.transparent {
+			return
+		}
+		for h.read < 2*(h.held+1) {
+			select {
+			case <-h.handled:
+				h.read++
+			case <-time.After(10 * time.Second):
+				h.late = true
+				return
+			}
+		}
+		h.held++
+	}
+}
+
+func (*holdRetries) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context   { return ctx }
+func (*holdRetries) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (*holdRetries) HandleConn(context.Context, stats.ConnStats)                       {}
 
 // A stream reset with any other code may have been processed: still
 // dispatched, so without a key it ends UNKNOWN_OUTCOME after one attempt.
