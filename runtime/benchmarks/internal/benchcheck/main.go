@@ -40,7 +40,10 @@ var goals = []goal{
 // figure cannot go below on the machine that ran it.
 var floors = []goal{
 	{"BenchmarkDoSuccess/clock-read-paired", "delta-ns/op", 0, "one monotonic clock reading after plain Do, ns: the floor of metrics-paired", false},
-	{"BenchmarkUnaryPaired", "byhand-cpu-ratio", 0, "the bare call carrying the deadline and the key by hand, CPU: the floor of cpu-ratio", false},
+	{"BenchmarkUnaryPaired", "byhand-cpu-ratio", 0, "the bare call carrying the deadline and the key by hand, CPU", false},
+	{"BenchmarkUnaryPaired", "handled-cpu-ratio", 0, "that call on a channel with a stats handler that does nothing, CPU: the floor of cpu-ratio", false},
+	{"BenchmarkProxyPaired", "tuned/bare-added-p99", 0,
+		"a ReverseProxy given the sidecar's two tunings (an idle connection a caller, pooled buffers), beside governed/bare-added-p99", false},
 }
 
 // procs is the -cpu suffix go test adds to a name when GOMAXPROCS is not 1.
