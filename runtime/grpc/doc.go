@@ -66,10 +66,10 @@
 //     dispatched too, a ConnectionRefused. grpc-go marks such a stream but
 //     returns only its UNAVAILABLE, so its exact message for it is the
 //     evidence, taken only after one attempt that received neither headers
-//     nor trailers. So is the bare io.EOF grpc-go returns when the server
-//     refuses its transparent retry before the request is written: after
-//     attempts that all ended refused, with no request message sent on the
-//     retry (no stats.OutPayload); it reports the refusal's status.
+//     nor trailers. So is the bare io.EOF grpc-go returns when its
+//     transparent retry's stream is closed before the request is written:
+//     after attempts that all ended refused, with no request message sent
+//     on the retry (no stats.OutPayload); it reports the refusal's status.
 //   - A status the client made up after dispatch (no server trailers):
 //     UNAVAILABLE is a connection lost mid-call, ConnectionReset, ambiguous,
 //     never the server's 503; DEADLINE_EXCEEDED is a Timeout; any other

@@ -200,13 +200,14 @@ func (c *call) unprocessed(err error) bool {
 
 // replayFailed reports whether err is the io.EOF grpc-go returns when its
 // transparent retry cannot send the request: every earlier attempt ended
-// refused unprocessed, and the server refused the retry's stream too before
-// the request was written to it (stream.go: replayBufferLocked's sendMsg
-// on a stream the transport has closed returns io.EOF, which withRetry
-// returns as it is, not the stream's status, and finish records as a
-// success). The retry's request message never reached the transport (no
-// stats.OutPayload), so the server held headers at most: a unary call it
-// cannot have run.
+// refused unprocessed, and the retry's stream was closed before the request
+// was written to it (stream.go: replayBufferLocked's sendMsg on a stream
+// the transport has closed returns io.EOF, which withRetry returns as it
+// is, not the stream's status, and finish records as a success). How the
+// server ended that stream is lost; the proof is that the retry's request
+// message never reached the transport (no stats.OutPayload), so the server
+// held its headers at most, and a unary call cannot run without its
+// request (grpc-go's server decodes it before any handler code).
 func (c *call) replayFailed(err error) bool {
 	begins := c.begins.Load()
 	return err == io.EOF && begins > 1 && c.refusals.Load() == begins-1 && !c.sent.Load()
@@ -214,7 +215,7 @@ func (c *call) replayFailed(err error) bool {
 
 // refusedStatus is the status to report for an unprocessed call: err when
 // it is one, else (replayFailed) the refusal that started grpc-go's
-// transparent retry.
+// transparent retry, the last status the server is known to have sent.
 func (c *call) refusedStatus(err error) error {
 	if unprocessedStatus(err) {
 		return err
@@ -311,7 +312,7 @@ func (c *call) evidence(err error) error {
 		if c.unprocessed(err) {
 			note := "the server refused the stream unprocessed"
 			if err == io.EOF {
-				note += ", and grpc-go's transparent retry of it sent no request (grpc-go returned io.EOF)"
+				note += ", and grpc-go's transparent retry of it ended before its request was sent (grpc-go returned io.EOF, not how the retry's stream ended)"
 			}
 			return retry.NotDispatched(&attemptError{err: c.refusedStatus(err), cause: syscall.ECONNREFUSED, note: note})
 		}
