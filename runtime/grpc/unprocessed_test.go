@@ -117,40 +117,53 @@ func serveRefusing(conn net.Conn, refuse func(*http2.Framer, uint32) error, stre
 // attempts, each of them a stream and grpc-go's transparent retry of it, and
 // TERMINAL_EXHAUSTED, with grpc-go's UNAVAILABLE.
 func TestAStreamTheServerRefusedIsNotDispatched(t *testing.T) {
-	for name, refuse := range map[string]func(*http2.Framer, uint32) error{
-		"REFUSED_STREAM": func(fr *http2.Framer, stream uint32) error {
-			return fr.WriteRSTStream(stream, http2.ErrCodeRefusedStream)
-		},
-		"GOAWAY below the stream": func(fr *http2.Framer, stream uint32) error {
-			return fr.WriteGoAway(stream-1, http2.ErrCodeNo, nil) // stream IDs are odd: stream-1 was never opened
-		},
-	} {
+	for name, refuse := range refusals {
 		t.Run(name, func(t *testing.T) {
 			addr, streams := refusing(t, refuse)
 			ic, _, _, _, dead := observed(grpcPolicy(keyless))
-			err := check(dial(t, addr, ic.DialOptions()...))
-			re := retryError(t, err)
-			if re.State != retry.TerminalExhausted || re.Code != codes.RetryLimitExceeded || re.Attempts != 3 {
-				t.Errorf("%s %s after %d attempts, want TERMINAL_EXHAUSTED ERR_RETRY_LIMIT_EXCEEDED after 3: %v", re.State, re.Code, re.Attempts, err)
-			}
-			if re.Last.Dispatched || re.Last.Transport != limits.ConnectionRefused || re.Last.Class != retry.Transient {
-				t.Errorf("last evidence %+v, want a transient ConnectionRefused, not dispatched", re.Last)
-			}
-			if n := streams.Load(); n != 6 {
-				t.Errorf("the server received %d streams, want 6: three attempts and grpc-go's transparent retry of each", n)
-			}
-			if status.Code(err) != grpccodes.Unavailable {
-				t.Errorf("status.Code(err) = %s, want grpc-go's Unavailable", status.Code(err))
-			}
-			for _, l := range dead.written() {
-				for _, a := range l.Attempts {
-					if l.State == retry.UnknownOutcome || a.Evidence.Dispatched {
-						t.Errorf("dead letter %s says attempt %d may have been applied: %+v", l.State, a.Attempt, a.Evidence)
-					}
-				}
-			}
+			refusedEveryTime(t, check(dial(t, addr, ic.DialOptions()...)), streams, dead)
 		})
 	}
+}
+
+// refusals are the two ways a server refuses a stream unprocessed.
+var refusals = map[string]func(*http2.Framer, uint32) error{
+	"REFUSED_STREAM": func(fr *http2.Framer, stream uint32) error {
+		return fr.WriteRSTStream(stream, http2.ErrCodeRefusedStream)
+	},
+	"GOAWAY below the stream": func(fr *http2.Framer, stream uint32) error {
+		return fr.WriteGoAway(stream-1, http2.ErrCodeNo, nil) // stream IDs are odd: stream-1 was never opened
+	},
+}
+
+// refusedEveryTime holds a keyless call to a server that refused every
+// stream to what that is: the policy's three attempts, each a stream and
+// grpc-go's transparent retry of it, each a transient ConnectionRefused
+// that sent nothing, TERMINAL_EXHAUSTED with grpc-go's UNAVAILABLE, and no
+// dead letter saying anything may have been applied.
+func refusedEveryTime(t *testing.T, err error, streams *atomic.Int32, dead *letters) *retry.Error {
+	t.Helper()
+	re := retryError(t, err)
+	if re.State != retry.TerminalExhausted || re.Code != codes.RetryLimitExceeded || re.Attempts != 3 {
+		t.Errorf("%s %s after %d attempts, want TERMINAL_EXHAUSTED ERR_RETRY_LIMIT_EXCEEDED after 3: %v", re.State, re.Code, re.Attempts, err)
+	}
+	if re.Last.Dispatched || re.Last.Transport != limits.ConnectionRefused || re.Last.Class != retry.Transient {
+		t.Errorf("last evidence %+v, want a transient ConnectionRefused, not dispatched", re.Last)
+	}
+	if n := streams.Load(); n != 6 {
+		t.Errorf("the server received %d streams, want 6: three attempts and grpc-go's transparent retry of each", n)
+	}
+	if status.Code(err) != grpccodes.Unavailable {
+		t.Errorf("status.Code(err) = %s, want grpc-go's Unavailable for the refusal: %v", status.Code(err), err)
+	}
+	for _, l := range dead.written() {
+		for _, a := range l.Attempts {
+			if l.State == retry.UnknownOutcome || a.Evidence.Dispatched {
+				t.Errorf("dead letter %s says attempt %d may have been applied: %+v", l.State, a.Attempt, a.Evidence)
+			}
+		}
+	}
+	return re
 }
 
 // grpc-go's transparent retry of a refused stream may itself be refused
@@ -163,42 +176,15 @@ func TestAStreamTheServerRefusedIsNotDispatched(t *testing.T) {
 // forced: a second stats handler holds each transparent retry after its
 // headers are queued until the client has read the server's refusal of it.
 func TestATransparentRetryRefusedBeforeItsRequestSentNothing(t *testing.T) {
-	for name, refuse := range map[string]func(*http2.Framer, uint32) error{
-		"REFUSED_STREAM": func(fr *http2.Framer, stream uint32) error {
-			return fr.WriteRSTStream(stream, http2.ErrCodeRefusedStream)
-		},
-		"GOAWAY below the stream": func(fr *http2.Framer, stream uint32) error {
-			return fr.WriteGoAway(stream-1, http2.ErrCodeNo, nil)
-		},
-	} {
+	for name, refuse := range refusals {
 		t.Run(name, func(t *testing.T) {
 			handled := make(chan struct{}, 16)
 			addr, streams := refusingTold(t, refuse, handled)
 			hold := &holdRetries{handled: handled}
 			ic, _, _, _, dead := observed(grpcPolicy(keyless))
-			err := check(dial(t, addr, append(ic.DialOptions(), grpc.WithStatsHandler(hold))...))
-			re := retryError(t, err)
+			re := refusedEveryTime(t, check(dial(t, addr, append(ic.DialOptions(), grpc.WithStatsHandler(hold))...)), streams, dead)
 			if hold.held != re.Attempts || hold.late {
 				t.Errorf("held %d transparent retries until their refusal was read (late: %v), want one an attempt", hold.held, hold.late)
-			}
-			if re.State != retry.TerminalExhausted || re.Code != codes.RetryLimitExceeded || re.Attempts != 3 {
-				t.Errorf("%s %s after %d attempts, want TERMINAL_EXHAUSTED ERR_RETRY_LIMIT_EXCEEDED after 3: %v", re.State, re.Code, re.Attempts, err)
-			}
-			if re.Last.Dispatched || re.Last.Transport != limits.ConnectionRefused || re.Last.Class != retry.Transient {
-				t.Errorf("last evidence %+v, want a transient ConnectionRefused, not dispatched", re.Last)
-			}
-			if n := streams.Load(); n != 6 {
-				t.Errorf("the server received %d streams, want 6: three attempts and grpc-go's transparent retry of each", n)
-			}
-			if status.Code(err) != grpccodes.Unavailable {
-				t.Errorf("status.Code(err) = %s, want grpc-go's Unavailable for the refusal: %v", status.Code(err), err)
-			}
-			for _, l := range dead.written() {
-				for _, a := range l.Attempts {
-					if l.State == retry.UnknownOutcome || a.Evidence.Dispatched {
-						t.Errorf("dead letter %s says attempt %d may have been applied: %+v", l.State, a.Attempt, a.Evidence)
-					}
-				}
 			}
 		})
 	}
