@@ -305,8 +305,11 @@ func (c *call) keepBody(limit int64) error {
 	// math.MaxInt64 has no byte past it (and limit+1 would overflow to a
 	// negative limit, which reads nothing).
 	bound := min(limit, math.MaxInt64-1) + 1
-	size := req.ContentLength // trusted for the first buffer only up to the default bound, as a declared length costs the caller nothing
-	if size > min(limit, DefaultMaxBufferedBody) {
+	// A declared length is trusted for the first buffer only up to the
+	// default bound (declaring one costs the caller nothing), and 0 with a
+	// body is an unknown length (net/http's Request.ContentLength).
+	size := req.ContentLength
+	if size <= 0 || size > min(limit, DefaultMaxBufferedBody) {
 		size = -1
 	}
 	buf, err := readAll(io.LimitReader(req.Body, bound), size)
