@@ -134,7 +134,7 @@ type operation struct {
 	invoker grpc.UnaryInvoker
 	opts    []grpc.CallOption
 
-	md       metadata.MD // the caller's metadata with the key in place of the caller's own, built once per call
+	md       metadata.MD // the caller's metadata and the key, built once per call
 	key      [1]string   // the key's value in md
 	applied  bool        // an earlier attempt may have been applied
 	answered error       // the server's own status of the last attempt
@@ -152,22 +152,19 @@ func (o *operation) attempt(ctx context.Context, a retry.Attempt) error {
 		return retry.NotDispatched(ErrNotReplaySafe)
 	}
 	if a.Key != "" {
-		hk := o.i.metadataKey(a.Header)
-		switch {
-		case hk.err != nil:
-			return retry.NotDispatched(hk.err)
-		case o.md == nil && metadata.ValueFromOutgoingContext(ctx, hk.key) == nil:
-			// The common case: the caller sent no such key. Appended, it
-			// costs two small slices, not a copy of the caller's metadata.
-			ctx = metadata.AppendToOutgoingContext(ctx, hk.key, a.Key)
-		default:
-			if o.md == nil { // the key replaces the caller's, as md.Set does
-				o.md, _ = metadata.FromOutgoingContext(ctx) // a copy
-				o.key[0] = a.Key
-				o.md[hk.key] = o.key[:]
+		if o.md == nil {
+			hk := o.i.metadataKey(a.Header)
+			if hk.err != nil {
+				return retry.NotDispatched(hk.err)
 			}
-			ctx = metadata.NewOutgoingContext(ctx, o.md)
+			o.md, _ = metadata.FromOutgoingContext(ctx) // a copy
+			if o.md == nil {
+				o.md = metadata.MD{}
+			}
+			o.key[0] = a.Key
+			o.md[hk.key] = o.key[:] // as md.Set, in the operation's own array
 		}
+		ctx = metadata.NewOutgoingContext(ctx, o.md)
 	}
 	ctx = o.i.propagate(ctx)
 	c := &o.first
