@@ -115,7 +115,7 @@ func (*Interceptor) HandleRPC(ctx context.Context, s stats.RPCStats) {
 			c.sent.Store(true)
 		}
 	case *stats.End:
-		if s.Error == nil || !unprocessedStatus(s.Error) {
+		if !unprocessedStatus(s.Error) {
 			return // the common end: no lookup
 		}
 		if c := recordOf(ctx, s.Client); c != nil {
@@ -213,13 +213,10 @@ func (c *call) replayFailed(err error) bool {
 	return err == io.EOF && begins > 1 && c.refusals.Load() == begins-1 && !c.sent.Load()
 }
 
-// refusedStatus is the status to report for an unprocessed call: err when
-// it is one, else (replayFailed) the refusal that started grpc-go's
-// transparent retry, the last status the server is known to have sent.
-func (c *call) refusedStatus(err error) error {
-	if unprocessedStatus(err) {
-		return err
-	}
+// lastRefusal is the last refusal an attempt ended with: for replayFailed,
+// the one that started grpc-go's transparent retry, the last status the
+// server is known to have sent.
+func (c *call) lastRefusal() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.refusal
@@ -310,11 +307,12 @@ func (c *call) evidence(err error) error {
 		return &attemptError{err: err, cause: context.DeadlineExceeded, note: "the call may have been applied"}
 	case !c.fromServer():
 		if c.unprocessed(err) {
-			note := "the server refused the stream unprocessed"
-			if err == io.EOF {
+			st, note := err, "the server refused the stream unprocessed"
+			if err == io.EOF { // replayFailed: io.EOF is no status
+				st = c.lastRefusal()
 				note += ", and grpc-go's transparent retry of it ended before its request was sent (grpc-go returned io.EOF, not how the retry's stream ended)"
 			}
-			return retry.NotDispatched(&attemptError{err: c.refusedStatus(err), cause: syscall.ECONNREFUSED, note: note})
+			return retry.NotDispatched(&attemptError{err: st, cause: syscall.ECONNREFUSED, note: note})
 		}
 		if code == grpccodes.Unavailable {
 			return &attemptError{err: err, cause: io.ErrUnexpectedEOF, note: "the connection ended before the server's status: the call may have been applied"}
